@@ -1,0 +1,54 @@
+"""The one exception tree of swarm-node.
+
+Library exceptions (torch, transformers, SQLAlchemy, libp2p, msgpack) are translated into
+these at the boundary where they occur, so callers and the CLI handle one family. The CLI
+prints a `SwarmError` as a one-line message, never as a traceback: these are the errors a
+user can act on. Anything else escaping is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class SwarmError(Exception):
+    """Base of every error swarm-node raises on purpose."""
+
+
+class ConfigError(SwarmError):
+    """A config file, key, type or value is wrong. The message names the key and the file."""
+
+
+class TaskError(SwarmError):
+    """A task spec cannot be rebuilt (unknown dataset, bad dataset config, bad index)."""
+
+
+class ModelError(SwarmError):
+    """A model or tokenizer cannot be loaded or built."""
+
+
+class GeneratorError(SwarmError):
+    """A generator backend is unavailable (vLLM or CUDA missing) or failed."""
+
+
+class CheckpointError(SwarmError):
+    """A checkpoint is missing, corrupt or does not match the running model."""
+
+
+class LedgerError(SwarmError):
+    """The ledger database cannot be opened, migrated or written."""
+
+
+class WireError(SwarmError):
+    """Bytes from the wire do not decode into a valid message of a known schema."""
+
+
+class TransportError(SwarmError):
+    """The peer-to-peer transport failed (listen, dial, publish, stream)."""
+
+
+class RejectedMessage(SwarmError):
+    """A message from a peer was rejected. `reason` is a short stable code stored in the ledger."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail

@@ -1,0 +1,257 @@
+"""The transport seam between a node and its peers.
+
+A node only ever talks to the swarm through `Transport`: publish bytes on a topic, drain
+what arrived, list peers, and serve or fetch larger blobs. Two implementations exist:
+`MemoryTransport` (here; in-process, for tests and one-process experiments) and
+`Libp2pTransport` (libp2p over TCP + Noise + Yamux, in its own trio thread).
+
+What a transport deliberately does not do: decode, verify or trust anything. It moves bytes,
+runs the cheap per-topic validator given to it (which must return a rejection reason rather
+than raise), counts what it drops, and hands everything else to the node.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from swarm.errors import TransportError
+
+# A validator gets one inbound message and returns None to accept it or a short reason code
+# to reject it. Transports wrap validators so an exception inside one counts as a rejection
+# ("validator_error") instead of taking the host down.
+Validator = Callable[["InboundMessage"], str | None]
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """One message as received: raw bytes plus what the transport knows of its origin."""
+
+    topic: str
+    data: bytes
+    source: str  # peer ID of the sender as seen by the transport ("" if unknown)
+    received_at: float
+
+
+@dataclass(frozen=True)
+class PeerInfo:
+    """A peer currently connected to this node."""
+
+    peer_id: str
+    addrs: tuple[str, ...] = ()
+
+
+@dataclass
+class TransportStats:
+    """Counters a transport keeps so that nothing is dropped silently."""
+
+    published: int = 0
+    received: int = 0
+    inbox_dropped: int = 0  # accepted by the validator but evicted from a full inbox
+    rejected: collections.Counter = field(default_factory=collections.Counter)  # reason -> n
+
+    def as_dict(self) -> dict:
+        return {
+            "published": self.published,
+            "received": self.received,
+            "inbox_dropped": self.inbox_dropped,
+            "rejected": dict(self.rejected),
+        }
+
+
+def run_validator(validator: Validator | None, message: InboundMessage) -> str | None:
+    """Run a validator so that it can never raise: an exception is the rejection 'validator_error'."""
+    if validator is None:
+        return None
+    try:
+        return validator(message)
+    except Exception:  # noqa: BLE001 - by contract a validator error means "reject", never a crash
+        return "validator_error"
+
+
+class BoundedInbox:
+    """A thread-safe FIFO that drops the *oldest* message when full and counts each drop."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("inbox capacity must be at least 1")
+        self._items: collections.deque[InboundMessage] = collections.deque()
+        self._capacity = capacity
+        self._cond = threading.Condition()
+        self.dropped = 0
+
+    def put(self, message: InboundMessage) -> None:
+        with self._cond:
+            if len(self._items) >= self._capacity:
+                self._items.popleft()
+                self.dropped += 1
+            self._items.append(message)
+            self._cond.notify_all()
+
+    def drain(self, max_messages: int | None = None, timeout: float = 0.0) -> list[InboundMessage]:
+        """Take up to `max_messages` (all if None), waiting up to `timeout` s for the first one."""
+        with self._cond:
+            if not self._items and timeout > 0:
+                self._cond.wait_for(lambda: bool(self._items), timeout=timeout)
+            n = len(self._items) if max_messages is None else min(max_messages, len(self._items))
+            return [self._items.popleft() for _ in range(n)]
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._items)
+
+
+class Transport(ABC):
+    """What a node needs from the network. Implementations are used from one thread (the node's)."""
+
+    peer_id: str
+
+    @abstractmethod
+    def start(self) -> None:
+        """Begin listening and connecting. Idempotent failures raise `TransportError`."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop everything the transport started. Safe to call twice."""
+
+    @abstractmethod
+    def subscribe(self, topic: str, validator: Validator | None = None) -> None:
+        """Receive messages on `topic`; `validator` runs on each before it reaches the inbox."""
+
+    @abstractmethod
+    def publish(self, topic: str, data: bytes) -> None:
+        """Send `data` to every subscriber of `topic`. May block briefly for back-pressure."""
+
+    @abstractmethod
+    def receive(self, max_messages: int | None = None, timeout: float = 0.0) -> list[InboundMessage]:
+        """Drain validated inbound messages, waiting up to `timeout` s for the first."""
+
+    @abstractmethod
+    def peers(self) -> list[PeerInfo]:
+        """Peers connected right now."""
+
+    @abstractmethod
+    def listen_addrs(self) -> list[str]:
+        """Full multiaddrs (with /p2p/<id>) that other nodes can bootstrap from."""
+
+    @abstractmethod
+    def serve_blob(self, key: str, data: bytes) -> None:
+        """Make `data` fetchable by peers under `key` (for payloads too big for gossip)."""
+
+    @abstractmethod
+    def fetch_blob(self, peer_id: str, key: str, timeout: float = 30.0) -> bytes:
+        """Fetch a blob a peer serves. Raises `TransportError` if it is missing or times out."""
+
+    @abstractmethod
+    def stats(self) -> TransportStats:
+        """Counters of what was sent, received, rejected and dropped."""
+
+    def __enter__(self) -> Transport:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class MemoryHub:
+    """An in-process 'network' joining `MemoryTransport`s. Delivery is synchronous and lossless."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._members: dict[str, MemoryTransport] = {}
+
+    def attach(self, transport: MemoryTransport) -> None:
+        with self._lock:
+            if transport.peer_id in self._members:
+                raise TransportError(f"peer {transport.peer_id} is already attached to this hub")
+            self._members[transport.peer_id] = transport
+
+    def detach(self, peer_id: str) -> None:
+        with self._lock:
+            self._members.pop(peer_id, None)
+
+    def members(self) -> list[MemoryTransport]:
+        with self._lock:
+            return list(self._members.values())
+
+    def member(self, peer_id: str) -> MemoryTransport | None:
+        with self._lock:
+            return self._members.get(peer_id)
+
+
+class MemoryTransport(Transport):
+    """A transport over a `MemoryHub`: same contract as libp2p, no sockets, no threads.
+
+    A node with a hub of its own (or no hub) is a solo node: it publishes to nobody.
+    """
+
+    def __init__(self, peer_id: str, hub: MemoryHub | None = None, inbox_capacity: int = 4096):
+        self.peer_id = peer_id
+        self._hub = hub if hub is not None else MemoryHub()
+        self._inbox = BoundedInbox(inbox_capacity)
+        self._validators: dict[str, Validator | None] = {}
+        self._blobs: dict[str, bytes] = {}
+        self._stats = TransportStats()
+        self._started = False
+
+    def start(self) -> None:
+        if not self._started:
+            self._hub.attach(self)
+            self._started = True
+
+    def close(self) -> None:
+        if self._started:
+            self._hub.detach(self.peer_id)
+            self._started = False
+
+    def subscribe(self, topic: str, validator: Validator | None = None) -> None:
+        self._validators[topic] = validator
+
+    def publish(self, topic: str, data: bytes) -> None:
+        if not self._started:
+            raise TransportError("publish on a transport that is not started")
+        self._stats.published += 1
+        for member in self._hub.members():
+            if member is not self:
+                member._deliver(topic, bytes(data), self.peer_id)
+
+    def _deliver(self, topic: str, data: bytes, source: str) -> None:
+        if topic not in self._validators:
+            return
+        message = InboundMessage(topic=topic, data=data, source=source, received_at=time.time())
+        reason = run_validator(self._validators[topic], message)
+        if reason is not None:
+            self._stats.rejected[reason] += 1
+            return
+        self._stats.received += 1
+        self._inbox.put(message)
+
+    def receive(self, max_messages: int | None = None, timeout: float = 0.0) -> list[InboundMessage]:
+        return self._inbox.drain(max_messages, timeout)
+
+    def peers(self) -> list[PeerInfo]:
+        return [PeerInfo(m.peer_id) for m in self._hub.members() if m is not self]
+
+    def listen_addrs(self) -> list[str]:
+        return [f"/memory/{self.peer_id}"]
+
+    def serve_blob(self, key: str, data: bytes) -> None:
+        self._blobs[key] = bytes(data)
+
+    def fetch_blob(self, peer_id: str, key: str, timeout: float = 30.0) -> bytes:
+        member = self._hub.member(peer_id)
+        if member is None:
+            raise TransportError(f"peer {peer_id} is not connected")
+        try:
+            return member._blobs[key]
+        except KeyError:
+            raise TransportError(f"peer {peer_id} serves no blob {key!r}") from None
+
+    def stats(self) -> TransportStats:
+        self._stats.inbox_dropped = self._inbox.dropped
+        return self._stats
