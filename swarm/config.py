@@ -1,0 +1,325 @@
+"""Configuration: one documented, frozen dataclass per component, loaded from TOML.
+
+A config file has one table per component (`[node]`, `[policy]`, `[generation]`,
+`[training]`, `[tasks]`, `[ledger]`, `[p2p]`); every key is optional and defaults to the
+value documented below. Values are then overridden by environment variables
+(`SWARM_<SECTION>_<KEY>=value`, e.g. `SWARM_TRAINING_LR=1e-5`) and finally by the CLI
+(`--set training.lr=1e-5`, plus a few dedicated flags).
+
+Any unknown section or key, wrong type or out-of-range value is a `ConfigError` whose
+message names the file and the key, on one line. This module imports no torch, so
+`swarm-node --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import tomllib
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swarm.errors import ConfigError
+
+
+def opt(default: Any, help: str, *, choices: tuple = (), min: float | None = None, max: float | None = None):
+    """A config field with its documentation and constraints (shown by `swarm-node config`)."""
+    meta = {"help": help, "choices": choices, "min": min, "max": max}
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class NodeSection:
+    """The daemon itself: who it is, where it keeps its files, how long it runs."""
+
+    name: str = opt("node", "Display name of this node in tables and plots.")
+    role: str = opt("trainer", "trainer: generate, share and train; generator: follow a trainer's weights and share; observer: only collect and verify.", choices=("trainer", "generator", "observer"))
+    run_dir: str = opt("runs/node", "Folder for this node's identity, ledger and checkpoints (created if missing).")
+    rounds: int = opt(0, "Stop after this many rounds in total (0: run until stopped).", min=0)
+    seed: int = opt(0, "Seed for sampling, task streams and everything random in this node.", min=0)
+    checkpoint_every: int = opt(10, "Write a checkpoint every this many rounds (and always on a clean stop).", min=1)
+    keep_checkpoints: int = opt(3, "How many recent checkpoints to keep on disk.", min=1)
+
+
+@dataclass(frozen=True)
+class PolicySection:
+    """The policy model this node trains and samples from."""
+
+    model: str = opt("swarm-tiny", "Hugging Face model name or local path; 'swarm-tiny' is the built-in tiny model (built on first use).")
+    device: str = opt("auto", "auto (CUDA if present, else CPU), cpu, cuda or cuda:N.")
+    dtype: str = opt("auto", "Weights dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16 or float16.", choices=("auto", "float32", "bfloat16", "float16"))
+    system_prompt: str = opt("Solve the task. Think briefly if needed, then give only the final answer between <answer> and </answer>.", "System prompt for models with a chat template (the tiny model ignores it).")
+
+
+@dataclass(frozen=True)
+class GenerationSection:
+    """How completions are sampled each round."""
+
+    backend: str = opt("transformers", "transformers (CPU or GPU) or vllm (GPU only, needs the 'gpu' extra).", choices=("transformers", "vllm"))
+    questions_per_round: int = opt(16, "Questions drawn from the task mix per round.", min=1, max=4096)
+    completions_per_question: int = opt(8, "Completions sampled per question: the GRPO group size.", min=2, max=256)
+    temperature: float = opt(1.0, "Sampling temperature (0: greedy, which gives GRPO no signal).", min=0.0, max=10.0)
+    top_p: float = opt(1.0, "Nucleus sampling mass.", min=0.0, max=1.0)
+    top_k: int = opt(0, "Top-k sampling (0: off).", min=0)
+    max_new_tokens: int = opt(16, "Longest completion, in tokens.", min=1, max=65536)
+    batch_size: int = opt(128, "Sequences per generate call (transformers backend).", min=1)
+    gpu_memory_utilization: float = opt(0.5, "Share of GPU memory vLLM may take (vllm backend).", min=0.05, max=0.99)
+
+
+@dataclass(frozen=True)
+class TrainingSection:
+    """The GRPO update and the SAPO batch mix."""
+
+    lr: float = opt(3e-4, "AdamW learning rate (use ~1e-6 for real models; the tiny model needs far more).", min=0.0, max=1.0)
+    weight_decay: float = opt(0.0, "AdamW weight decay.", min=0.0)
+    clip_low: float = opt(0.2, "Lower clip of the probability ratio (1 - clip_low).", min=0.0, max=1.0)
+    clip_high: float = opt(0.28, "Upper clip of the probability ratio (1 + clip_high).", min=0.0, max=10.0)
+    kl_coef: float = opt(0.0, "Weight of the KL penalty to the starting model (0: no reference model kept).", min=0.0)
+    max_grad_norm: float = opt(1.0, "Gradient clipping norm.", min=0.0)
+    micro_batch_size: int = opt(64, "Sequences per forward/backward; gradients accumulate over micro-batches.", min=1)
+    epochs: int = opt(1, "Optimizer steps per round over the same batch (1: strictly on-policy).", min=1, max=16)
+    precision: str = opt("auto", "auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16.", choices=("auto", "fp32", "bf16"))
+    scale_advantages: bool = opt(True, "Divide group advantages by the group's reward std (GRPO); false keeps them mean-centred only.")
+    local_groups: int = opt(16, "I: local rollout groups per update (SAPO).", min=0)
+    shared_groups: int = opt(0, "J: shared groups from peers per update (SAPO; 0 trains on local experience only).", min=0)
+
+
+@dataclass(frozen=True)
+class TasksSection:
+    """What the node practises on, and how it is evaluated."""
+
+    preset: str = opt("easy", "Task mix: easy (what the tiny model can learn), sapo (the paper's nine datasets), or custom (use [[tasks.mix]]).", choices=("easy", "sapo", "custom"))
+    mix: list = opt([], "With preset = custom: a list of tables {dataset, weight, config} of reasoning-gym datasets.")
+    seed: int = opt(-1, "Seed of this node's task stream (-1: derived from node.seed).", min=-1)
+    format_reward: float = opt(0.1, "Reward added when the answer is inside <answer></answer>.", min=0.0, max=1.0)
+    eval_size: int = opt(64, "Held-out questions for accuracy (0: no evaluation).", min=0)
+    eval_seed: int = opt(1_000_003, "Seed of the held-out questions (no training stream uses it).", min=0)
+    eval_every: int = opt(10, "Evaluate held-out accuracy every this many rounds (and at start and end).", min=1)
+
+
+@dataclass(frozen=True)
+class LedgerSection:
+    """Where the contribution ledger lives."""
+
+    url: str = opt("", "SQLAlchemy URL of the ledger ('' : SQLite file ledger.sqlite in node.run_dir).")
+
+
+@dataclass(frozen=True)
+class P2PSection:
+    """Networking. Solo mode is the same daemon with an empty bootstrap list."""
+
+    swarm_id: str = opt("swarm-local", "Name of the swarm; messages of other swarms are rejected.")
+    listen: str = opt("/ip4/127.0.0.1/tcp/0", "Multiaddr to listen on (tcp/0: any free port; /ip4/0.0.0.0 to accept remote peers).")
+    bootstrap: list = opt([], "Multiaddrs (/ip4/.../tcp/.../p2p/12D3KooW...) of peers to join through.")
+
+
+@dataclass(frozen=True)
+class Config:
+    """A node's whole configuration."""
+
+    node: NodeSection = field(default_factory=NodeSection)
+    policy: PolicySection = field(default_factory=PolicySection)
+    generation: GenerationSection = field(default_factory=GenerationSection)
+    training: TrainingSection = field(default_factory=TrainingSection)
+    tasks: TasksSection = field(default_factory=TasksSection)
+    ledger: LedgerSection = field(default_factory=LedgerSection)
+    p2p: P2PSection = field(default_factory=P2PSection)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.node.run_dir)
+
+    @property
+    def ledger_url(self) -> str:
+        return self.ledger.url or f"sqlite:///{self.run_dir / 'ledger.sqlite'}"
+
+    @property
+    def task_seed(self) -> int:
+        return self.tasks.seed if self.tasks.seed >= 0 else 1000 + self.node.seed
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+SECTIONS: dict[str, type] = {f.name: f.type for f in dataclasses.fields(Config)}
+SECTIONS = {name: typing.get_type_hints(Config)[name] for name in SECTIONS}
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_config(
+    path: str | os.PathLike | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """The config from `path` (or defaults), then env vars, then `section.key=value` overrides."""
+    raw: dict[str, dict[str, Any]] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        raw = _read_toml(Path(path))
+    env = os.environ if env is None else env
+    for key, value in env.items():
+        if key.startswith("SWARM_") and key.count("_") >= 2:
+            section, _, name = key[len("SWARM_") :].lower().partition("_")
+            if section in SECTIONS:
+                _set_dotted(raw, f"{section}.{name}", _parse_literal(value), f"environment variable {key}")
+    for item in overrides:
+        dotted, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected section.key=value")
+        _set_dotted(raw, dotted.strip(), _parse_literal(value.strip()), f"--set {dotted.strip()}")
+    return build_config(raw, source)
+
+
+def build_config(raw: Mapping[str, Any], source: str = "config") -> Config:
+    """Validate a nested mapping (as read from TOML) into a `Config`."""
+    sections = {}
+    for section_name, section_data in raw.items():
+        if section_name not in SECTIONS:
+            raise ConfigError(f"{source}: unknown section [{section_name}]{_suggest(section_name, SECTIONS)}")
+        if not isinstance(section_data, Mapping):
+            raise ConfigError(f"{source}: [{section_name}] must be a table")
+        sections[section_name] = _build_section(SECTIONS[section_name], section_name, section_data, source)
+    config = Config(**sections)
+    _check_cross_field(config, source)
+    return config
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def _set_dotted(raw: dict, dotted: str, value: Any, origin: str) -> None:
+    section, sep, key = dotted.partition(".")
+    if not sep or not key:
+        raise ConfigError(f"{origin}: expected section.key, got {dotted!r}")
+    raw.setdefault(section, {})
+    if not isinstance(raw[section], dict):
+        raise ConfigError(f"{origin}: [{section}] is not a table")
+    raw[section][key] = value
+
+
+def _parse_literal(text: str) -> Any:
+    """A CLI or env value as a TOML literal (numbers, booleans, lists), else as a plain string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _build_section(cls: type, section: str, data: Mapping[str, Any], source: str):
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for key, value in data.items():
+        where = f"{source}: {section}.{key}"
+        if key not in fields:
+            raise ConfigError(f"{source}: unknown key {section}.{key}{_suggest(key, fields)}")
+        values[key] = _check_value(value, hints[key], fields[key].metadata, where)
+    return cls(**values)
+
+
+def _check_value(value: Any, expected: Any, meta: Mapping[str, Any], where: str) -> Any:
+    value = _check_type(value, expected, where)
+    if meta.get("choices") and value not in meta["choices"]:
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(str, meta['choices']))}")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if meta.get("min") is not None and value < meta["min"]:
+            raise ConfigError(f"{where}: {value} is below the minimum {meta['min']}")
+        if meta.get("max") is not None and value > meta["max"]:
+            raise ConfigError(f"{where}: {value} is above the maximum {meta['max']}")
+    return value
+
+
+def _check_type(value: Any, expected: Any, where: str) -> Any:
+    if expected is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if expected is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if expected is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+        return float(value)
+    if expected is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if expected is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return list(value)
+    raise ConfigError(f"{where}: unsupported config type {expected}")  # a bug in a section class
+
+
+def _check_cross_field(config: Config, source: str) -> None:
+    """Rules that involve more than one key."""
+    if config.tasks.preset == "custom" and not config.tasks.mix:
+        raise ConfigError(f"{source}: tasks.mix must list datasets when tasks.preset = \"custom\"")
+    if config.tasks.preset != "custom" and config.tasks.mix:
+        raise ConfigError(f"{source}: tasks.mix is only used with tasks.preset = \"custom\"")
+    for i, entry in enumerate(config.tasks.mix):
+        if not isinstance(entry, Mapping) or "dataset" not in entry:
+            raise ConfigError(f"{source}: tasks.mix[{i}] must be a table with a 'dataset' key")
+        extra = set(entry) - {"dataset", "weight", "config"}
+        if extra:
+            raise ConfigError(f"{source}: tasks.mix[{i}]: unknown key {sorted(extra)[0]!r} (expected dataset, weight, config)")
+        if not isinstance(entry.get("config", {}), Mapping):
+            raise ConfigError(f"{source}: tasks.mix[{i}].config must be a table")
+        weight = entry.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
+            raise ConfigError(f"{source}: tasks.mix[{i}].weight must be a positive number")
+    for i, addr in enumerate(config.p2p.bootstrap):
+        if not isinstance(addr, str) or "/p2p/" not in addr:
+            raise ConfigError(f"{source}: p2p.bootstrap[{i}] must be a multiaddr ending in /p2p/<peer id>, got {addr!r}")
+    if config.generation.temperature == 0 and config.node.role != "observer":
+        raise ConfigError(f"{source}: generation.temperature = 0 gives every group equal rewards and GRPO nothing to learn")
+
+
+def _suggest(name: str, options) -> str:
+    close = difflib.get_close_matches(name, list(options), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def task_mix(config: Config):
+    """The `MixEntry` tuple the config selects (imports reasoning-gym lazily via swarm.tasks)."""
+    from swarm.tasks import PRESET_MIXES, MixEntry
+
+    if config.tasks.preset != "custom":
+        return PRESET_MIXES[config.tasks.preset]
+    return tuple(
+        MixEntry(str(e["dataset"]), float(e.get("weight", 1.0)), dict(e.get("config", {}))) for e in config.tasks.mix
+    )
+
+
+def describe_config() -> list[tuple[str, str, str]]:
+    """(key, default, help) for every config key, for `swarm-node config keys` and docs."""
+    rows = []
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            rows.append((f"{section}.{f.name}", repr(default), f.metadata.get("help", "")))
+    return rows

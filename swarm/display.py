@@ -1,0 +1,207 @@
+"""Showing a running node to a person: a live rich display, plain lines, or nothing.
+
+The node reports events to a `Reporter`; how they look is decided here. `LiveReporter` draws
+a table of recent rounds with a reward sparkline under a progress bar (terminals);
+`LineReporter` prints one line per round (logs, pipes, CI); `SilentReporter` is for tests.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+from dataclasses import dataclass, field
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    """What one round did, for display (the ledger has the full record)."""
+
+    round: int
+    policy_version: int
+    mean_reward: float
+    accuracy: float
+    groups: int
+    trained_groups: int
+    shared_groups: int
+    skipped: bool
+    loss: float
+    generate_s: float
+    train_s: float
+    total_s: float
+    tokens_generated: int
+    peers: int = 0
+    received: int = 0
+    accepted: int = 0
+    rejected: int = 0
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    round: int
+    policy_version: int
+    accuracy: float
+    questions: int
+
+
+@dataclass
+class RunInfo:
+    """Facts about the run shown once at the top."""
+
+    name: str
+    model: str
+    device: str
+    run_dir: str
+    peer_id: str
+    start_round: int
+    target_rounds: int  # 0: until stopped
+    notes: list[str] = field(default_factory=list)
+
+
+class Reporter:
+    """Receives a node's events. The base class ignores them all (silent)."""
+
+    def start(self, info: RunInfo) -> None: ...
+
+    def round(self, report: RoundReport) -> None: ...
+
+    def evaluation(self, report: EvalReport) -> None: ...
+
+    def message(self, text: str) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+SilentReporter = Reporter
+
+
+def sparkline(values: list[float], width: int = 40) -> str:
+    """A one-line chart of `values` (the last `width` of them)."""
+    values = values[-width:]
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    return "".join(SPARKS[min(len(SPARKS) - 1, int((v - low) / span * (len(SPARKS) - 1) + 0.5))] for v in values)
+
+
+def _round_line(r: RoundReport) -> str:
+    update = "skipped (no signal)" if r.skipped else f"loss {r.loss:+.4f}"
+    shared = f" shared {r.shared_groups}" if r.shared_groups else ""
+    return (
+        f"round {r.round:>5}  v{r.policy_version:<5} reward {r.mean_reward:.3f}  correct {r.accuracy:6.1%}  "
+        f"groups {r.trained_groups}/{r.groups}{shared}  {update}  "
+        f"gen {r.generate_s:.2f}s train {r.train_s:.2f}s round {r.total_s:.2f}s"
+    )
+
+
+class LineReporter(Reporter):
+    """One plain line per event: for logs and non-interactive output."""
+
+    def __init__(self, stream=None):
+        self.console = Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)
+
+    def start(self, info: RunInfo) -> None:
+        until = f"until round {info.target_rounds}" if info.target_rounds else "until stopped"
+        self.console.print(
+            f"node {info.name} ({info.peer_id}) model {info.model} on {info.device}, "
+            f"starting at round {info.start_round}, {until}; files in {info.run_dir}"
+        )
+        for note in info.notes:
+            self.console.print(note)
+
+    def round(self, report: RoundReport) -> None:
+        self.console.print(_round_line(report))
+
+    def evaluation(self, report: EvalReport) -> None:
+        self.console.print(
+            f"held-out accuracy {report.accuracy:.1%} on {report.questions} questions "
+            f"(round {report.round}, v{report.policy_version})"
+        )
+
+    def message(self, text: str) -> None:
+        self.console.print(text)
+
+
+class LiveReporter(Reporter):
+    """A live terminal view: progress bar, reward sparkline, recent rounds and evaluations."""
+
+    def __init__(self, console: Console | None = None, history: int = 12):
+        self.console = console or Console()
+        self.rows: collections.deque[RoundReport] = collections.deque(maxlen=history)
+        self.rewards: list[float] = []
+        self.evals: list[EvalReport] = []
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=self.console,
+        )
+        self.task_id = None
+        self.live: Live | None = None
+        self.info: RunInfo | None = None
+
+    def start(self, info: RunInfo) -> None:
+        self.info = info
+        LineReporter.start(self, info)  # the header stays above the live area
+        total = info.target_rounds or None
+        self.task_id = self.progress.add_task("rounds", total=total, completed=info.start_round)
+        self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
+        self.live.start()
+
+    def round(self, report: RoundReport) -> None:
+        self.rows.append(report)
+        self.rewards.append(report.mean_reward)
+        self.progress.update(self.task_id, completed=report.round + 1)
+        self._refresh()
+
+    def evaluation(self, report: EvalReport) -> None:
+        self.evals.append(report)
+        self._refresh()
+
+    def message(self, text: str) -> None:
+        if self.live is not None:
+            self.live.console.print(text)
+        else:
+            self.console.print(text)
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self._refresh()
+            self.live.stop()
+            self.live = None
+
+    def _refresh(self) -> None:
+        if self.live is not None:
+            self.live.update(self._render())
+
+    def _render(self):
+        table = Table(expand=False, box=None, header_style="bold")
+        for column in ("round", "version", "reward", "correct", "groups", "update", "gen s", "train s", "round s"):
+            table.add_column(column, justify="right")
+        for r in self.rows:
+            table.add_row(
+                str(r.round), f"v{r.policy_version}", f"{r.mean_reward:.3f}", f"{r.accuracy:.1%}",
+                f"{r.trained_groups}/{r.groups}" + (f" +{r.shared_groups}" if r.shared_groups else ""),
+                "skipped" if r.skipped else f"{r.loss:+.4f}",
+                f"{r.generate_s:.2f}", f"{r.train_s:.2f}", f"{r.total_s:.2f}",
+            )
+        lines = [self.progress, f"reward per round  {sparkline(self.rewards)}", table]
+        if self.evals:
+            first, last = self.evals[0], self.evals[-1]
+            lines.append(
+                f"held-out accuracy: {first.accuracy:.1%} at v{first.policy_version} -> "
+                f"{last.accuracy:.1%} at v{last.policy_version} ({last.questions} questions)"
+            )
+        return Group(*lines)
+
+
+def make_reporter(kind: str = "auto") -> Reporter:
+    """'live' for terminals, 'lines' for logs, 'none'; 'auto' picks live on a TTY."""
+    if kind == "auto":
+        kind = "live" if sys.stdout.isatty() else "lines"
+    return {"live": LiveReporter, "lines": LineReporter, "none": SilentReporter}[kind]()

@@ -1,0 +1,224 @@
+"""The ledger: a local SQL record of everything a node did and received.
+
+SQLAlchemy models over SQLite in WAL mode by default (any SQLAlchemy URL works). The node
+writes one transaction per round, so a kill at any moment leaves every committed round
+intact and no half-written one. Queries are plain functions that take a `Session`.
+
+Resuming from a checkpoint older than the ledger's last round does not delete history: the
+rounds after the checkpoint are marked `superseded` (they happened, but their model state was
+lost) and the round is run again as a new row.
+
+Deliberately not here: deciding what to record (the node does) or presenting it (the CLI).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    Integer,
+    String,
+    create_engine,
+    event,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from swarm.errors import LedgerError
+
+SCHEMA_VERSION = 1
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Meta(Base):
+    """Key-value facts about this ledger (schema version, node id, model)."""
+
+    __tablename__ = "meta"
+    key: Mapped[str] = mapped_column(String, primary_key=True)
+    value: Mapped[str] = mapped_column(String)
+
+
+class RoundRow(Base):
+    """One round of the node: what it generated, how well, and where the time went."""
+
+    __tablename__ = "rounds"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, index=True)
+    policy_version: Mapped[int] = mapped_column(Integer)  # version after this round's update
+    started_at: Mapped[float] = mapped_column(Float)
+    questions: Mapped[int] = mapped_column(Integer)
+    completions: Mapped[int] = mapped_column(Integer)
+    mean_reward: Mapped[float] = mapped_column(Float)
+    accuracy: Mapped[float] = mapped_column(Float)  # share of sampled completions fully correct
+    tokens_generated: Mapped[int] = mapped_column(Integer)
+    generate_s: Mapped[float] = mapped_column(Float)
+    score_s: Mapped[float] = mapped_column(Float)
+    train_s: Mapped[float] = mapped_column(Float)
+    other_s: Mapped[float] = mapped_column(Float)
+    total_s: Mapped[float] = mapped_column(Float)
+    superseded: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class UpdateRow(Base):
+    """One attempted GRPO update, including skipped ones and why."""
+
+    __tablename__ = "updates"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, index=True)
+    version_before: Mapped[int] = mapped_column(Integer)
+    version_after: Mapped[int] = mapped_column(Integer)
+    skipped: Mapped[bool] = mapped_column(Boolean)
+    skip_reason: Mapped[str] = mapped_column(String, default="")
+    local_groups: Mapped[int] = mapped_column(Integer)
+    shared_groups: Mapped[int] = mapped_column(Integer)
+    samples: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[int] = mapped_column(Integer)
+    mean_reward: Mapped[float] = mapped_column(Float)
+    loss: Mapped[float] = mapped_column(Float)
+    grad_norm: Mapped[float] = mapped_column(Float)
+    clip_fraction: Mapped[float] = mapped_column(Float)
+    kl: Mapped[float] = mapped_column(Float)
+    seconds: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[float] = mapped_column(Float)
+    superseded: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class EvalRow(Base):
+    """Held-out accuracy of the policy at a version (greedy decoding, fixed question set)."""
+
+    __tablename__ = "evals"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, index=True)  # rounds completed when evaluated
+    policy_version: Mapped[int] = mapped_column(Integer)
+    questions: Mapped[int] = mapped_column(Integer)
+    accuracy: Mapped[float] = mapped_column(Float)
+    mean_reward: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[float] = mapped_column(Float)
+    superseded: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Ledger:
+    """An open ledger database: an engine plus a session factory."""
+
+    def __init__(self, url: str):
+        self.url = url
+        try:
+            self.engine = create_engine(url)
+            if self.engine.dialect.name == "sqlite":
+                event.listen(self.engine, "connect", _sqlite_pragmas)
+            Base.metadata.create_all(self.engine)
+        except SQLAlchemyError as e:
+            raise LedgerError(f"cannot open ledger {url}: {e.__class__.__name__}: {e}") from None
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        with self.transaction() as session:
+            if session.get(Meta, "schema_version") is None:
+                session.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """A session whose work is committed together at the end, or not at all."""
+        session = self._sessions()
+        try:
+            yield session
+            session.commit()
+        except SQLAlchemyError as e:
+            session.rollback()
+            raise LedgerError(f"ledger write failed ({self.url}): {e.__class__.__name__}: {e}") from None
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    @contextmanager
+    def reader(self) -> Iterator[Session]:
+        """A read-only session (nothing is committed)."""
+        session = self._sessions()
+        try:
+            yield session
+        except SQLAlchemyError as e:
+            raise LedgerError(f"ledger read failed ({self.url}): {e.__class__.__name__}: {e}") from None
+        finally:
+            session.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    # WAL: readers never block the writer and a killed writer never corrupts the file.
+    # synchronous=FULL: a committed round survives even an OS crash, at one fsync per round.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries: plain functions over a session
+
+
+def set_meta(session: Session, key: str, value: str) -> None:
+    session.merge(Meta(key=key, value=value))
+
+
+def get_meta(session: Session, key: str) -> str | None:
+    row = session.get(Meta, key)
+    return None if row is None else row.value
+
+
+def latest_rounds(session: Session, limit: int = 10) -> list[RoundRow]:
+    """The most recent live (not superseded) rounds, newest first."""
+    stmt = select(RoundRow).where(RoundRow.superseded.is_(False)).order_by(RoundRow.round.desc()).limit(limit)
+    return list(session.scalars(stmt))
+
+
+def latest_evals(session: Session, limit: int = 10) -> list[EvalRow]:
+    stmt = select(EvalRow).where(EvalRow.superseded.is_(False)).order_by(EvalRow.id.desc()).limit(limit)
+    return list(session.scalars(stmt))
+
+
+def last_round(session: Session) -> int | None:
+    """Index of the last live round recorded, or None for an empty ledger."""
+    return session.scalar(select(func.max(RoundRow.round)).where(RoundRow.superseded.is_(False)))
+
+
+def update_totals(session: Session) -> dict[str, int]:
+    """How many updates were applied and skipped (by reason) over the node's live history."""
+    rows = session.execute(
+        select(UpdateRow.skipped, UpdateRow.skip_reason, func.count())
+        .where(UpdateRow.superseded.is_(False))
+        .group_by(UpdateRow.skipped, UpdateRow.skip_reason)
+    ).all()
+    totals: dict[str, int] = {"applied": 0}
+    for skipped, reason, count in rows:
+        key = f"skipped_{reason}" if skipped else "applied"
+        totals[key] = totals.get(key, 0) + count
+    return totals
+
+
+def supersede_after(session: Session, round_index: int) -> int:
+    """Mark every live record of rounds after `round_index` as superseded; return how many rounds."""
+    count = 0
+    for model in (RoundRow, UpdateRow, EvalRow):
+        result = session.execute(
+            update(model).where(model.round > round_index, model.superseded.is_(False)).values(superseded=True)
+        )
+        if model is RoundRow:
+            count = result.rowcount or 0
+    return count
+
+
+def now() -> float:
+    return time.time()

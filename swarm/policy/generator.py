@@ -1,0 +1,123 @@
+"""Generators: turn prompts into sampled completions with per-token log-probs.
+
+One interface, `Generator`, so the node does not care what samples: `TransformersGenerator`
+(here; CPU or GPU, shares the trainer's module so it needs no weight sync) or
+`VLLMGenerator` (`swarm.policy.vllm_generator`, GPU only, imported lazily).
+
+Log-probs returned are those of the *raw* model distribution (temperature 1, no top-p), so
+they are comparable across backends and usable for spot checks. The trainer recomputes its
+own log-probs; these are informational.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from swarm.errors import GeneratorError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample: temperature 0 means greedy."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 disables top-k
+    max_new_tokens: int = 32
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled completion of one prompt."""
+
+    prompt_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]  # completion tokens, without the stop token and padding
+    text: str
+    logprobs: tuple[float, ...]  # raw-model log-prob of each completion token
+    finished: bool  # ended with a stop token (False: cut at max_new_tokens)
+
+
+class Generator(ABC):
+    """What the node needs from a sampler."""
+
+    @abstractmethod
+    def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        """`n` completions for each prompt, in prompt order."""
+
+    def sync_weights(self, model: torch.nn.Module) -> None:  # noqa: B027 - optional hook
+        """Bring the sampler's weights up to date with `model` after a training step."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the generator holds (GPU memory, engines)."""
+
+
+class TransformersGenerator(Generator):
+    """Batched `model.generate` with left padding; shares the policy module with the trainer."""
+
+    def __init__(self, model, tokenizer, stop_ids: set[int], batch_size: int = 64):
+        if batch_size < 1:
+            raise GeneratorError("generation batch size must be at least 1")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.stop_ids = set(stop_ids)
+        self.batch_size = batch_size
+
+    def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        flat = [p for p in prompts for _ in range(n)]
+        out: list[Completion] = []
+        for start in range(0, len(flat), self.batch_size):
+            out.extend(self._generate_batch(flat[start : start + self.batch_size], params))
+        return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    @torch.no_grad()
+    def _generate_batch(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        device = next(self.model.parameters()).device
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        input_ids = enc["input_ids"].to(device)
+        attention = enc["attention_mask"].to(device)
+        greedy = params.temperature <= 0
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            result = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                do_sample=not greedy,
+                temperature=None if greedy else params.temperature,
+                top_p=None if greedy else params.top_p,
+                top_k=None if greedy else params.top_k,
+                max_new_tokens=params.max_new_tokens,
+                eos_token_id=sorted(self.stop_ids),
+                pad_token_id=self.tokenizer.pad_token_id,
+                return_dict_in_generate=True,
+                output_logits=True,
+            )
+        finally:
+            self.model.train(was_training)
+        new_tokens = result.sequences[:, input_ids.shape[1] :]
+        # Raw logits, not the sampler's warped scores: log-probs of the model itself.
+        logits = torch.stack(result.logits, dim=1).float()
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+        return [
+            self._completion(input_ids[row], attention[row], new_tokens[row], logprobs[row])
+            for row in range(len(prompts))
+        ]
+
+    def _completion(self, prompt_row, attention_row, token_row, logprob_row) -> Completion:
+        prompt_ids = tuple(prompt_row[attention_row.bool()].tolist())
+        tokens = token_row.tolist()
+        finished = False
+        for i, token in enumerate(tokens):
+            if token in self.stop_ids:
+                tokens, finished = tokens[:i], True
+                break
+        return Completion(
+            prompt_ids=prompt_ids,
+            token_ids=tuple(tokens),
+            text=self.tokenizer.decode(tokens, skip_special_tokens=False),
+            logprobs=tuple(logprob_row[: len(tokens)].tolist()),
+            finished=finished,
+        )

@@ -1,0 +1,123 @@
+"""Loading a policy: any Hugging Face causal LM by name or path, or the built-in tiny model.
+
+Device and dtype are chosen sensibly ("auto": CUDA with bf16 if present, else CPU with fp32)
+and loading errors become `ModelError` with the name that failed. The built-in model
+(`TINY_MODEL_NAME`) is built on first use and then loaded through the very same
+`from_pretrained` path as a real model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+from swarm.errors import ModelError
+
+TINY_MODEL_NAME = "swarm-tiny"
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Policy:
+    """A loaded model and tokenizer, with where they live and what they are."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    base_hash: str  # identifies the base weights, so peers know whether deltas can apply
+
+    @property
+    def stop_token_ids(self) -> set[int]:
+        return stop_token_ids(self.model, self.tokenizer)
+
+
+def pick_device(preference: str) -> torch.device:
+    """'auto' -> cuda if available, else cpu. An explicit 'cuda' without CUDA is a clear error."""
+    if preference == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if preference.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelError(f"device {preference!r} requested but CUDA is not available on this machine")
+    try:
+        return torch.device(preference)
+    except RuntimeError as e:
+        raise ModelError(f"unknown device {preference!r}: {e}") from None
+
+
+def pick_dtype(preference: str, device: torch.device) -> torch.dtype:
+    """'auto' -> bf16 on CUDA (if supported), fp32 on CPU (bf16 matmuls are slow on most CPUs)."""
+    if preference == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    if preference not in _DTYPES:
+        raise ModelError(f"unknown dtype {preference!r}; choose one of auto, {', '.join(_DTYPES)}")
+    return _DTYPES[preference]
+
+
+def resolve_model_path(name: str) -> str:
+    """A loadable name or path: the built-in tiny model is built (or found in the cache) first."""
+    if name == TINY_MODEL_NAME:
+        from swarm.policy.tiny import ensure_tiny_model
+
+        return str(ensure_tiny_model())
+    return name
+
+
+def load_tokenizer(path: str):
+    """Tokenizer for generation: left padding, and a pad token even if the model has none."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot load tokenizer {path!r}: {e}") from None
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_policy(name: str, device: str = "auto", dtype: str = "auto") -> Policy:
+    """Load model and tokenizer by Hugging Face name or local path (or `TINY_MODEL_NAME`)."""
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model_path(name)
+    dev = pick_device(device)
+    dt = pick_dtype(dtype, dev)
+    tokenizer = load_tokenizer(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dt)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot load model {name!r}: {e}") from None
+    model.to(dev)
+    model.eval()
+    return Policy(name=name, model=model, tokenizer=tokenizer, device=dev, dtype=dt, base_hash=weights_hash(model))
+
+
+def weights_hash(model: torch.nn.Module) -> str:
+    """A short hash of the model's bf16 weights (names, shapes and bits), as peers would see them."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().to("cpu", torch.bfloat16).contiguous()
+        digest.update(name.encode())
+        digest.update(str(tuple(t.shape)).encode())
+        digest.update(t.view(torch.int16).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def stop_token_ids(model, tokenizer) -> set[int]:
+    """Every token id that ends a completion: the tokenizer's EOS and the generation config's."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        ids.add(gen_eos)
+    elif gen_eos:
+        ids.update(int(i) for i in gen_eos)
+    return ids

@@ -1,0 +1,165 @@
+"""The GRPO trainer: one optimizer update from a batch of scored completions.
+
+Takes `TrainSample`s (prompt tokens, completion tokens, advantage) that the node built from
+its local and shared groups, computes log-probs under the current policy, and applies the
+clipped loss from `swarm.policy.grpo` with gradient accumulation over micro-batches,
+gradient clipping, optional KL to a frozen reference and optional bf16 autocast.
+
+Deliberately not here: choosing which groups to train on (`swarm.sampling`), rewards
+(`swarm.tasks`), or anything about peers.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import torch
+
+from swarm.policy.grpo import clipped_policy_loss
+
+
+@dataclass(frozen=True)
+class TrainSample:
+    """One completion to learn from, in the local tokenizer's ids."""
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    advantage: float
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What one update did (or why it was skipped)."""
+
+    skipped: bool
+    skip_reason: str = ""
+    loss: float = 0.0
+    grad_norm: float = 0.0
+    clip_fraction: float = 0.0
+    kl: float = 0.0
+    tokens: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """The trainer's knobs (mirrors `swarm.config.TrainingConfig`, without I/O concerns)."""
+
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    kl_coef: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 32
+    epochs: int = 1
+    autocast_bf16: bool = False
+
+
+class GRPOTrainer:
+    """Owns the optimizer (and reference model when KL is on) for one policy module."""
+
+    def __init__(self, model: torch.nn.Module, pad_id: int, settings: TrainerSettings):
+        self.model = model
+        self.pad_id = pad_id
+        self.settings = settings
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=settings.lr,
+            weight_decay=settings.weight_decay,
+            betas=(0.9, 0.99),
+        )
+        self.reference = None
+        if settings.kl_coef > 0:
+            self.reference = copy.deepcopy(model).eval()
+            for p in self.reference.parameters():
+                p.requires_grad_(False)
+
+    def update(self, samples: list[TrainSample]) -> UpdateResult:
+        """One optimizer update per epoch over `samples`; skipped if no sample carries signal."""
+        start = time.perf_counter()
+        useful = [s for s in samples if s.advantage != 0.0 and s.completion_ids]
+        if not useful:
+            return UpdateResult(skipped=True, skip_reason="zero_advantage" if samples else "empty_batch")
+        batches = [useful[i : i + self.settings.micro_batch_size] for i in range(0, len(useful), self.settings.micro_batch_size)]
+        tokens = sum(len(s.completion_ids) for s in useful)
+        old = [self._logprobs(b, grad=False)[0] for b in batches] if self.settings.epochs > 1 else None
+        self.model.train()
+        for _ in range(self.settings.epochs):
+            loss_sum, clip_sum, kl_sum = 0.0, 0.0, 0.0
+            self.optimizer.zero_grad(set_to_none=True)
+            for i, batch in enumerate(batches):
+                parts = self._batch_loss(batch, None if old is None else old[i], tokens)
+                parts.loss.backward()
+                weight = sum(len(s.completion_ids) for s in batch) / tokens
+                loss_sum += float(parts.loss.item())
+                clip_sum += parts.clip_fraction * weight
+                kl_sum += parts.kl * weight
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
+            self.optimizer.step()
+        self.model.eval()
+        return UpdateResult(
+            skipped=False,
+            loss=loss_sum,
+            grad_norm=float(grad_norm),
+            clip_fraction=clip_sum,
+            kl=kl_sum,
+            tokens=tokens,
+            seconds=time.perf_counter() - start,
+        )
+
+    def _batch_loss(self, batch: list[TrainSample], old_logprobs, total_tokens: int):
+        logprobs, mask, input_ids, attention = self._logprobs(batch, grad=True)
+        # With one epoch the sampling policy is the current one: ratio 1, same gradient.
+        old = logprobs.detach() if old_logprobs is None else old_logprobs
+        ref = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref = self._token_logprobs(self.reference, input_ids, attention, mask.shape[1])
+        advantages = torch.tensor([s.advantage for s in batch], device=logprobs.device)
+        return clipped_policy_loss(
+            logprobs, old, advantages, mask,
+            clip_low=self.settings.clip_low, clip_high=self.settings.clip_high,
+            ref_logprobs=ref, kl_coef=self.settings.kl_coef, normalizer=total_tokens,
+        )
+
+    def _logprobs(self, batch: list[TrainSample], grad: bool):
+        """Per-token log-probs of each completion under the current model, plus its mask."""
+        input_ids, attention, mask = pack_batch(batch, self.pad_id, next(self.model.parameters()).device)
+        with torch.set_grad_enabled(grad):
+            logprobs = self._token_logprobs(self.model, input_ids, attention, mask.shape[1])
+        return logprobs, mask, input_ids, attention
+
+    def _token_logprobs(self, model, input_ids, attention, completion_len: int) -> torch.Tensor:
+        device_type = input_ids.device.type
+        # Positions count real tokens only, exactly as `generate` numbers left-padded prompts.
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=self.settings.autocast_bf16):
+            logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions).logits
+        # Logits at position t predict token t+1: keep those that predict completion tokens.
+        logits = logits[:, -completion_len - 1 : -1, :].float()
+        targets = input_ids[:, -completion_len:]
+        return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def pack_batch(batch: list[TrainSample], pad_id: int, device):
+    """Left-pad prompts and right-pad completions so all completions start at the same column.
+
+    Returns input ids [B, P+C], attention mask [B, P+C] and completion mask [B, C].
+    """
+    prompt_len = max(len(s.prompt_ids) for s in batch)
+    completion_len = max(len(s.completion_ids) for s in batch)
+    size = (len(batch), prompt_len + completion_len)
+    input_ids = torch.full(size, pad_id, dtype=torch.long)
+    attention = torch.zeros(size, dtype=torch.long)
+    mask = torch.zeros((len(batch), completion_len), dtype=torch.float32)
+    for row, s in enumerate(batch):
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        input_ids[row, prompt_len - p : prompt_len] = torch.tensor(s.prompt_ids, dtype=torch.long)
+        attention[row, prompt_len - p : prompt_len + c] = 1
+        if c:
+            input_ids[row, prompt_len : prompt_len + c] = torch.tensor(s.completion_ids, dtype=torch.long)
+            mask[row, :c] = 1.0
+    return input_ids.to(device), attention.to(device), mask.to(device)

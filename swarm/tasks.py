@@ -1,0 +1,214 @@
+"""Verifiable tasks: specs, rebuilding a task from its spec, task mixes, and verifiers.
+
+A task instance is fully described by a `TaskSpec` `(dataset, config, seed, index)`. Any peer
+rebuilds the question *and its ground truth* from the spec with reasoning-gym, so a rollout
+never has to be trusted for what the question or the right answer was.
+
+Scoring is local and pure: `score_completion` extracts the answer from a completion (the last
+`<answer>...</answer>`, else the whole text) and asks the dataset's own scorer for
+correctness in [0, 1], plus an optional format bonus for using the tag.
+
+Deliberately not here: prompting (see `swarm.policy.prompts`) and anything about models.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import json
+import math
+import random
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarm.errors import TaskError
+
+# reasoning-gym datasets do not depend on `size` for item i, so one object per
+# (dataset, config, seed) with a huge size can serve every index.
+_DATASET_SIZE = 1 << 30
+MAX_SPEC_INDEX = _DATASET_SIZE - 1
+
+ANSWER_OPEN = "<answer>"
+ANSWER_CLOSE = "</answer>"
+_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.DOTALL)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything needed to rebuild one task: a reasoning-gym dataset, its config, seed and index.
+
+    `config` is kept as a canonical JSON string so specs are hashable and compare equal
+    whatever the key order they were built with.
+    """
+
+    dataset: str
+    config_json: str
+    seed: int
+    index: int
+
+    @classmethod
+    def make(cls, dataset: str, config: Mapping[str, Any] | None, seed: int, index: int) -> TaskSpec:
+        return cls(dataset, canonical_config(config or {}), int(seed), int(index))
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return json.loads(self.config_json)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "config": self.config, "seed": self.seed, "index": self.index}
+
+
+@dataclass(frozen=True)
+class Task:
+    """A rebuilt task: the question shown to the model and what the verifier needs."""
+
+    spec: TaskSpec
+    question: str
+    answer: str | None  # reference answer (some datasets score without one)
+    entry: dict = field(repr=False, compare=False)  # the raw reasoning-gym entry, for scoring
+
+
+@dataclass(frozen=True)
+class MixEntry:
+    """One dataset in a task mix: its reasoning-gym name, sampling weight and config."""
+
+    dataset: str
+    weight: float = 1.0
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+def canonical_config(config: Mapping[str, Any]) -> str:
+    """Deterministic JSON for a dataset config (sorted keys, lists for tuples, no spaces)."""
+    try:
+        return json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise TaskError(f"dataset config is not plain JSON data: {e}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _dataset(name: str, config_json: str, seed: int):
+    """Build (and cache) a reasoning-gym dataset; translate its errors into `TaskError`."""
+    import reasoning_gym  # imported lazily: it is slow to import and pulls in many modules
+
+    config = json.loads(config_json)
+    if not isinstance(config, dict):
+        raise TaskError(f"config of dataset {name!r} must be a table, got {type(config).__name__}")
+    # Some datasets print progress dots while building; keep the node's output clean.
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            return reasoning_gym.create_dataset(name, seed=seed, size=_DATASET_SIZE, **config)
+        except Exception as e:  # noqa: BLE001 - any failure to build is a bad spec, from a peer or a config
+            raise TaskError(f"cannot build dataset {name!r} with config {config_json}: {e}") from None
+
+
+def known_datasets() -> list[str]:
+    """Names of every dataset reasoning-gym can build."""
+    from reasoning_gym.factory import DATASETS
+
+    return sorted(DATASETS)
+
+
+def build_task(spec: TaskSpec) -> Task:
+    """Rebuild the question and ground truth of `spec`. Raises `TaskError` for a bad spec."""
+    if not 0 <= spec.index <= MAX_SPEC_INDEX:
+        raise TaskError(f"task index {spec.index} is out of range")
+    dataset = _dataset(spec.dataset, spec.config_json, spec.seed)
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            entry = dataset[spec.index]
+        except Exception as e:  # noqa: BLE001 - a dataset failing on an index is a bad spec
+            raise TaskError(f"cannot build item {spec.index} of {spec.dataset!r}: {e}") from None
+    answer = entry.get("answer")
+    return Task(spec=spec, question=str(entry["question"]), answer=None if answer is None else str(answer), entry=entry)
+
+
+def extract_answer(completion: str) -> tuple[str, bool]:
+    """The answer a completion gives, and whether it used the `<answer>` tag.
+
+    The last tagged answer wins (models often restate); without a tag the whole completion,
+    stripped, is taken as the answer so untagged but correct output still scores.
+    """
+    found = _ANSWER_RE.findall(completion)
+    if found:
+        return found[-1].strip(), True
+    return completion.strip(), False
+
+
+def score_completion(task: Task, completion: str, format_weight: float = 0.0) -> float:
+    """Reward of one completion: dataset correctness in [0, 1] plus `format_weight` if tagged."""
+    answer, tagged = extract_answer(completion)
+    dataset = _dataset(task.spec.dataset, task.spec.config_json, task.spec.seed)
+    try:
+        correctness = float(dataset.score_answer(answer, task.entry))
+    except Exception:  # noqa: BLE001 - a scorer choking on odd model output scores zero
+        correctness = 0.0
+    if not math.isfinite(correctness):
+        correctness = 0.0
+    correctness = min(1.0, max(0.0, correctness))
+    return correctness + (format_weight if tagged else 0.0)
+
+
+def is_correct(task: Task, completion: str) -> bool:
+    """Whether a completion is fully correct (used for accuracy, not for reward)."""
+    return score_completion(task, completion) >= 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Task mixes
+
+
+# An easy mix the built-in tiny model can learn on a CPU in minutes.
+EASY_MIX: tuple[MixEntry, ...] = (
+    MixEntry("chain_sum", 1.0, {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}),
+)
+
+# The nine datasets of the SAPO paper, at reasoning-gym's default difficulty, for real models.
+SAPO_DATASETS = (
+    "arc_1d",
+    "basic_arithmetic",
+    "base_conversion",
+    "bf",
+    "binary_matrix",
+    "calendar_arithmetic",
+    "decimal_arithmetic",
+    "fraction_simplification",
+    "propositional_logic",
+)
+SAPO_MIX: tuple[MixEntry, ...] = tuple(MixEntry(name) for name in SAPO_DATASETS)
+
+PRESET_MIXES: dict[str, tuple[MixEntry, ...]] = {"easy": EASY_MIX, "sapo": SAPO_MIX}
+
+
+def validate_mix(mix: Iterable[MixEntry]) -> tuple[MixEntry, ...]:
+    """Check a mix is usable: known datasets, positive weights, configs that build."""
+    mix = tuple(mix)
+    if not mix:
+        raise TaskError("the task mix is empty")
+    for entry in mix:
+        if not (entry.weight > 0 and math.isfinite(entry.weight)):
+            raise TaskError(f"weight of dataset {entry.dataset!r} must be positive, got {entry.weight}")
+        build_task(TaskSpec.make(entry.dataset, entry.config, seed=0, index=0))
+    return mix
+
+
+def sample_specs(mix: tuple[MixEntry, ...], seed: int, round_index: int, count: int) -> list[TaskSpec]:
+    """The `count` task specs a node with task seed `seed` draws in round `round_index`.
+
+    Deterministic in (seed, round, count) so a resumed node draws what it would have drawn.
+    Each spec gets its own index, so no two rounds of one node repeat a spec.
+    """
+    rng = random.Random(f"{seed}:{round_index}")
+    weights = [entry.weight for entry in mix]
+    chosen = rng.choices(mix, weights=weights, k=count)
+    return [
+        TaskSpec.make(entry.dataset, entry.config, seed=seed, index=round_index * count + i)
+        for i, entry in enumerate(chosen)
+    ]
+
+
+def eval_specs(mix: tuple[MixEntry, ...], seed: int, count: int) -> list[TaskSpec]:
+    """A fixed held-out set: specs from `seed` (pick one no training stream uses), spread over the mix."""
+    return sample_specs(mix, seed=seed, round_index=0, count=count)

@@ -1,0 +1,84 @@
+"""Task specs rebuild deterministically; verifiers score completions; mixes sample reproducibly."""
+
+import pytest
+
+from swarm.errors import TaskError
+from swarm.tasks import (
+    EASY_MIX,
+    SAPO_DATASETS,
+    SAPO_MIX,
+    MixEntry,
+    TaskSpec,
+    build_task,
+    extract_answer,
+    sample_specs,
+    score_completion,
+    validate_mix,
+)
+
+
+def test_spec_rebuilds_the_same_question_and_answer():
+    spec = TaskSpec.make("chain_sum", {"max_terms": 2, "min_terms": 2, "max_digits": 1, "min_digits": 1}, 7, 12)
+    again = TaskSpec.make("chain_sum", {"min_digits": 1, "min_terms": 2, "max_digits": 1, "max_terms": 2}, 7, 12)
+    assert spec == again  # config key order does not matter
+    a, b = build_task(spec), build_task(again)
+    assert a.question == b.question and a.answer == b.answer
+
+
+@pytest.mark.parametrize("name", SAPO_DATASETS)
+def test_every_sapo_dataset_builds_and_scores_its_own_answer(name):
+    task = build_task(TaskSpec.make(name, {}, seed=3, index=5))
+    assert task.question
+    if task.answer is not None:
+        assert score_completion(task, f"<answer>{task.answer}</answer>") == pytest.approx(1.0)
+    assert score_completion(task, "<answer>definitely wrong @@</answer>") < 1.0
+
+
+def test_verifier_extracts_the_last_tagged_answer_and_adds_format_bonus():
+    task = build_task(TaskSpec.make("chain_sum", dict(EASY_MIX[0].config), 1, 0))
+    right, wrong = task.answer, str(int(task.answer) + 1)
+    assert extract_answer(f"<answer>{wrong}</answer> no, <answer> {right} </answer>") == (right, True)
+    assert extract_answer(f" {right}\n") == (right, False)
+    assert score_completion(task, f"<answer>{right}</answer>", format_weight=0.1) == pytest.approx(1.1)
+    assert score_completion(task, right, format_weight=0.1) == pytest.approx(1.0)
+    assert score_completion(task, f"<answer>{wrong}</answer>", format_weight=0.1) == pytest.approx(0.1)
+    assert score_completion(task, "", format_weight=0.1) == 0.0
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        TaskSpec.make("no_such_dataset", {}, 0, 0),
+        TaskSpec.make("chain_sum", {"bogus_option": 3}, 0, 0),
+        TaskSpec.make("chain_sum", {"min_terms": "many"}, 0, 0),
+        TaskSpec.make("chain_sum", {}, 0, -1),
+        TaskSpec.make("chain_sum", {}, 0, 1 << 40),
+    ],
+)
+def test_bad_specs_are_task_errors_not_crashes(spec):
+    with pytest.raises(TaskError):
+        build_task(spec)
+
+
+def test_config_must_be_plain_json():
+    with pytest.raises(TaskError):
+        TaskSpec.make("chain_sum", {"x": object()}, 0, 0)
+
+
+def test_sample_specs_is_deterministic_and_never_repeats_an_index():
+    first = sample_specs(SAPO_MIX, seed=5, round_index=3, count=16)
+    assert first == sample_specs(SAPO_MIX, seed=5, round_index=3, count=16)
+    assert first != sample_specs(SAPO_MIX, seed=6, round_index=3, count=16)
+    later = sample_specs(SAPO_MIX, seed=5, round_index=4, count=16)
+    assert not {s.index for s in first} & {s.index for s in later}
+    assert len({s.dataset for s in sample_specs(SAPO_MIX, 5, 0, 200)}) == 9
+
+
+def test_validate_mix_rejects_bad_entries():
+    with pytest.raises(TaskError):
+        validate_mix([])
+    with pytest.raises(TaskError):
+        validate_mix([MixEntry("chain_sum", weight=0)])
+    with pytest.raises(TaskError):
+        validate_mix([MixEntry("not_a_dataset")])
+    assert validate_mix(EASY_MIX) == EASY_MIX
