@@ -148,8 +148,7 @@ class Config:
         return dataclasses.asdict(self)
 
 
-SECTIONS: dict[str, type] = {f.name: f.type for f in dataclasses.fields(Config)}
-SECTIONS = {name: typing.get_type_hints(Config)[name] for name in SECTIONS}
+SECTIONS: dict[str, type] = {f.name: typing.get_type_hints(Config)[f.name] for f in dataclasses.fields(Config)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,6 +162,7 @@ def load_config(
 ) -> Config:
     """The config from `path` (or defaults), then env vars, then `section.key=value` overrides."""
     raw: dict[str, dict[str, Any]] = {}
+    origins: dict[tuple[str, str], str] = {}  # where each overridden key came from, for errors
     source = "defaults"
     if path is not None:
         source = str(path)
@@ -172,24 +172,30 @@ def load_config(
         if key.startswith("SWARM_") and key.count("_") >= 2:
             section, _, name = key[len("SWARM_") :].lower().partition("_")
             if section in SECTIONS:
-                _set_dotted(raw, f"{section}.{name}", _parse_literal(value), f"environment variable {key}")
+                _set_dotted(raw, origins, f"{section}.{name}", _parse_literal(value), f"environment variable {key}")
     for item in overrides:
         dotted, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--set {item!r}: expected section.key=value")
-        _set_dotted(raw, dotted.strip(), _parse_literal(value.strip()), f"--set {dotted.strip()}")
-    return build_config(raw, source)
+        _set_dotted(raw, origins, dotted.strip(), _parse_literal(value.strip()), "--set")
+    return build_config(raw, source, origins)
 
 
-def build_config(raw: Mapping[str, Any], source: str = "config") -> Config:
-    """Validate a nested mapping (as read from TOML) into a `Config`."""
+def build_config(raw: Mapping[str, Any], source: str = "config", origins: Mapping | None = None) -> Config:
+    """Validate a nested mapping (as read from TOML) into a `Config`.
+
+    `source` names the file in error messages; `origins` maps (section, key) to where an
+    override came from ("--set", an env var) so its errors name that instead.
+    """
+    origins = origins or {}
     sections = {}
     for section_name, section_data in raw.items():
         if section_name not in SECTIONS:
-            raise ConfigError(f"{source}: unknown section [{section_name}]{_suggest(section_name, SECTIONS)}")
+            where = next((o for (s, _), o in origins.items() if s == section_name), source)
+            raise ConfigError(f"{where}: unknown section [{section_name}]{_suggest(section_name, SECTIONS)}")
         if not isinstance(section_data, Mapping):
             raise ConfigError(f"{source}: [{section_name}] must be a table")
-        sections[section_name] = _build_section(SECTIONS[section_name], section_name, section_data, source)
+        sections[section_name] = _build_section(SECTIONS[section_name], section_name, section_data, source, origins)
     config = Config(**sections)
     _check_cross_field(config, source)
     return config
@@ -207,7 +213,7 @@ def _read_toml(path: Path) -> dict:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
 
 
-def _set_dotted(raw: dict, dotted: str, value: Any, origin: str) -> None:
+def _set_dotted(raw: dict, origins: dict, dotted: str, value: Any, origin: str) -> None:
     section, sep, key = dotted.partition(".")
     if not sep or not key:
         raise ConfigError(f"{origin}: expected section.key, got {dotted!r}")
@@ -215,6 +221,7 @@ def _set_dotted(raw: dict, dotted: str, value: Any, origin: str) -> None:
     if not isinstance(raw[section], dict):
         raise ConfigError(f"{origin}: [{section}] is not a table")
     raw[section][key] = value
+    origins[(section, key)] = origin
 
 
 def _parse_literal(text: str) -> Any:
@@ -225,14 +232,15 @@ def _parse_literal(text: str) -> Any:
         return text
 
 
-def _build_section(cls: type, section: str, data: Mapping[str, Any], source: str):
+def _build_section(cls: type, section: str, data: Mapping[str, Any], source: str, origins: Mapping):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     values = {}
     for key, value in data.items():
-        where = f"{source}: {section}.{key}"
+        origin = origins.get((section, key), source)
+        where = f"{origin}: {section}.{key}"
         if key not in fields:
-            raise ConfigError(f"{source}: unknown key {section}.{key}{_suggest(key, fields)}")
+            raise ConfigError(f"{origin}: unknown key {section}.{key}{_suggest(key, fields)}")
         values[key] = _check_value(value, hints[key], fields[key].metadata, where)
     return cls(**values)
 

@@ -88,8 +88,10 @@ def test_overrides_apply_in_order_file_env_cli(tmp_path):
     config = load_config(path, ["training.lr=3e-3", "node.name=b", "p2p.bootstrap=['/ip4/1.2.3.4/tcp/1/p2p/x']"], env={"SWARM_TRAINING_LR": "2e-3"})
     assert config.training.lr == 3e-3 and config.node.name == "b"
     assert config.p2p.bootstrap == ["/ip4/1.2.3.4/tcp/1/p2p/x"]
-    with pytest.raises(ConfigError, match="--set training.nope"):
+    with pytest.raises(ConfigError, match="^--set: unknown key training.nope"):
         load_config(path, ["training.nope=1"], env={})
+    with pytest.raises(ConfigError, match="^environment variable SWARM_TRAINING_LR: training.lr: expected a number"):
+        load_config(path, env={"SWARM_TRAINING_LR": "fast"})
     with pytest.raises(ConfigError, match="expected section.key=value"):
         load_config(path, ["training.lr"], env={})
 

@@ -1,0 +1,50 @@
+"""Shared test fixtures: the built tiny model, small configs, and the `gpu` marker's skip.
+
+The tiny model is built once per machine into the normal cache (`$SWARM_NODE_CACHE` or
+~/.cache/swarm-node), exactly as a user's first run would, and reused by every test.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from swarm.config import build_config
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path():
+    from swarm.policy.tiny import ensure_tiny_model
+
+    return ensure_tiny_model(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_policy(tiny_model_path):
+    from swarm.policy.model import load_policy
+
+    torch.manual_seed(0)
+    return load_policy(str(tiny_model_path), device="cpu", dtype="float32")
+
+
+def small_config(run_dir, **sections):
+    """A fast config for node tests: few questions, small groups, frequent checkpoints."""
+    raw = {
+        "node": {"name": "test", "run_dir": str(run_dir), "checkpoint_every": 2, "seed": 0},
+        "policy": {"device": "cpu", "dtype": "float32"},
+        "generation": {"questions_per_round": 4, "completions_per_question": 4, "max_new_tokens": 8},
+        "training": {"lr": 3e-4, "local_groups": 4},
+        "tasks": {"eval_size": 16, "eval_every": 2},
+    }
+    for section, values in sections.items():
+        raw.setdefault(section, {}).update(values)
+    return build_config(raw, "test")

@@ -1,0 +1,83 @@
+"""The ledger: schema on first open, WAL mode, per-round transactions, queries."""
+
+import sqlite3
+
+import pytest
+
+from swarm.errors import LedgerError
+from swarm.ledger import (
+    EvalRow,
+    Ledger,
+    RoundRow,
+    UpdateRow,
+    get_meta,
+    last_round,
+    latest_rounds,
+    set_meta,
+    supersede_after,
+    update_totals,
+)
+
+
+def _round(i, version=None):
+    return RoundRow(
+        round=i, policy_version=i + 1 if version is None else version, started_at=0.0, questions=4, completions=16,
+        mean_reward=0.1 * i, accuracy=0.0, tokens_generated=10, generate_s=1.0, score_s=0.1, train_s=0.5,
+        other_s=0.1, total_s=1.7,
+    )
+
+
+def _update(i, skipped=False, reason=""):
+    return UpdateRow(
+        round=i, version_before=i, version_after=i if skipped else i + 1, skipped=skipped, skip_reason=reason,
+        local_groups=2, shared_groups=0, samples=8, tokens=30, mean_reward=0.5, loss=0.0, grad_norm=1.0,
+        clip_fraction=0.0, kl=0.0, seconds=0.1, created_at=0.0,
+    )
+
+
+def test_schema_is_created_in_wal_mode(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(f"sqlite:///{path}")
+    with ledger.transaction() as s:
+        set_meta(s, "model", "m")
+    ledger.close()
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"meta", "rounds", "updates", "evals"} <= tables
+    reopened = Ledger(f"sqlite:///{path}")
+    with reopened.reader() as s:
+        assert get_meta(s, "model") == "m" and get_meta(s, "schema_version") == "1"
+
+
+def test_a_failed_transaction_leaves_nothing(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
+    with pytest.raises(RuntimeError):
+        with ledger.transaction() as s:
+            s.add(_round(0))
+            raise RuntimeError("killed mid-round")
+    with ledger.reader() as s:
+        assert last_round(s) is None
+
+
+def test_queries_and_supersede(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
+    with ledger.transaction() as s:
+        for i in range(5):
+            s.add(_round(i))
+            s.add(_update(i, skipped=(i == 2), reason="zero_advantage" if i == 2 else ""))
+        s.add(EvalRow(round=4, policy_version=4, questions=8, accuracy=0.5, mean_reward=0.5, created_at=0.0))
+    with ledger.transaction() as s:
+        assert [r.round for r in latest_rounds(s, 3)] == [4, 3, 2]
+        assert update_totals(s) == {"applied": 4, "skipped_zero_advantage": 1}
+        assert supersede_after(s, 2) == 2
+    with ledger.reader() as s:
+        assert last_round(s) == 2
+        assert update_totals(s) == {"applied": 2, "skipped_zero_advantage": 1}
+
+
+def test_bad_url_is_a_ledger_error(tmp_path):
+    with pytest.raises(LedgerError):
+        Ledger("nosuchdialect://x")
+    with pytest.raises(LedgerError):
+        Ledger(f"sqlite:///{tmp_path}/missing/dir/l.sqlite")
