@@ -27,14 +27,27 @@ from swarm.display import EvalReport, Reporter, RoundReport, RunInfo, SilentRepo
 from swarm.errors import CheckpointError, ConfigError
 from swarm.ledger import EvalRow, Ledger, RoundRow, UpdateRow, get_meta, set_meta, supersede_after
 from swarm.p2p.transport import MemoryTransport, Transport
-from swarm.policy.checkpoint import CheckpointState, latest_checkpoint, load_checkpoint, save_checkpoint
+from swarm.policy.checkpoint import (
+    CheckpointState,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from swarm.policy.generator import Completion, Generator, SamplingParams, TransformersGenerator
 from swarm.policy.grpo import group_advantages
 from swarm.policy.model import Policy, load_policy
 from swarm.policy.prompts import build_prompt
 from swarm.policy.trainer import GRPOTrainer, TrainerSettings, TrainSample, UpdateResult
 from swarm.sampling import Candidate, choose_batch
-from swarm.tasks import Task, build_task, eval_specs, is_correct, sample_specs, score_completion, validate_mix
+from swarm.tasks import (
+    Task,
+    build_task,
+    eval_specs,
+    is_correct,
+    sample_specs,
+    score_completion,
+    validate_mix,
+)
 
 
 @dataclass

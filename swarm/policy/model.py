@@ -8,7 +8,6 @@ and loading errors become `ModelError` with the name that failed. The built-in m
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import torch
@@ -100,14 +99,11 @@ def load_policy(name: str, device: str = "auto", dtype: str = "auto") -> Policy:
 
 
 def weights_hash(model: torch.nn.Module) -> str:
-    """A short hash of the model's bf16 weights (names, shapes and bits), as peers would see them."""
-    digest = hashlib.blake2b(digest_size=16)
-    for name, tensor in sorted(model.state_dict().items()):
-        t = tensor.detach().to("cpu", torch.bfloat16).contiguous()
-        digest.update(name.encode())
-        digest.update(str(tuple(t.shape)).encode())
-        digest.update(t.view(torch.int16).numpy().tobytes())
-    return digest.hexdigest()
+    """Hex hash of the model's bf16 weights, the same identity sparse deltas check against."""
+    from swarm.policy.delta import bf16_state_dict
+    from swarm.policy.delta import weights_hash as bf16_weights_hash
+
+    return bf16_weights_hash(bf16_state_dict(model)).hex()
 
 
 def stop_token_ids(model, tokenizer) -> set[int]:
