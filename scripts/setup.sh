@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Set up swarm-node in ./.venv on a fresh machine: CPU PyTorch 2.13.0 first (so no
+# dependency pulls a multi-GB CUDA build), then the project with its test and lint tools.
+# Idempotent and quick on a second run: it reinstalls only when pyproject.toml changes.
+# Pass extras to add, e.g. `scripts/setup.sh gpu` for vLLM on a GPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=${PYTHON:-python3}
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "error: swarm-node needs Python 3.11 or newer ($python is $("$python" --version 2>&1))" >&2
+    exit 2
+fi
+
+extras="dev${1:+,$1}"
+stamp=".venv/.setup-$(cat pyproject.toml | sha256sum | cut -c1-16)-${extras}"
+if [ -f "$stamp" ]; then
+    exit 0
+fi
+
+echo "setting up .venv (one time: about two minutes)..." >&2
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0" 2>&1 | grep -v "is ignored" >&2 || true
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[${extras}]" 2>&1 | grep -v "is ignored" >&2 || true
+.venv/bin/python -c "import torch, swarm; assert torch.__version__.startswith('2.13.0'), torch.__version__" \
+    || { echo "error: setup failed (see pip output above)" >&2; exit 1; }
+rm -f .venv/.setup-*
+touch "$stamp"
+echo "set up: .venv/bin/swarm-node is ready" >&2
