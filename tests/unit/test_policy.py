@@ -102,6 +102,14 @@ def test_kl_reference_and_gradient_accumulation(policy):
     assert not any(p.requires_grad for p in trainer.reference.parameters())
 
 
+def test_bf16_autocast_update_keeps_fp32_master_weights(policy):
+    samples = [TrainSample((10, 11, 12), (13 + i, 14), a) for i, a in enumerate((1.0, -1.0))]
+    trainer = GRPOTrainer(policy.model, policy.tokenizer.pad_token_id, TrainerSettings(lr=1e-4, autocast_bf16=True))
+    result = trainer.update(samples)
+    assert not result.skipped and result.grad_norm > 0
+    assert all(p.dtype == torch.float32 for p in policy.model.parameters())
+
+
 def test_device_and_dtype_choice():
     assert pick_device("cpu").type == "cpu"
     assert pick_dtype("auto", torch.device("cpu")) == torch.float32
