@@ -32,7 +32,7 @@ ConfigOption = Annotated[
 ]
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", "-s", help="Override one config key, e.g. --set training.lr=1e-5 (repeatable). Wins over the file and SWARM_<SECTION>_<KEY> env vars."),
+    typer.Option("--set", "-s", help="Override one config key, e.g. --set training.lr=1e-5 (repeatable). Wins over the file and SWARM__<SECTION>__<KEY> env vars."),
 ]
 
 

@@ -3,7 +3,7 @@
 A config file has one table per component (`[node]`, `[policy]`, `[generation]`,
 `[training]`, `[tasks]`, `[ledger]`, `[p2p]`); every key is optional and defaults to the
 value documented below. Values are then overridden by environment variables
-(`SWARM_<SECTION>_<KEY>=value`, e.g. `SWARM_TRAINING_LR=1e-5`) and finally by the CLI
+(`SWARM__<SECTION>__<KEY>=value`, e.g. `SWARM__TRAINING__LR=1e-5`) and finally by the CLI
 (`--set training.lr=1e-5`, plus a few dedicated flags).
 
 Any unknown section or key, wrong type or out-of-range value is a `ConfigError` whose
@@ -154,6 +154,8 @@ SECTIONS: dict[str, type] = {f.name: typing.get_type_hints(Config)[f.name] for f
 # ---------------------------------------------------------------------------------------------
 # Loading
 
+ENV_PREFIX = "SWARM__"
+
 
 def load_config(
     path: str | os.PathLike | None = None,
@@ -169,10 +171,13 @@ def load_config(
         raw = _read_toml(Path(path))
     env = os.environ if env is None else env
     for key, value in env.items():
-        if key.startswith("SWARM_") and key.count("_") >= 2:
-            section, _, name = key[len("SWARM_") :].lower().partition("_")
-            if section in SECTIONS:
-                _set_dotted(raw, origins, f"{section}.{name}", _parse_literal(value), f"environment variable {key}")
+        # SWARM__<SECTION>__<KEY>: a prefix no other variable of ours (SWARM_NODE_CACHE) shares.
+        if key.startswith(ENV_PREFIX):
+            section, sep, name = key[len(ENV_PREFIX) :].lower().partition("__")
+            origin = f"environment variable {key}"
+            if not sep or not name:
+                raise ConfigError(f"{origin}: expected {ENV_PREFIX}<SECTION>__<KEY>")
+            _set_dotted(raw, origins, f"{section}.{name}", _parse_literal(value), origin)
     for item in overrides:
         dotted, sep, value = item.partition("=")
         if not sep:

@@ -84,14 +84,18 @@ def test_missing_file_is_a_config_error(tmp_path):
 def test_overrides_apply_in_order_file_env_cli(tmp_path):
     path = _write(tmp_path, "[training]\nlr = 1e-3\n[node]\nname = 'a'\n")
     assert load_config(path, env={}).training.lr == 1e-3
-    assert load_config(path, env={"SWARM_TRAINING_LR": "2e-3"}).training.lr == 2e-3
-    config = load_config(path, ["training.lr=3e-3", "node.name=b", "p2p.bootstrap=['/ip4/1.2.3.4/tcp/1/p2p/x']"], env={"SWARM_TRAINING_LR": "2e-3"})
+    assert load_config(path, env={"SWARM__TRAINING__LR": "2e-3"}).training.lr == 2e-3
+    config = load_config(path, ["training.lr=3e-3", "node.name=b", "p2p.bootstrap=['/ip4/1.2.3.4/tcp/1/p2p/x']"], env={"SWARM__TRAINING__LR": "2e-3"})
     assert config.training.lr == 3e-3 and config.node.name == "b"
     assert config.p2p.bootstrap == ["/ip4/1.2.3.4/tcp/1/p2p/x"]
     with pytest.raises(ConfigError, match="^--set: unknown key training.nope"):
         load_config(path, ["training.nope=1"], env={})
-    with pytest.raises(ConfigError, match="^environment variable SWARM_TRAINING_LR: training.lr: expected a number"):
-        load_config(path, env={"SWARM_TRAINING_LR": "fast"})
+    with pytest.raises(ConfigError, match="^environment variable SWARM__TRAINING__LR: training.lr: expected a number"):
+        load_config(path, env={"SWARM__TRAINING__LR": "fast"})
+    # other SWARM_ variables are not config
+    assert load_config(path, env={"SWARM_NODE_CACHE": "/tmp/x"}).node.name == "a"
+    with pytest.raises(ConfigError, match="expected SWARM__<SECTION>__<KEY>"):
+        load_config(path, env={"SWARM__TRAINING": "1"})
     with pytest.raises(ConfigError, match="expected section.key=value"):
         load_config(path, ["training.lr"], env={})
 
