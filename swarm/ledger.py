@@ -21,6 +21,7 @@ from sqlalchemy import (
     Boolean,
     Float,
     Integer,
+    LargeBinary,
     String,
     create_engine,
     event,
@@ -33,7 +34,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 
 from swarm.errors import LedgerError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class Base(DeclarativeBase):
@@ -105,6 +106,48 @@ class EvalRow(Base):
     mean_reward: Mapped[float] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
     superseded: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class PeerRow(Base):
+    """A peer this node has heard from (or been told about)."""
+
+    __tablename__ = "peers"
+    peer_id: Mapped[str] = mapped_column(String, primary_key=True)
+    first_seen: Mapped[float] = mapped_column(Float)
+    last_seen: Mapped[float] = mapped_column(Float)
+    model: Mapped[str] = mapped_column(String, default="")  # model named in its latest group
+    addrs: Mapped[str] = mapped_column(String, default="[]")  # JSON list of multiaddrs
+
+
+class GroupRow(Base):
+    """A rollout group this node sent, or received and accepted or rejected (with the reason).
+
+    `body` and `signature` are the exact signed bytes, so a stored group can be re-verified
+    and replayed offline. Rejected messages that never decoded keep what is known of them.
+    """
+
+    __tablename__ = "rollout_groups"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    content_hash: Mapped[str] = mapped_column(String, index=True)
+    direction: Mapped[str] = mapped_column(String)  # "sent" | "received"
+    status: Mapped[str] = mapped_column(String, index=True)  # "sent" | "accepted" | "rejected"
+    reason: Mapped[str] = mapped_column(String, default="")  # rejection reason code
+    detail: Mapped[str] = mapped_column(String, default="")
+    sender: Mapped[str] = mapped_column(String, index=True, default="")  # claimed signer ("" if unknown)
+    source: Mapped[str] = mapped_column(String, default="")  # libp2p origin of the message
+    swarm_id: Mapped[str] = mapped_column(String, default="")
+    dataset: Mapped[str] = mapped_column(String, default="")
+    task: Mapped[str] = mapped_column(String, default="")  # JSON task spec
+    model: Mapped[str] = mapped_column(String, default="")
+    policy_version: Mapped[int] = mapped_column(Integer, default=-1)
+    round: Mapped[int] = mapped_column(Integer, default=-1)  # the sender's round
+    completions: Mapped[int] = mapped_column(Integer, default=0)
+    mean_reward: Mapped[float] = mapped_column(Float, default=0.0)  # as claimed
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)  # as claimed
+    recorded_at: Mapped[float] = mapped_column(Float)
+    local_round: Mapped[int] = mapped_column(Integer, default=-1)  # our round when recorded
+    body: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    signature: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
 
 
 class Ledger:
@@ -218,6 +261,43 @@ def supersede_after(session: Session, round_index: int) -> int:
         if model is RoundRow:
             count = result.rowcount or 0
     return count
+
+
+def touch_peer(session: Session, peer_id: str, seen_at: float, model: str = "", addrs: str | None = None) -> None:
+    """Create or refresh a peer's row."""
+    row = session.get(PeerRow, peer_id)
+    if row is None:
+        row = PeerRow(peer_id=peer_id, first_seen=seen_at, last_seen=seen_at, model=model, addrs=addrs or "[]")
+        session.add(row)
+        return
+    row.last_seen = max(row.last_seen, seen_at)
+    if model:
+        row.model = model
+    if addrs is not None:
+        row.addrs = addrs
+
+
+def group_known(session: Session, content_hash: str) -> bool:
+    """Whether a group with this content hash was already sent or accepted."""
+    stmt = select(GroupRow.id).where(GroupRow.content_hash == content_hash, GroupRow.status != "rejected").limit(1)
+    return session.scalar(stmt) is not None
+
+
+def group_counts(session: Session) -> dict[str, int]:
+    """Groups by status: sent, accepted, rejected."""
+    rows = session.execute(select(GroupRow.status, func.count()).group_by(GroupRow.status)).all()
+    return {status: count for status, count in rows}
+
+
+def rejections_by_reason(session: Session) -> dict[str, int]:
+    rows = session.execute(
+        select(GroupRow.reason, func.count()).where(GroupRow.status == "rejected").group_by(GroupRow.reason)
+    ).all()
+    return {reason: count for reason, count in rows}
+
+
+def list_peers(session: Session) -> list[PeerRow]:
+    return list(session.scalars(select(PeerRow).order_by(PeerRow.first_seen)))
 
 
 def now() -> float:

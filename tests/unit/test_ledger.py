@@ -44,10 +44,10 @@ def test_schema_is_created_in_wal_mode(tmp_path):
     with sqlite3.connect(path) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert {"meta", "rounds", "updates", "evals"} <= tables
+    assert {"meta", "rounds", "updates", "evals", "peers", "rollout_groups"} <= tables
     reopened = Ledger(f"sqlite:///{path}")
     with reopened.reader() as s:
-        assert get_meta(s, "model") == "m" and get_meta(s, "schema_version") == "1"
+        assert get_meta(s, "model") == "m" and get_meta(s, "schema_version") == "2"
 
 
 def test_a_failed_transaction_leaves_nothing(tmp_path):
