@@ -76,18 +76,24 @@ def save_identity(key_pair: KeyPair, path: str | os.PathLike[str]) -> None:
     The key goes to a temporary file in the same directory, created 0600 from the start so it
     is never readable by others, then is fsynced and renamed over `path`.
     """
+    _write_identity(key_pair, Path(path), replace=True)
+
+
+def _write_identity(key_pair: KeyPair, target: Path, replace: bool) -> None:
     if key_pair.private_key.get_type() != KeyType.Ed25519:
         raise IdentityError("only Ed25519 identities are supported")
-    target = Path(path)
-    data = key_pair.private_key.serialize()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write_private(target, data)
+        _atomic_write_private(target, key_pair.private_key.serialize(), replace)
+    except FileExistsError:
+        raise
     except OSError as exc:
         raise IdentityError(f"cannot write identity file {target}: {exc.strerror or exc}") from exc
 
 
-def _atomic_write_private(target: Path, data: bytes) -> None:
+def _atomic_write_private(target: Path, data: bytes, replace: bool) -> None:
+    """Write via a fsynced temporary file, then rename it over `target` (`replace`) or hard-link
+    it to `target`, which fails with FileExistsError if `target` appeared meanwhile."""
     # mkstemp creates the file with mode 0600 and O_EXCL, so no window with wider permissions.
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
@@ -96,11 +102,13 @@ def _atomic_write_private(target: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
+        if replace:
+            os.replace(tmp_name, target)
+        else:
+            os.link(tmp_name, target)
+    finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
-        raise
     _fsync_directory(target.parent)
 
 
@@ -164,11 +172,19 @@ def _parse_private_key(data: bytes, source: Path) -> KeyPair:
 
 
 def load_or_create_identity(path: str | os.PathLike[str]) -> KeyPair:
-    """Load the identity at `path`, creating and saving a new random one if there is none yet."""
-    if identity_exists(path):
-        return load_identity(path)
+    """Load the identity at `path`, creating and saving a new random one if there is none yet.
+
+    Creating never replaces a file: if another process creates the identity first, this
+    one loads and returns that, so two starts racing on one path agree on one peer ID.
+    """
+    target = Path(path)
+    if identity_exists(target):
+        return load_identity(target)
     key_pair = create_identity()
-    save_identity(key_pair, path)
+    try:
+        _write_identity(key_pair, target, replace=False)
+    except FileExistsError:
+        return load_identity(target)
     return key_pair
 
 

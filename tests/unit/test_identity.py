@@ -62,6 +62,19 @@ def test_load_or_create_creates_once(tmp_path: Path) -> None:
     assert identity.peer_id_of(identity.load_or_create_identity(path)) == identity.peer_id_of(first)
 
 
+def test_load_or_create_never_replaces_an_identity_created_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "node.key"
+    first = identity.create_identity()
+    identity.save_identity(first, path)
+    # Another process created the file between our existence check and our write.
+    monkeypatch.setattr(identity, "identity_exists", lambda _path: False)
+    assert identity.peer_id_of(identity.load_or_create_identity(path)) == identity.peer_id_of(first)
+    assert identity.peer_id_of(identity.load_identity(path)) == identity.peer_id_of(first)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["node.key"]
+
+
 @pytest.mark.parametrize(
     ("contents", "message"),
     [

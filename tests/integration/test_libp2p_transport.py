@@ -1,0 +1,442 @@
+"""Libp2pTransport between real nodes: three separate processes on 127.0.0.1, plus in-process checks.
+
+The process tests share one three-node network (A; B and C bootstrapped from A only, so C
+must find B by peer exchange) and run in file order; the kill/restart test comes last
+because it changes the network. Every process is started with a lifetime bound and is
+killed in the fixture's teardown whatever happens.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import trio
+from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.rpc_queue import RpcQueue
+
+from swarm.errors import TransportError
+from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.p2p.libp2p_transport import (
+    MAX_MESSAGE_SIZE,
+    SEND_STALL_S,
+    Libp2pTransport,
+    _coalesce,
+)
+
+HELPER = Path(__file__).with_name("libp2p_peer.py")
+TOPIC = "test"
+BURST = 200
+BLOB_SIZE = 20 * 1024 * 1024
+
+
+class PeerProcess:
+    """A libp2p_peer.py child process and a blocking JSON-lines request channel to it."""
+
+    _ids = itertools.count()
+
+    def __init__(
+        self,
+        workdir: Path,
+        name: str,
+        listen: str = "/ip4/127.0.0.1/tcp/0",
+        bootstrap: tuple[str, ...] = (),
+    ):
+        self.name = name
+        self.identity = workdir / f"{name}.key"
+        self.stderr_path = workdir / f"{name}.{next(self._ids)}.stderr"
+        args = [sys.executable, str(HELPER), "--identity", str(self.identity), "--listen", listen]
+        args += ["--validator", "raise-on-bad", "--topic", TOPIC, "--max-lifetime", "600"]
+        for addr in bootstrap:
+            args += ["--bootstrap", addr]
+        with open(self.stderr_path, "w") as stderr:
+            self.proc = subprocess.Popen(
+                args,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                bufsize=1,
+            )
+        self._lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.peer_id = ""
+        self.addrs: list[str] = []
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def wait_ready(self, timeout: float = 30.0) -> PeerProcess:
+        ready = self._next_line(timeout)
+        assert ready.get("event") == "ready", f"{self.name}: unexpected first line {ready}"
+        self.peer_id, self.addrs = ready["peer_id"], ready["addrs"]
+        return self
+
+    def _next_line(self, timeout: float) -> dict:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(
+                f"{self.name}: no output within {timeout} s\n{self.stderr_tail()}"
+            ) from None
+        if line is None:
+            raise AssertionError(f"{self.name}: process exited\n{self.stderr_tail()}")
+        return json.loads(line)
+
+    def send(self, cmd: dict) -> int:
+        request_id = next(self._ids)
+        self.proc.stdin.write(json.dumps({**cmd, "id": request_id}) + "\n")
+        self.proc.stdin.flush()
+        return request_id
+
+    def reply(self, request_id: int, timeout: float = 30.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._next_line(max(0.1, deadline - time.monotonic()))
+            if line.get("id") == request_id:
+                return line
+
+    def request(self, cmd: dict, timeout: float = 30.0) -> dict:
+        reply = self.reply(self.send(cmd), timeout)
+        assert reply["ok"], f"{self.name}: {cmd['cmd']} failed: {reply.get('error')}"
+        return reply
+
+    def received(self, prefix: str) -> int:
+        return self.request({"cmd": "received"})["counts"].get(prefix, 0)
+
+    def stats(self) -> dict:
+        return self.request({"cmd": "stats"})["stats"]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.send({"cmd": "exit"})
+                self.proc.wait(timeout=10)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        finally:
+            self.kill()
+
+    def stderr_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.stderr_path.read_text().splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+def all_received(
+    receivers: list[PeerProcess], prefix: str, count: int, timeout: float
+) -> dict[str, int]:
+    """Wait until every receiver has `count` distinct messages of `prefix`; return the counts."""
+    wait_until(lambda: all(r.received(prefix) >= count for r in receivers), timeout)
+    return {r.name: r.received(prefix) for r in receivers}
+
+
+@dataclass
+class Network:
+    """The shared three-process network: A, and B and C bootstrapped from A only."""
+
+    workdir: Path
+    nodes: dict[str, PeerProcess] = field(default_factory=dict)
+
+    def abc(self) -> tuple[PeerProcess, PeerProcess, PeerProcess]:
+        return self.nodes["A"], self.nodes["B"], self.nodes["C"]
+
+
+@pytest.fixture(scope="module")
+def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
+    net = Network(tmp_path_factory.mktemp("libp2p"))
+    try:
+        net.nodes["A"] = PeerProcess(net.workdir, "A").wait_ready()
+        for name in ("B", "C"):  # bootstrapped from A only: C must find B by peer exchange
+            net.nodes[name] = PeerProcess(net.workdir, name, bootstrap=tuple(net.nodes["A"].addrs))
+        for name in ("B", "C"):
+            net.nodes[name].wait_ready()
+        yield net
+    finally:
+        for node in net.nodes.values():
+            node.stop()
+
+
+@pytest.mark.timeout(60)
+def test_peer_exchange_connects_the_whole_mesh(network: Network) -> None:
+    a, b, c = network.abc()
+    assert wait_until(lambda: b.peer_id in c.request({"cmd": "peers"})["peers"], 15), (
+        "C never found B"
+    )
+    for node in (a, b, c):
+        assert node.request({"cmd": "wait_mesh", "n": 2, "timeout": 15})["mesh"] == 2, node.name
+
+
+@pytest.mark.timeout(90)
+def test_every_message_reaches_every_other_node_including_a_burst(
+    network: Network,
+) -> None:
+    nodes = list(network.abc())
+    # Paced first, then a burst of BURST per node, all three publishing at the same time.
+    for prefix, count in (("paced", 20), ("burst", BURST)):
+        pending = [
+            (node, node.send({"cmd": "publish", "prefix": f"{prefix}-{node.name}", "count": count}))
+            for node in nodes
+        ]
+        for node, request_id in pending:
+            assert node.reply(request_id, timeout=60)["ok"], node.name
+        for sender in nodes:
+            receivers = [n for n in nodes if n is not sender]
+            counts = all_received(receivers, f"{prefix}-{sender.name}", count, timeout=30)
+            assert counts == {r.name: count for r in receivers}, (
+                f"{prefix} from {sender.name}: {counts}"
+            )
+    for node in nodes:
+        stats = node.stats()
+        assert stats["outbound_dropped"] == 0 and stats["inbox_dropped"] == 0, (node.name, stats)
+        assert stats["published"] == 20 + BURST, (node.name, stats)
+
+
+@pytest.mark.timeout(60)
+def test_a_raising_validator_rejects_without_taking_the_host_down(
+    network: Network,
+) -> None:
+    a, b, c = network.abc()
+    a.request({"cmd": "publish", "prefix": "bad", "count": 5})  # every receiver's validator raises
+    a.request({"cmd": "publish", "prefix": "after-bad", "count": 20})
+    assert all_received([b, c], "after-bad", 20, timeout=20) == {"B": 20, "C": 20}
+    for node in (b, c):
+        assert node.received("bad") == 0
+        assert node.stats()["rejected"].get("validator_error", 0) >= 5, node.name
+
+
+@pytest.mark.timeout(60)
+def test_a_20_mb_blob_is_fetched_intact(network: Network) -> None:
+    _, b, c = network.abc()
+    served = b.request({"cmd": "serve_blob", "key": "weights/v1", "size": BLOB_SIZE, "seed": 7})
+    fetched = c.request(
+        {"cmd": "fetch_blob", "peer": b.peer_id, "key": "weights/v1", "timeout": 40}, timeout=50
+    )
+    assert fetched["size"] == BLOB_SIZE and fetched["sha256"] == served["sha256"]
+    missing = c.reply(
+        c.send({"cmd": "fetch_blob", "peer": b.peer_id, "key": "nope", "timeout": 10})
+    )
+    assert not missing["ok"] and "TransportError" in missing["error"]
+
+
+@pytest.mark.timeout(30)
+def test_an_oversized_publish_raises_transport_error(network: Network) -> None:
+    reply = network.nodes["A"].request({"cmd": "publish_oversized"})
+    assert reply["raised"] == "TransportError" and str(MAX_MESSAGE_SIZE) in reply["message"]
+
+
+@pytest.mark.timeout(90)
+def test_a_frozen_node_does_not_slow_the_others_and_is_dropped(
+    network: Network,
+) -> None:
+    a, b, c = network.abc()
+    c.proc.send_signal(signal.SIGSTOP)  # C stops reading: A's queue to C fills and stalls
+    try:
+        began = time.monotonic()
+        a.request({"cmd": "publish", "prefix": "frozen", "count": 300, "size": 60_000})
+        assert all_received([b], "frozen", 300, timeout=30) == {"B": 300}
+        # Back-pressure ignores a queue that stopped draining, so B is not held up by C.
+        assert time.monotonic() - began < SEND_STALL_S
+        assert wait_until(lambda: a.stats()["stalled_peers"] >= 1, SEND_STALL_S + 10)
+        stats = a.stats()
+        assert stats["outbound_discarded"] + stats["outbound_dropped"] > 0  # counted, not silent
+    finally:
+        c.proc.send_signal(signal.SIGCONT)
+    assert c.request({"cmd": "wait_mesh", "n": 2, "timeout": 20})["mesh"] == 2
+    assert a.request({"cmd": "wait_mesh", "n": 2, "timeout": 20})["mesh"] == 2
+    a.request({"cmd": "publish", "prefix": "after-thaw", "count": 20})
+    assert all_received([c], "after-thaw", 20, timeout=20) == {"C": 20}
+
+
+@pytest.mark.timeout(90)
+def test_a_killed_node_does_not_stop_the_others_and_rejoins_after_restart(
+    network: Network,
+) -> None:
+    a, b, c = network.abc()
+    c_id, c_listen = c.peer_id, c.addrs[0].split("/p2p/")[0]
+    c.kill()
+    for sender, receiver in ((a, b), (b, a)):
+        sender.request({"cmd": "publish", "prefix": f"after-kill-{sender.name}", "count": 50})
+        assert all_received([receiver], f"after-kill-{sender.name}", 50, timeout=20) == {
+            receiver.name: 50
+        }
+
+    restarted = PeerProcess(network.workdir, "C", listen=c_listen, bootstrap=tuple(a.addrs))
+    network.nodes["C"] = restarted
+    restarted.wait_ready()
+    assert restarted.peer_id == c_id, "same identity file, same peer ID"
+    assert restarted.request({"cmd": "wait_mesh", "n": 2, "timeout": 20})["mesh"] == 2
+    for sender in (a, b):
+        assert sender.request({"cmd": "wait_mesh", "n": 2, "timeout": 20})["mesh"] == 2, sender.name
+        sender.request({"cmd": "publish", "prefix": f"after-restart-{sender.name}", "count": 50})
+        counts = all_received([restarted], f"after-restart-{sender.name}", 50, timeout=20)
+        assert counts == {"C": 50}, f"from {sender.name}: {counts}"
+
+
+# ---------------------------------------------------------------------------------------
+# In-process checks of the access options (cheaper than processes; same code paths).
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def started() -> Iterator[Callable[..., Libp2pTransport]]:
+    transports: list[Libp2pTransport] = []
+
+    def start(**kwargs: object) -> Libp2pTransport:
+        transport = Libp2pTransport(topics=[TOPIC], **kwargs)
+        transports.append(transport)
+        transport.start()
+        return transport
+
+    yield start
+    for transport in transports:
+        transport.close()
+
+
+def _drain_until(transport: Libp2pTransport, count: int, timeout: float) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got += [m.data for m in transport.receive(timeout=0.1)]
+    return got
+
+
+@pytest.mark.timeout(60)
+def test_allow_list_closes_connections_from_unlisted_peers(
+    started: Callable[..., Libp2pTransport],
+) -> None:
+    listed_key = create_identity()
+    gatekeeper = started(allow_list=[peer_id_of(listed_key)])
+    listed = started(key_pair=listed_key, bootstrap=gatekeeper.listen_addrs())
+    outsider = started(bootstrap=gatekeeper.listen_addrs())
+    assert listed.wait_for_topic_peers(TOPIC, 1, timeout=10) == 1
+    assert wait_until(lambda: gatekeeper.stats().refused_peers >= 1, 10)
+    outsider.publish(TOPIC, b"from outside")
+    listed.publish(TOPIC, b"from inside")
+    assert _drain_until(gatekeeper, 2, timeout=3) == [b"from inside"]
+    assert {p.peer_id for p in gatekeeper.peers()} == {listed.peer_id}
+
+
+@pytest.mark.timeout(60)
+def test_private_network_key_admits_only_peers_with_the_same_key(
+    started: Callable[..., Libp2pTransport],
+) -> None:
+    key, other_key = "ab" * 32, "cd" * 32
+    hub = started(psk=key)
+    member = started(psk=key, bootstrap=hub.listen_addrs())
+    stranger = started(psk=other_key, bootstrap=hub.listen_addrs(), dial_timeout=2.0)
+    assert member.wait_for_topic_peers(TOPIC, 1, timeout=10) == 1
+    time.sleep(2.5)  # at least one full (bounded) dial attempt by the stranger
+    assert {p.peer_id for p in hub.peers()} == {member.peer_id}
+    assert stranger.peers() == []
+
+
+@pytest.mark.timeout(60)
+def test_garbage_on_the_pubsub_stream_is_contained(started: Callable[..., Libp2pTransport]) -> None:
+    """In py-libp2p an unparsable RPC stops the receiving host; here it only drops that peer."""
+    victim = started()
+    rogue = started(bootstrap=victim.listen_addrs())
+    assert rogue.wait_for_topic_peers(TOPIC, 1, timeout=10) == 1
+
+    async def send_garbage() -> None:
+        stream = await rogue._host.new_stream(victim._my_id, [PROTOCOL_ID_V11])
+        await stream.write(b"\x05" + b"\xff" * 5)  # a length-prefixed frame that is no RPC
+
+    trio.from_thread.run(send_garbage, trio_token=rogue._trio_token)
+    assert wait_until(lambda: any("DecodeError" in k for k in victim.stats().handler_errors), 10)
+    # The victim is alive, and the rogue (which bootstraps from it) reconnects and is heard.
+    assert wait_until(lambda: _publish_and_hear(rogue, victim, b"after garbage"), 20)
+
+
+def _publish_and_hear(sender: Libp2pTransport, receiver: Libp2pTransport, data: bytes) -> bool:
+    if sender.wait_for_topic_peers(TOPIC, 1, timeout=1) < 1:
+        return False
+    sender.publish(TOPIC, data)
+    return data in _drain_until(receiver, 1, timeout=1)
+
+
+@pytest.mark.timeout(60)
+def test_a_bootstrap_peer_that_comes_up_later_is_reached(
+    started: Callable[..., Libp2pTransport],
+) -> None:
+    late_key, port = create_identity(), _free_port()
+    waiting = started(bootstrap=[f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of(late_key)}"])
+    # Nobody listens yet: start() succeeded anyway, and the dials keep failing, with backoff.
+    assert wait_until(lambda: waiting.stats().dial_failures >= 2, 10)
+    assert waiting.peers() == []
+    started(key_pair=late_key, listen_addr=f"/ip4/127.0.0.1/tcp/{port}")
+    assert waiting.wait_for_topic_peers(TOPIC, 1, timeout=20) == 1
+
+
+@pytest.mark.timeout(30)
+def test_close_is_prompt_and_final(started: Callable[..., Libp2pTransport]) -> None:
+    node = started()
+    peer = started(bootstrap=node.listen_addrs())
+    assert peer.wait_for_topic_peers(TOPIC, 1, timeout=10) == 1
+    began = time.monotonic()
+    node.close()
+    assert time.monotonic() - began < 5.0
+    with pytest.raises(TransportError, match="closed"):
+        node.publish(TOPIC, b"after close")
+    node.close()  # a second close is harmless
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_queued_rpcs_are_batched_in_order_up_to_the_limit() -> None:
+    rpcs = [
+        rpc_pb2.RPC(publish=[rpc_pb2.Message(data=bytes([i]) * 1000, topicIDs=[TOPIC])])
+        for i in range(5)
+    ]
+    queue = RpcQueue()
+    for rpc in rpcs[1:]:
+        queue.push(rpc)
+    batch, carry = _coalesce(rpcs[0], queue, limit=2500)
+    assert [m.data[0] for m in batch.publish] == [0, 1]  # two fit, in order
+    assert carry is not None and carry.publish[0].data[0] == 2  # the next one is kept, not lost
+    batch, carry = _coalesce(carry, queue, limit=10_000)
+    assert [m.data[0] for m in batch.publish] == [2, 3, 4] and carry is None and len(queue) == 0
+
+
+def test_bad_constructor_arguments_raise_transport_error() -> None:
+    with pytest.raises(TransportError, match="64 hex"):
+        Libp2pTransport(psk="short")
+    with pytest.raises(TransportError, match="bootstrap"):
+        Libp2pTransport(bootstrap=["/ip4/127.0.0.1/tcp/1"])
+    with pytest.raises(TransportError, match="listen address"):
+        Libp2pTransport(listen_addr="/ip4/127.0.0.1/udp/1")
+    with pytest.raises(TransportError, match="not started"):
+        Libp2pTransport().publish(TOPIC, b"x")
