@@ -24,6 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # joins docstring lines into paragraphs in --help
 )
 
 ConfigOption = Annotated[
@@ -96,6 +97,65 @@ def join(
         node.close()
         signal.signal(signal.SIGINT, previous)
     typer.echo(f"stopped at round {state.round}, policy v{state.policy_version}; ledger and checkpoint in {cfg.run_dir}")
+
+
+@app.command()
+def init(
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    run_dir: Annotated[str | None, typer.Option(help="Node folder (overrides node.run_dir); the identity is its identity.key.")] = None,
+) -> None:
+    """Create this node's persistent identity (Ed25519, libp2p format, mode 0600) and show its peer ID.
+
+    `join` with the same run folder reuses it. Running init again keeps the existing identity.
+    """
+    cfg = _load(config, sets, **{"node.run_dir": run_dir})
+    from swarm.p2p.identity import (
+        create_identity,
+        identity_exists,
+        load_identity,
+        peer_id_of,
+        save_identity,
+    )
+
+    path = cfg.run_dir / "identity.key"
+    if identity_exists(path):
+        key, verb = load_identity(path), "existing"
+    else:
+        key, verb = create_identity(), "new"
+        save_identity(key, path)
+    peer_id = peer_id_of(key)
+    typer.echo(f"{verb} identity {path}")
+    typer.echo(f"peer ID: {peer_id}")
+    listen = cfg.p2p.listen
+    if listen.endswith("/tcp/0"):
+        typer.echo(f"listen address: {listen} (a free port is chosen by join; it writes the full address to {cfg.run_dir / 'node.json'})")
+    else:
+        typer.echo(f"listen address: {listen}/p2p/{peer_id}")
+
+
+@app.command()
+def demo(
+    nodes: Annotated[int, typer.Option(min=1, max=32, help="How many node processes to start on 127.0.0.1.")] = 4,
+    rounds: Annotated[int, typer.Option(min=1, help="Rounds each node runs before it stops by itself.")] = 30,
+    out: Annotated[Path | None, typer.Option(help="Run folder (default: runs/demo-<time>); one sub-folder per node.")] = None,
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    timeout: Annotated[float | None, typer.Option(help="Stop every node after this many seconds (default: generous, from nodes and rounds).")] = None,
+) -> None:
+    """Run a local swarm: N node processes on loopback sharing signed rollouts, with a live table.
+
+    Each node has its own identity, ledger and checkpoints under the run folder. At the end
+    the demo writes summary.json and reward.png (reward per node over rounds) there.
+    """
+    import time as _time
+
+    from swarm.demo import run_demo
+
+    folder = out or Path("runs") / f"demo-{_time.strftime('%Y%m%d-%H%M%S')}"
+    summary = run_demo(nodes, rounds, folder, config, list(sets or []), timeout)
+    if any(n["exit_code"] not in (0, None) for n in summary["per_node"]):
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -150,6 +150,27 @@ class GroupRow(Base):
     signature: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
 
 
+class GroupUseRow(Base):
+    """One use of a shared group in one of this node's updates, and the advantage it carried.
+
+    This is what a peer's contribution means: how often its groups were learned from, and
+    with how much signal (sum of absolute advantages of its completions).
+    """
+
+    __tablename__ = "group_uses"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    group_id: Mapped[int] = mapped_column(Integer, index=True)  # rollout_groups.id
+    content_hash: Mapped[str] = mapped_column(String)
+    sender: Mapped[str] = mapped_column(String, index=True)
+    round: Mapped[int] = mapped_column(Integer, index=True)
+    version_after: Mapped[int] = mapped_column(Integer)
+    skipped_update: Mapped[bool] = mapped_column(Boolean, default=False)
+    advantages: Mapped[str] = mapped_column(String)  # JSON list, one per completion
+    advantage_abs_sum: Mapped[float] = mapped_column(Float)
+    mean_reward: Mapped[float] = mapped_column(Float)  # as re-scored locally
+    superseded: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
 class Ledger:
     """An open ledger database: an engine plus a session factory."""
 
@@ -254,7 +275,7 @@ def update_totals(session: Session) -> dict[str, int]:
 def supersede_after(session: Session, round_index: int) -> int:
     """Mark every live record of rounds after `round_index` as superseded; return how many rounds."""
     count = 0
-    for model in (RoundRow, UpdateRow, EvalRow):
+    for model in (RoundRow, UpdateRow, EvalRow, GroupUseRow):
         result = session.execute(
             update(model).where(model.round > round_index, model.superseded.is_(False)).values(superseded=True)
         )
@@ -294,6 +315,16 @@ def rejections_by_reason(session: Session) -> dict[str, int]:
         select(GroupRow.reason, func.count()).where(GroupRow.status == "rejected").group_by(GroupRow.reason)
     ).all()
     return {reason: count for reason, count in rows}
+
+
+def shared_use_totals(session: Session) -> dict[str, dict[str, float]]:
+    """Per sender: how many times its groups were used in updates, and the advantage they carried."""
+    rows = session.execute(
+        select(GroupUseRow.sender, func.count(), func.sum(GroupUseRow.advantage_abs_sum))
+        .where(GroupUseRow.superseded.is_(False))
+        .group_by(GroupUseRow.sender)
+    ).all()
+    return {sender: {"uses": count, "advantage_abs_sum": float(total or 0.0)} for sender, count, total in rows}
 
 
 def list_peers(session: Session) -> list[PeerRow]:

@@ -16,6 +16,8 @@ A solo node is this same loop with a transport that has no peers. Stopping (Ctrl
 
 from __future__ import annotations
 
+import collections
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,9 +26,23 @@ import torch
 
 from swarm.config import Config, task_mix
 from swarm.display import EvalReport, Reporter, RoundReport, RunInfo, SilentReporter
-from swarm.errors import CheckpointError, ConfigError
-from swarm.ledger import EvalRow, Ledger, RoundRow, UpdateRow, get_meta, set_meta, supersede_after
-from swarm.p2p.transport import MemoryTransport, Transport
+from swarm.errors import CheckpointError, ConfigError, RejectedMessage, TransportError
+from swarm.experience import ExperiencePool, SharedGroup, rescore
+from swarm.ledger import (
+    EvalRow,
+    GroupRow,
+    GroupUseRow,
+    Ledger,
+    RoundRow,
+    UpdateRow,
+    get_meta,
+    group_known,
+    set_meta,
+    supersede_after,
+    touch_peer,
+)
+from swarm.p2p.identity import load_or_create_identity, peer_id_of
+from swarm.p2p.transport import InboundMessage, Transport
 from swarm.policy.checkpoint import (
     CheckpointState,
     latest_checkpoint,
@@ -38,7 +54,8 @@ from swarm.policy.grpo import group_advantages
 from swarm.policy.model import Policy, load_policy
 from swarm.policy.prompts import build_prompt
 from swarm.policy.trainer import GRPOTrainer, TrainerSettings, TrainSample, UpdateResult
-from swarm.sampling import Candidate, choose_batch
+from swarm.rollout import RolloutGroup, Sampling, SignedGroup, pack_messages, sign_group
+from swarm.sampling import Candidate, Staleness, choose_batch
 from swarm.tasks import (
     Task,
     build_task,
@@ -48,6 +65,9 @@ from swarm.tasks import (
     score_completion,
     validate_mix,
 )
+from swarm.verify.message import Accepted, Rejection, check_message
+
+MAX_PENDING_REJECTIONS = 10_000  # rejections noted by the validator, waiting for the ledger
 
 
 @dataclass
@@ -57,6 +77,21 @@ class LocalGroup:
     task: Task
     completions: list[Completion]
     rewards: tuple[float, ...]
+    signed: SignedGroup | None = None
+    wire: RolloutGroup | None = None
+
+
+@dataclass
+class SharingStats:
+    """What this node exchanged with the swarm during this run."""
+
+    published_groups: int = 0
+    publish_failures: int = 0
+    received_groups: int = 0
+    accepted_groups: int = 0
+    rejected_groups: int = 0
+    duplicates: int = 0
+    rejections_dropped: int = 0  # validator rejections lost because the pending queue was full
 
 
 @dataclass
@@ -78,6 +113,18 @@ class NodeState:
     round: int = 0
     policy_version: int = 0
     rewards: list[float] = field(default_factory=list)  # mean reward per round, this run
+
+
+def rollout_topic(swarm_id: str) -> str:
+    """The gossip topic of a swarm's rollout groups."""
+    return f"swarm/{swarm_id}/rollouts/v1"
+
+
+def make_transport(config: Config, key_pair) -> Transport:
+    """The libp2p transport this config describes (imported lazily: it pulls in trio and libp2p)."""
+    from swarm.p2p.libp2p_transport import Libp2pTransport
+
+    return Libp2pTransport(key_pair=key_pair, listen_addr=config.p2p.listen, bootstrap=list(config.p2p.bootstrap))
 
 
 def make_generator(config: Config, policy: Policy) -> Generator:
@@ -108,12 +155,29 @@ def trainer_settings(config: Config, policy: Policy) -> TrainerSettings:
 class Node:
     """A swarm node. Build with a config (and optionally a transport and a reporter), then `run()`."""
 
-    def __init__(self, config: Config, transport: Transport | None = None, reporter: Reporter | None = None):
+    def __init__(
+        self,
+        config: Config,
+        transport: Transport | None = None,
+        reporter: Reporter | None = None,
+        key_pair=None,
+    ):
+        """`transport` defaults to libp2p as configured; `key_pair` to the run folder's identity."""
         if config.node.role != "trainer":
             raise ConfigError(f"node.role = {config.node.role!r} is not available in this version; use 'trainer'")
         self.config = config
         self.reporter = reporter or SilentReporter()
-        self.transport = transport or MemoryTransport(peer_id=config.node.name)
+        config.run_dir.mkdir(parents=True, exist_ok=True)
+        self.key_pair = key_pair or load_or_create_identity(config.run_dir / "identity.key")
+        self.peer_id = peer_id_of(self.key_pair)
+        self.transport = transport or make_transport(config, self.key_pair)
+        if self.transport.peer_id != self.peer_id:
+            raise ConfigError("the transport's peer ID differs from the node's identity")
+        self.topic = rollout_topic(config.p2p.swarm_id)
+        self.sharing = SharingStats()
+        self._pending_rejections: collections.deque[Rejection] = collections.deque()
+        self._pending_lock = threading.Lock()
+        self.pool = ExperiencePool(config.training.pool_size)  # peers' groups, re-scored, awaiting training
         self.mix = validate_mix(task_mix(config))
         self.sampling = SamplingParams(
             temperature=config.generation.temperature,
@@ -123,7 +187,6 @@ class Node:
         )
         self.state = NodeState()
         self._stop = threading.Event()
-        self.config.run_dir.mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger(config.ledger_url)
         torch.manual_seed(config.node.seed)
         self.policy = load_policy(config.policy.model, config.policy.device, config.policy.dtype)
@@ -168,10 +231,12 @@ class Node:
         """Run rounds until `node.rounds` rounds exist in total, or until stopped."""
         target = self.config.node.rounds
         self.transport.start()
+        self.transport.subscribe(self.topic, self._validate)
+        self._write_node_info()
         self.reporter.start(
             RunInfo(
                 name=self.config.node.name, model=self.config.policy.model, device=str(self.policy.device),
-                run_dir=str(self.config.run_dir), peer_id=self.transport.peer_id,
+                run_dir=str(self.config.run_dir), peer_id=self.peer_id,
                 start_round=self.state.round, target_rounds=target,
                 notes=[f"resumed from round {self.state.round}, policy v{self.state.policy_version}"] if self.state.round else [],
             )
@@ -185,6 +250,7 @@ class Node:
                     self.evaluate()
                 if self.state.round % self.config.node.checkpoint_every == 0:
                     self.checkpoint()
+            self._final_drain()
             if self.state.round % self.config.tasks.eval_every != 0:
                 self.evaluate()
             self.checkpoint()
@@ -197,6 +263,148 @@ class Node:
         self.generator.close()
         self.ledger.close()
 
+    def _write_node_info(self) -> None:
+        """node.json in the run folder: how other nodes (and `swarm-node demo`) reach this one."""
+        import os
+
+        info = {"peer_id": self.peer_id, "addrs": self.transport.listen_addrs(), "pid": os.getpid(), "name": self.config.node.name}
+        path = self.config.run_dir / "node.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(info, indent=2))
+        os.replace(tmp, path)
+
+    # -- sharing ------------------------------------------------------------------------------------
+
+    def _validate(self, message: InboundMessage) -> str | None:
+        """Gossip validator (runs on the transport's thread): cheap checks, rejections noted."""
+        _, rejected = check_message(message.data, message.source, self.config.p2p.swarm_id)
+        if not rejected:
+            return None
+        with self._pending_lock:
+            room = MAX_PENDING_REJECTIONS - len(self._pending_rejections)
+            self._pending_rejections.extend(rejected[: max(room, 0)])
+            self.sharing.rejections_dropped += max(0, len(rejected) - max(room, 0))
+        return rejected[0].reason
+
+    def _publish(self, groups: list[LocalGroup]) -> None:
+        """Sign this round's groups and publish them in batches; failures are counted, not fatal."""
+        for group in groups:
+            group.wire = self._wire_group(group)
+            group.signed = sign_group(group.wire, self.key_pair)
+        for message in pack_messages([g.signed for g in groups]):
+            try:
+                self.transport.publish(self.topic, message)
+            except TransportError as e:
+                self.sharing.publish_failures += 1
+                self.reporter.message(f"publish failed: {e}")
+        self.sharing.published_groups += len(groups)
+
+    def _wire_group(self, group: LocalGroup) -> RolloutGroup:
+        return RolloutGroup(
+            swarm_id=self.config.p2p.swarm_id,
+            sender=self.peer_id,
+            task=group.task.spec,
+            question=group.task.question,
+            completions=tuple(c.text for c in group.completions),
+            rewards=tuple(group.rewards),
+            finished=tuple(c.finished for c in group.completions),
+            model=self.config.policy.model,
+            base_hash=self.policy.base_hash,
+            policy_version=self.state.policy_version,
+            sampling=Sampling(
+                temperature=float(self.sampling.temperature), top_p=float(self.sampling.top_p),
+                top_k=int(self.sampling.top_k), max_new_tokens=int(self.sampling.max_new_tokens),
+            ),
+            round=self.state.round,
+            created_at=time.time(),
+            token_ids=tuple(tuple(c.token_ids) for c in group.completions),
+        )
+
+    def _final_drain(self, wait_s: float = 1.0) -> None:
+        """Record what peers sent during the last round, so nothing received goes unrecorded."""
+        if self.transport.peers():
+            time.sleep(wait_s)  # messages of the last round may still be in flight
+        accepted, rejected = self._drain_inbox()
+        if accepted or rejected:
+            with self.ledger.transaction() as session:
+                self._store_received(session, accepted, rejected)
+
+    def _drain_inbox(self) -> tuple[list[Accepted], list[Rejection]]:
+        """Everything received since the last round: accepted groups and all noted rejections."""
+        accepted: list[Accepted] = []
+        rejected: list[Rejection] = []
+        for message in self.transport.receive():
+            ok, bad = check_message(message.data, message.source, self.config.p2p.swarm_id)
+            accepted += ok
+            rejected += bad  # normally empty: the validator already refused such messages
+        with self._pending_lock:
+            rejected += list(self._pending_rejections)
+            self._pending_rejections.clear()
+        return accepted, rejected
+
+    def _store_received(self, session, accepted: list[Accepted], rejected: list[Rejection]) -> list[Accepted]:
+        """Record received groups in the ledger and pool the good ones; return the new accepted ones.
+
+        A group that passed the wire checks is rebuilt and re-scored here; one whose task does
+        not rebuild (or whose question does not match) is rejected like any other bad group.
+        """
+        now = time.time()
+        fresh, seen = [], set()
+        for item in accepted:
+            digest = item.signed.content_hash
+            if digest in seen or group_known(session, digest):
+                rejected.append(Rejection("duplicate", "already received", item.source, digest, item.group.sender, item.signed, item.group))
+                continue
+            seen.add(digest)
+            try:
+                task, rewards = rescore(item.group, self.config.tasks.format_reward)
+            except RejectedMessage as e:
+                rejected.append(Rejection(e.reason, e.detail, item.source, digest, item.group.sender, item.signed, item.group))
+                continue
+            touch_peer(session, item.group.sender, now, model=item.group.model)
+            row = self._group_row(item.signed, item.group, "received", "accepted", source=item.source)
+            session.add(row)
+            session.flush()  # assigns row.id, which records of its later use refer to
+            self.pool.add(self._shared_group(row.id, item, task, rewards, now))
+            fresh.append(item)
+        for r in rejected:
+            if r.sender:
+                touch_peer(session, r.sender, now)
+            session.add(
+                self._group_row(r.signed, r.group, "received", "rejected", source=r.source, reason=r.reason,
+                                detail=r.detail[:500], content_hash=r.content_hash, sender=r.sender)
+            )
+        self.sharing.received_groups += len(accepted) + len([r for r in rejected if r.reason != "duplicate"])
+        self.sharing.accepted_groups += len(fresh)
+        self.sharing.rejected_groups += len([r for r in rejected if r.reason != "duplicate"])
+        self.sharing.duplicates += len([r for r in rejected if r.reason == "duplicate"])
+        return fresh
+
+    def _shared_group(self, row_id: int, item: Accepted, task: Task, rewards, received_at: float) -> SharedGroup:
+        group = item.group
+        same_model = group.model == self.config.policy.model and group.base_hash == self.policy.base_hash
+        return SharedGroup(
+            row_id=row_id, content_hash=item.signed.content_hash, sender=group.sender, task=task,
+            completions=group.completions, finished=group.finished, rewards=rewards,
+            claimed_rewards=group.rewards, policy_version=group.policy_version, same_model=same_model,
+            received_at=received_at,
+        )
+
+    def _group_row(self, signed, group, direction, status, source="", reason="", detail="", content_hash="", sender=""):
+        row = GroupRow(
+            content_hash=content_hash or signed.content_hash, direction=direction, status=status, reason=reason,
+            detail=detail, sender=sender or (group.sender if group else ""), source=source,
+            recorded_at=time.time(), local_round=self.state.round,
+            body=signed.body if signed else None, signature=signed.signature if signed else None,
+        )
+        if group is not None:
+            row.swarm_id, row.dataset, row.model = group.swarm_id, group.task.dataset, group.model
+            row.task = json.dumps(group.task.as_dict(), sort_keys=True)
+            row.policy_version, row.round, row.created_at = group.policy_version, group.round, group.created_at
+            row.completions = len(group.completions)
+            row.mean_reward = sum(group.rewards) / len(group.rewards)
+        return row
+
     # -- one round -------------------------------------------------------------------------------
 
     def run_round(self) -> RoundReport:
@@ -204,23 +412,24 @@ class Node:
         started = time.time()
         t0 = time.perf_counter()
         groups = self._generate_groups(times)
-        batch = choose_batch(
-            [Candidate(g, g.rewards) for g in groups],
-            [],
-            self.config.training.local_groups,
-            self.config.training.shared_groups,
-            seed=f"{self.config.node.seed}:batch:{self.state.round}",
-        )
-        samples = self._train_samples(batch.local)
+        self._publish(groups)
+        accepted, rejected = self._drain_inbox()
+        if accepted or rejected:
+            with self.ledger.transaction() as session:
+                self._store_received(session, accepted, rejected)
+        batch = self._choose_batch(groups)
+        local_samples = self._train_samples(batch.local)
+        shared_samples, shared_advantages = self._shared_samples(batch.shared)
         t = time.perf_counter()
-        result = self.trainer.update(samples)
+        result = self.trainer.update(local_samples + shared_samples)
         times.train = time.perf_counter() - t
+        self.pool.take(batch.shared)
         version_before = self.state.policy_version
         if not result.skipped:
             self.state.policy_version += 1
             self.generator.sync_weights(self.policy.model)
         times.total = time.perf_counter() - t0
-        report = self._record_round(groups, batch.local, result, version_before, started, times)
+        report = self._record_round(groups, batch.local, result, version_before, started, times, batch.shared, shared_advantages)
         self.state.round += 1
         self.reporter.round(report)
         return report
@@ -240,6 +449,45 @@ class Node:
         times.score = time.perf_counter() - t
         return groups
 
+    def _choose_batch(self, groups: list[LocalGroup]):
+        t = self.config.training
+        staleness = Staleness(
+            max_version_gap=None if t.max_version_gap < 0 else t.max_version_gap,
+            max_age_s=None if t.max_age_s == 0 else t.max_age_s,
+        )
+        return choose_batch(
+            [Candidate(g, g.rewards) for g in groups],
+            self.pool.candidates() if t.shared_groups else [],
+            t.local_groups,
+            t.shared_groups,
+            seed=f"{self.config.node.seed}:batch:{self.state.round}",
+            local_version=self.state.policy_version,
+            now=time.time(),
+            staleness=staleness,
+            per_peer_cap=t.per_peer_cap or None,
+        )
+
+    def _shared_samples(self, groups: list[SharedGroup]) -> tuple[list[TrainSample], list[list[float]]]:
+        """Re-tokenize peers' completions with our tokenizer; advantages from our own rewards.
+
+        Completions longer than 4x our own generation budget are left out (their advantage
+        still shapes the others'): a peer's rambling must not blow up our training step.
+        """
+        tok = self.policy.tokenizer
+        eos = tok.eos_token_id
+        limit = 4 * self.config.generation.max_new_tokens
+        samples, advantages_per_group = [], []
+        for group in groups:
+            prompt = build_prompt(tok, group.task.question, self.config.policy.system_prompt)
+            prompt_ids = tuple(tok(prompt, add_special_tokens=False)["input_ids"])
+            advantages = group_advantages(group.rewards, scale_by_std=self.config.training.scale_advantages)
+            advantages_per_group.append(advantages)
+            for text, finished, advantage in zip(group.completions, group.finished, advantages, strict=True):
+                ids = tuple(tok(text, add_special_tokens=False)["input_ids"]) + ((eos,) if finished and eos is not None else ())
+                if 0 < len(ids) <= limit:
+                    samples.append(TrainSample(prompt_ids, ids, advantage))
+        return samples, advantages_per_group
+
     def _train_samples(self, groups: list[LocalGroup]) -> list[TrainSample]:
         """Turn groups into per-completion samples; the stop token is trained when it was produced."""
         eos = self.policy.tokenizer.eos_token_id
@@ -251,15 +499,31 @@ class Node:
                 samples.append(TrainSample(completion.prompt_ids, ids, advantage))
         return samples
 
-    def _record_round(self, groups, trained, result: UpdateResult, version_before, started, times) -> RoundReport:
+    def _record_round(
+        self, groups, trained, result: UpdateResult, version_before, started, times, shared=(), shared_advantages=()
+    ) -> RoundReport:
         rewards = [r for g in groups for r in g.rewards]
         completions = [c for g in groups for c in g.completions]
         correct = sum(is_correct(g.task, c.text) for g in groups for c in g.completions)
         mean_reward = sum(rewards) / max(len(rewards), 1)
         accuracy = correct / max(len(completions), 1)
         tokens = sum(len(c.token_ids) for c in completions)
-        trained_rewards = [r for g in trained for r in g.rewards]
+        trained_rewards = [r for g in list(trained) + list(shared) for r in g.rewards]
         with self.ledger.transaction() as session:
+            for group, advantages in zip(shared, shared_advantages, strict=True):
+                session.add(
+                    GroupUseRow(
+                        group_id=group.row_id, content_hash=group.content_hash, sender=group.sender,
+                        round=self.state.round, version_after=self.state.policy_version, skipped_update=result.skipped,
+                        advantages=json.dumps([round(a, 6) for a in advantages]),
+                        advantage_abs_sum=sum(abs(a) for a in advantages),
+                        mean_reward=sum(group.rewards) / len(group.rewards),
+                    )
+                )
+            for peer in self.transport.peers():  # connected peers and where they are reachable
+                touch_peer(session, peer.peer_id, time.time(), addrs=json.dumps(list(peer.addrs)))
+            for g in groups:
+                session.add(self._group_row(g.signed, g.wire, "sent", "sent"))
             session.add(
                 RoundRow(
                     round=self.state.round, policy_version=self.state.policy_version, started_at=started,
@@ -272,7 +536,7 @@ class Node:
                 UpdateRow(
                     round=self.state.round, version_before=version_before,
                     version_after=self.state.policy_version, skipped=result.skipped,
-                    skip_reason=result.skip_reason, local_groups=len(trained), shared_groups=0,
+                    skip_reason=result.skip_reason, local_groups=len(trained), shared_groups=len(shared),
                     samples=len(trained_rewards), tokens=result.tokens,
                     mean_reward=sum(trained_rewards) / max(len(trained_rewards), 1), loss=result.loss,
                     grad_norm=result.grad_norm, clip_fraction=result.clip_fraction, kl=result.kl,
@@ -282,9 +546,11 @@ class Node:
         self.state.rewards.append(mean_reward)
         return RoundReport(
             round=self.state.round, policy_version=self.state.policy_version, mean_reward=mean_reward,
-            accuracy=accuracy, groups=len(groups), trained_groups=len(trained), shared_groups=0,
+            accuracy=accuracy, groups=len(groups), trained_groups=len(trained), shared_groups=len(shared),
             skipped=result.skipped, loss=result.loss, generate_s=times.generate, train_s=times.train,
             total_s=times.total, tokens_generated=tokens, peers=len(self.transport.peers()),
+            received=self.sharing.received_groups, accepted=self.sharing.accepted_groups,
+            rejected=self.sharing.rejected_groups,
         )
 
     # -- evaluation and checkpoints ----------------------------------------------------------------

@@ -59,11 +59,11 @@ def pick_dtype(preference: str, device: torch.device) -> torch.dtype:
 
 
 def resolve_model_path(name: str) -> str:
-    """A loadable name or path: the built-in tiny model is built (or found in the cache) first."""
-    if name == TINY_MODEL_NAME:
-        from swarm.policy.tiny import ensure_tiny_model
+    """A loadable name or path: built-in tiny models are built (or found in the cache) first."""
+    from swarm.policy.tiny import TINY_MODELS, ensure_tiny_model
 
-        return str(ensure_tiny_model())
+    if name in TINY_MODELS:
+        return str(ensure_tiny_model(name))
     return name
 
 
@@ -84,7 +84,9 @@ def load_tokenizer(path: str):
 def load_policy(name: str, device: str = "auto", dtype: str = "auto") -> Policy:
     """Load model and tokenizer by Hugging Face name or local path (or `TINY_MODEL_NAME`)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a per-load bar is noise in a node's output
     path = resolve_model_path(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)

@@ -50,6 +50,7 @@ BUILDER_VERSION = 2  # bump when the recipe below changes, so caches rebuild
 class TinyRecipe:
     """Everything that determines the built model's weights."""
 
+    tokenizer: str = "char"  # "char": one token per character; "bpe": byte-level BPE trained on task text
     hidden_size: int = 128
     intermediate_size: int = 384
     num_layers: int = 4
@@ -61,6 +62,14 @@ class TinyRecipe:
     answer_bias: float = 0.6  # share of demonstrations whose answer is one too high (see _demo_answer)
     seed: int = 0
     data_seed: int = 987_654  # warm-start questions; distinct from training and eval seeds
+
+
+# The built-in models, by the name a config uses. Two different sizes and tokenizers, so a
+# heterogeneous swarm (peers re-tokenizing each other's completions) can run anywhere.
+TINY_MODELS: dict[str, TinyRecipe] = {
+    "swarm-tiny": TinyRecipe(),
+    "swarm-tiny-bpe": TinyRecipe(tokenizer="bpe", hidden_size=96, intermediate_size=288, num_layers=3),
+}
 
 
 def cache_root() -> Path:
@@ -76,9 +85,14 @@ def tiny_model_key(recipe: TinyRecipe, mix: tuple[MixEntry, ...] = EASY_MIX) -> 
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-def ensure_tiny_model(recipe: TinyRecipe = TinyRecipe(), quiet: bool = False) -> Path:
-    """Path of the built tiny model, building and caching it first if needed."""
-    target = cache_root() / "models" / f"swarm-tiny-{tiny_model_key(recipe)}"
+def ensure_tiny_model(recipe: TinyRecipe | str = "swarm-tiny", quiet: bool = False) -> Path:
+    """Path of a built tiny model (a recipe or a name in TINY_MODELS), building it first if needed."""
+    name = recipe if isinstance(recipe, str) else "swarm-tiny"
+    if isinstance(recipe, str):
+        if recipe not in TINY_MODELS:
+            raise ModelError(f"unknown built-in model {recipe!r}; built-in models: {', '.join(TINY_MODELS)}")
+        recipe = TINY_MODELS[recipe]
+    target = cache_root() / "models" / f"{name}-{tiny_model_key(recipe)}"
     if (target / "model.safetensors").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -97,15 +111,11 @@ def ensure_tiny_model(recipe: TinyRecipe = TinyRecipe(), quiet: bool = False) ->
     return target
 
 
-def build_tokenizer():
-    """The character-level tokenizer, as a `PreTrainedTokenizerFast`."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+def build_tokenizer(recipe: TinyRecipe = TinyRecipe()):
+    """The recipe's tokenizer (character-level or byte-level BPE), as a `PreTrainedTokenizerFast`."""
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + CHARACTERS)}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    core.decoder = decoders.Fuse()
+    core = _bpe_tokenizer(recipe) if recipe.tokenizer == "bpe" else _char_tokenizer()
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
         pad_token="<pad>",
@@ -121,11 +131,37 @@ def build_tokenizer():
     return tokenizer
 
 
+def _char_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return core
+
+
+def _bpe_tokenizer(recipe: TinyRecipe):
+    """Byte-level BPE (no unknown characters) trained deterministically on easy-mix text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320, special_tokens=list(SPECIAL_TOKENS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tasks = [build_task(s) for s in sample_specs(EASY_MIX, seed=recipe.data_seed, round_index=0, count=2000)]
+    core.train_from_iterator([f"{t.question}\n{ANSWER_OPEN}{t.answer}{ANSWER_CLOSE}" for t in tasks], trainer)
+    return core
+
+
 def build_tiny_model(out_dir: Path, recipe: TinyRecipe = TinyRecipe(), quiet: bool = False) -> None:
     """Build, warm-start and save the tiny model into `out_dir` (deterministic for a recipe)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(recipe)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=recipe.hidden_size,

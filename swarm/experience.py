@@ -1,0 +1,88 @@
+"""The experience pool: peers' accepted rollout groups, rebuilt and re-scored locally.
+
+SAPO trains on other nodes' completions, but never on their word: a shared group enters the
+pool only after its task was rebuilt from the spec (the question text must match) and every
+completion was re-scored with this node's own verifier. Those local rewards are what the
+batch choice and the advantages use; the sender's claimed rewards are kept only for
+comparison. When a shared group is trained on, its completions are re-tokenized with this
+node's tokenizer (senders may run other models), and it leaves the pool: each shared group
+is learned from at most once.
+
+Deliberately not here: signatures and wire checks (`swarm.verify.message`), choosing the
+batch (`swarm.sampling`), or computing log-probs (the trainer).
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+from swarm.errors import RejectedMessage, TaskError
+from swarm.rollout import RolloutGroup
+from swarm.sampling import Candidate
+from swarm.tasks import Task, build_task, score_completion
+
+
+@dataclass(frozen=True)
+class SharedGroup:
+    """A peer's group as this node will train on it."""
+
+    row_id: int  # the ledger row that recorded its arrival
+    content_hash: str
+    sender: str
+    task: Task
+    completions: tuple[str, ...]
+    finished: tuple[bool, ...]
+    rewards: tuple[float, ...]  # re-scored locally
+    claimed_rewards: tuple[float, ...]
+    policy_version: int
+    same_model: bool
+    received_at: float
+
+
+def rescore(group: RolloutGroup, format_weight: float) -> tuple[Task, tuple[float, ...]]:
+    """Rebuild the group's task and score its completions locally; reject what does not rebuild."""
+    try:
+        task = build_task(group.task)
+    except TaskError as e:
+        raise RejectedMessage("bad_task", str(e)[:300]) from None
+    if task.question != group.question:
+        raise RejectedMessage("question_mismatch", "the question text is not the one the task spec rebuilds")
+    return task, tuple(score_completion(task, c, format_weight) for c in group.completions)
+
+
+class ExperiencePool:
+    """A bounded FIFO of shared groups waiting to be trained on (oldest evicted first, counted)."""
+
+    def __init__(self, capacity: int = 4096):
+        self._groups: collections.OrderedDict[str, SharedGroup] = collections.OrderedDict()
+        self.capacity = capacity
+        self.evicted = 0
+
+    def add(self, group: SharedGroup) -> None:
+        self._groups[group.content_hash] = group
+        while len(self._groups) > self.capacity:
+            self._groups.popitem(last=False)
+            self.evicted += 1
+
+    def candidates(self) -> list[Candidate[SharedGroup]]:
+        return [
+            Candidate(g, g.rewards, sender=g.sender, same_model=g.same_model, policy_version=g.policy_version,
+                      received_at=g.received_at)
+            for g in self._groups.values()
+        ]
+
+    def take(self, groups: list[SharedGroup]) -> None:
+        """Remove groups that were trained on."""
+        for g in groups:
+            self._groups.pop(g.content_hash, None)
+
+    def prune(self, keep) -> int:
+        """Drop groups for which `keep(group)` is false (e.g. hopelessly stale); return how many."""
+        gone = [h for h, g in self._groups.items() if not keep(g)]
+        for h in gone:
+            del self._groups[h]
+        return len(gone)
+
+    def __len__(self) -> int:
+        return len(self._groups)

@@ -1,0 +1,109 @@
+"""SAPO in a small swarm: nodes train on each other's groups, re-scored and re-tokenized locally."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from swarm.ledger import GroupRow, GroupUseRow, Ledger, UpdateRow
+from swarm.node import Node
+from swarm.p2p import MemoryHub, MemoryTransport
+from swarm.p2p.identity import create_identity, peer_id_of
+from tests.conftest import small_config
+
+
+def _swarm(tmp_path, n=3, **training):
+    hub = MemoryHub()
+    nodes = []
+    for i in range(n):
+        key = create_identity(bytes([i + 1]) * 32)
+        config = small_config(
+            tmp_path / f"n{i}",
+            node={"name": f"n{i}", "seed": i},
+            generation={"questions_per_round": 4, "completions_per_question": 6},
+            training={"local_groups": 4, "shared_groups": 4, "per_peer_cap": 1, **training},
+            tasks={"eval_size": 0},
+        )
+        nodes.append(Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key))
+    for node in nodes:
+        node.transport.start()
+        node.transport.subscribe(node.topic, node._validate)
+    return nodes
+
+
+def _ledger(node):
+    return Ledger(node.config.ledger_url)
+
+
+def test_shared_groups_are_used_within_cap_and_only_with_signal(tmp_path, tiny_model_path):
+    nodes = _swarm(tmp_path)
+    for _ in range(4):
+        for node in nodes:
+            node.run_round()
+    for node in nodes:
+        with _ledger(node).reader() as s:
+            uses = s.query(GroupUseRow).all()
+            updates = s.query(UpdateRow).order_by(UpdateRow.round).all()
+            rows = {r.id: r for r in s.query(GroupRow).filter(GroupRow.status == "accepted")}
+        assert uses, f"{node.config.node.name} never trained on a shared group"
+        per_round = Counter(u.round for u in uses)
+        for update in updates:
+            assert update.shared_groups == per_round.get(update.round, 0) <= 4
+            senders = Counter(u.sender for u in uses if u.round == update.round)
+            assert all(count <= 1 for count in senders.values())  # per-peer cap
+        for use in uses:
+            advantages = json.loads(use.advantages)
+            assert use.advantage_abs_sum > 0 and abs(sum(advantages)) < 1e-4  # stored to 6 decimals; zero-advantage groups never used
+            assert rows[use.group_id].sender == use.sender != node.peer_id
+        assert len({u.content_hash for u in uses}) == len(uses)  # each shared group learned from once
+        assert sum(u.shared_groups for u in updates) == len(uses)
+    for node in nodes:
+        node.close()
+
+
+def test_without_shared_slots_nothing_shared_is_used(tmp_path, tiny_model_path):
+    nodes = _swarm(tmp_path, n=2, shared_groups=0)
+    for _ in range(2):
+        for node in nodes:
+            node.run_round()
+    for node in nodes:
+        with _ledger(node).reader() as s:
+            assert s.query(GroupUseRow).count() == 0
+            assert s.query(GroupRow).filter(GroupRow.status == "accepted").count() > 0
+        node.close()
+
+
+def test_heterogeneous_models_use_each_others_groups(tmp_path, tiny_model_path):
+    """A char-level 1M-parameter node and a BPE 0.4M-parameter node re-tokenize each other's work."""
+    hub = MemoryHub()
+    nodes = []
+    for i, model in enumerate(("swarm-tiny", "swarm-tiny-bpe")):
+        key = create_identity(bytes([i + 11]) * 32)
+        config = small_config(
+            tmp_path / model, node={"name": model, "seed": i}, policy={"model": model},
+            generation={"questions_per_round": 4, "completions_per_question": 6},
+            training={"local_groups": 4, "shared_groups": 4, "per_peer_cap": 4}, tasks={"eval_size": 0},
+        )
+        node = Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
+        node.transport.start()
+        node.transport.subscribe(node.topic, node._validate)
+        nodes.append(node)
+    char_node, bpe_node = nodes
+    assert len(char_node.policy.tokenizer) != len(bpe_node.policy.tokenizer)
+    for _ in range(3):
+        for node in nodes:
+            node.run_round()
+    for node, other in ((char_node, bpe_node), (bpe_node, char_node)):
+        with _ledger(node).reader() as s:
+            uses = s.query(GroupUseRow).all()
+            accepted = s.query(GroupRow).filter(GroupRow.status == "accepted").all()
+        assert uses and {u.sender for u in uses} == {other.peer_id}
+        assert {r.model for r in accepted} == {other.config.policy.model}
+        assert not any(g.same_model for g in node.pool.candidates() for g in [g.group])
+    # the same completion text becomes different token ids under the two tokenizers
+    text = "<answer>12</answer>"
+    ids = [tuple(n.policy.tokenizer(text, add_special_tokens=False)["input_ids"]) for n in nodes]
+    assert ids[0] != ids[1]
+    assert [n.policy.tokenizer.decode(list(i)) for n, i in zip(nodes, ids)] == [text, text]
+    for node in nodes:
+        node.close()

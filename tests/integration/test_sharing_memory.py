@@ -1,0 +1,82 @@
+"""Two real nodes sharing signed rollouts over the in-memory transport; forgeries are recorded."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from swarm.ledger import GroupRow, Ledger, PeerRow
+from swarm.node import Node, rollout_topic
+from swarm.p2p import MemoryHub, MemoryTransport
+from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.rollout import SignedGroup, decode_group, encode_group, pack_messages, sign_group
+from tests.conftest import small_config
+
+
+def _node(tmp_path, hub, name, seed):
+    key = create_identity(bytes([seed]) * 32)
+    config = small_config(
+        tmp_path / name, node={"name": name, "rounds": 2, "seed": seed}, tasks={"eval_size": 0}
+    )
+    return Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
+
+
+def _rows(node) -> list[GroupRow]:
+    ledger = Ledger(node.config.ledger_url)
+    with ledger.reader() as s:
+        return s.query(GroupRow).order_by(GroupRow.id).all()
+
+
+def test_nodes_exchange_signed_groups_and_record_forgeries(tmp_path, tiny_model_path):
+    hub = MemoryHub()
+    a, b = _node(tmp_path, hub, "a", 1), _node(tmp_path, hub, "b", 2)
+    # Both must be subscribed before either publishes: start them, run a round each in turn.
+    for node in (a, b):
+        node.transport.subscribe(node.topic, node._validate)
+        node.transport.start()
+    a.run_round()
+    b.run_round()  # b drains a's round-0 groups here
+
+    # A hostile peer on the hub: a forged signature, and a valid signature over a tampered body.
+    mallory_key = create_identity(b"\x09" * 32)
+    mallory = MemoryTransport(peer_id_of(mallory_key), hub)
+    mallory.start()
+    sent_by_a = [r for r in _rows(a) if r.direction == "sent"][0]
+    honest = decode_group(sent_by_a.body)
+    claimed = dataclasses.replace(
+        honest, sender=peer_id_of(mallory_key), rewards=(5.0,) * len(honest.rewards)
+    )
+    forged = SignedGroup(encode_group(claimed), b"\x00" * 64)
+    tampered_body = bytearray(
+        sign_group(
+            dataclasses.replace(honest, sender=mallory.peer_id, nonce=b"z" * 16), mallory_key
+        ).body
+    )
+    good = sign_group(
+        dataclasses.replace(honest, sender=mallory.peer_id, nonce=b"y" * 16), mallory_key
+    )
+    at = bytes(tampered_body).index(b"arithmetic")
+    tampered_body[at] ^= 0x01  # still a valid, canonical body: only the signature can catch it
+    tampered = SignedGroup(bytes(tampered_body), good.signature)
+    for message in pack_messages([forged]) + pack_messages([tampered]) + [b"\xc1 not msgpack"]:
+        mallory.publish(rollout_topic("swarm-local"), message)
+    a.run_round()  # a drains b's round-0 groups and mallory's messages
+
+    rows_a = _rows(a)
+    accepted = [r for r in rows_a if r.status == "accepted"]
+    rejected = [r for r in rows_a if r.status == "rejected"]
+    sent_b = [r for r in _rows(b) if r.direction == "sent"]
+    assert {r.content_hash for r in accepted} == {r.content_hash for r in sent_b}
+    assert all(r.sender == b.peer_id and r.body for r in accepted)
+    assert sorted(r.reason for r in rejected) == ["bad_signature", "bad_signature", "undecodable"]
+    assert {r.sender for r in rejected if r.reason == "bad_signature"} == {mallory.peer_id}
+    assert len(a.pool) == len(sent_b)
+    # b received a's first round only; both recorded who they heard from
+    assert {r.content_hash for r in _rows(b) if r.status == "accepted"} == {
+        r.content_hash for r in rows_a if r.direction == "sent" and r.local_round == 0
+    }
+    ledger = Ledger(a.config.ledger_url)
+    with ledger.reader() as s:
+        assert {p.peer_id for p in s.query(PeerRow)} == {b.peer_id, mallory.peer_id}
+    assert a.transport.stats().rejected == {"bad_signature": 2, "undecodable": 1}
+    for node in (a, b):
+        node.close()
