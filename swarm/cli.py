@@ -49,6 +49,8 @@ def _load(config: Path | None, sets: list[str] | None, **flags):
 
 
 def _toml_literal(value) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_literal(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -64,6 +66,8 @@ def join(
     run_dir: Annotated[str | None, typer.Option(help="Folder for identity, ledger and checkpoints (overrides node.run_dir).")] = None,
     model: Annotated[str | None, typer.Option(help="Hugging Face model name or path, or 'swarm-tiny' (overrides policy.model).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of this node (overrides node.seed).")] = None,
+    bootstrap: Annotated[list[str] | None, typer.Option(help="Multiaddr /ip4/.../tcp/.../p2p/12D3KooW... of a peer to join through (repeatable; replaces p2p.bootstrap).")] = None,
+    listen: Annotated[str | None, typer.Option(help="Multiaddr to listen on, e.g. /ip4/0.0.0.0/tcp/4001 (overrides p2p.listen).")] = None,
     display: Annotated[str, typer.Option(help="Progress display: auto (live on a terminal, lines otherwise), live, lines or none.")] = "auto",
 ) -> None:
     """Run a node: generate, score, share and train, round after round.
@@ -72,7 +76,11 @@ def join(
     checkpoint in its run folder. Ctrl-C stops it after the current round, with the ledger
     and a checkpoint written; a second Ctrl-C aborts at once.
     """
-    cfg = _load(config, sets, **{"node.rounds": rounds, "node.run_dir": run_dir, "policy.model": model, "node.seed": seed})
+    cfg = _load(
+        config, sets,
+        **{"node.rounds": rounds, "node.run_dir": run_dir, "policy.model": model, "node.seed": seed, "p2p.listen": listen,
+           "p2p.bootstrap": bootstrap or None},
+    )
     if display not in ("auto", "live", "lines", "none"):
         raise SwarmError(f"--display must be auto, live, lines or none, not {display!r}")
     from swarm.display import make_reporter

@@ -206,7 +206,7 @@ def build_config(raw: Mapping[str, Any], source: str = "config", origins: Mappin
             raise ConfigError(f"{source}: [{section_name}] must be a table")
         sections[section_name] = _build_section(SECTIONS[section_name], section_name, section_data, source, origins)
     config = Config(**sections)
-    _check_cross_field(config, source)
+    _check_cross_field(config, lambda section, key: origins.get((section, key), source))
     return config
 
 
@@ -292,8 +292,9 @@ def _check_type(value: Any, expected: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported config type {expected}")  # a bug in a section class
 
 
-def _check_cross_field(config: Config, source: str) -> None:
-    """Rules that involve more than one key."""
+def _check_cross_field(config: Config, origin) -> None:
+    """Rules that involve more than one key; `origin(section, key)` names where a value came from."""
+    source = origin("tasks", "mix")
     if config.tasks.preset == "custom" and not config.tasks.mix:
         raise ConfigError(f"{source}: tasks.mix must list datasets when tasks.preset = \"custom\"")
     if config.tasks.preset != "custom" and config.tasks.mix:
@@ -311,9 +312,9 @@ def _check_cross_field(config: Config, source: str) -> None:
             raise ConfigError(f"{source}: tasks.mix[{i}].weight must be a positive number")
     for i, addr in enumerate(config.p2p.bootstrap):
         if not isinstance(addr, str) or "/p2p/" not in addr:
-            raise ConfigError(f"{source}: p2p.bootstrap[{i}] must be a multiaddr ending in /p2p/<peer id>, got {addr!r}")
+            raise ConfigError(f"{origin('p2p', 'bootstrap')}: p2p.bootstrap[{i}] must be a multiaddr ending in /p2p/<peer id>, got {addr!r}")
     if config.generation.temperature == 0 and config.node.role != "observer":
-        raise ConfigError(f"{source}: generation.temperature = 0 gives every group equal rewards and GRPO nothing to learn")
+        raise ConfigError(f"{origin('generation', 'temperature')}: generation.temperature = 0 gives every group equal rewards and GRPO nothing to learn")
 
 
 def _suggest(name: str, options) -> str:

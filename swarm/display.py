@@ -94,10 +94,11 @@ def sparkline(values: list[float], width: int = 40) -> str:
 def _round_line(r: RoundReport) -> str:
     update = "skipped (no signal)" if r.skipped else f"loss {r.loss:+.4f}"
     shared = f" shared {r.shared_groups}" if r.shared_groups else ""
+    swarm = f"  peers {r.peers} recv {r.received} ok {r.accepted} rej {r.rejected}" if (r.peers or r.received) else ""
     return (
         f"round {r.round:>5}  v{r.policy_version:<5} reward {r.mean_reward:.3f}  correct {r.accuracy:6.1%}  "
         f"groups {r.trained_groups}/{r.groups}{shared}  {update}  "
-        f"gen {r.generate_s:.2f}s train {r.train_s:.2f}s round {r.total_s:.2f}s"
+        f"gen {r.generate_s:.2f}s train {r.train_s:.2f}s round {r.total_s:.2f}s{swarm}"
     )
 
 
@@ -191,6 +192,9 @@ class LiveReporter(Reporter):
                 f"{r.generate_s:.2f}", f"{r.train_s:.2f}", f"{r.total_s:.2f}",
             )
         lines = [self.progress, f"reward per round  {sparkline(self.rewards)}", table]
+        if self.rows and (self.rows[-1].peers or self.rows[-1].received):
+            r = self.rows[-1]
+            lines.append(f"swarm: {r.peers} peers connected · groups received {r.received}, accepted {r.accepted}, rejected {r.rejected}")
         if self.evals:
             first, last = self.evals[0], self.evals[-1]
             lines.append(

@@ -76,3 +76,22 @@ def test_status_reads_a_nodes_ledger(tmp_path, tiny_model_path):
     assert data["model"] == "swarm-tiny" and len(data["evals"]) >= 1
     table = _cli("status", "--ledger", str(tmp_path / "n" / "ledger.sqlite"))
     assert table.returncode == 0 and "latest rounds" in table.stdout
+
+
+def test_init_creates_a_private_identity_once(tmp_path):
+    first = _cli("init", "--run-dir", str(tmp_path / "me"))
+    assert first.returncode == 0, first.stderr
+    key = tmp_path / "me" / "identity.key"
+    assert key.stat().st_mode & 0o777 == 0o600
+    peer_id = next(line.split()[-1] for line in first.stdout.splitlines() if line.startswith("peer ID:"))
+    assert peer_id.startswith("12D3KooW") and "new identity" in first.stdout
+    again = _cli("init", "--run-dir", str(tmp_path / "me"))
+    assert "existing identity" in again.stdout and f"peer ID: {peer_id}" in again.stdout
+    fixed = _cli("init", "--run-dir", str(tmp_path / "me"), "--set", 'p2p.listen="/ip4/127.0.0.1/tcp/4001"')
+    assert f"listen address: /ip4/127.0.0.1/tcp/4001/p2p/{peer_id}" in fixed.stdout
+
+
+def test_bootstrap_flag_is_checked(tmp_path):
+    result = _cli("join", "--run-dir", str(tmp_path / "n"), "--bootstrap", "/ip4/127.0.0.1/tcp/1")
+    assert result.returncode == 2
+    assert "p2p.bootstrap[0] must be a multiaddr ending in /p2p/<peer id>" in result.stderr
