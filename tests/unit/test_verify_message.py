@@ -1,0 +1,99 @@
+"""Cheap checks on inbound messages, and the experience pool's local re-scoring."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from swarm.errors import RejectedMessage
+from swarm.experience import ExperiencePool, SharedGroup, rescore
+from swarm.p2p.identity import peer_id_of
+from swarm.rollout import SignedGroup, encode_group, pack_messages, sign_group
+from swarm.tasks import EASY_MIX, TaskSpec, build_task
+from swarm.verify.message import check_message
+from tests.unit.test_rollout import KEY, OTHER, make_group
+
+ME = peer_id_of(KEY)
+
+
+def _message(*groups):
+    return pack_messages(list(groups))[0]
+
+
+def test_good_message_is_accepted():
+    signed = sign_group(make_group(), KEY)
+    accepted, rejected = check_message(_message(signed), ME, "swarm-test")
+    assert rejected == [] and [a.signed for a in accepted] == [signed]
+
+
+@pytest.mark.parametrize(
+    "build, source, reason",
+    [
+        (lambda: sign_group(make_group(swarm_id="other"), KEY), ME, "wrong_swarm"),
+        (lambda: sign_group(make_group(OTHER), OTHER), ME, "sender_mismatch"),
+        (lambda: SignedGroup(encode_group(make_group()), b"\x00" * 64), ME, "bad_signature"),
+    ],
+)
+def test_bad_groups_are_rejected_with_their_reason(build, source, reason):
+    accepted, rejected = check_message(_message(build()), source, "swarm-test")
+    assert accepted == [] and [r.reason for r in rejected] == [reason]
+    assert rejected[0].sender in (ME, peer_id_of(OTHER))
+
+
+def test_one_bad_group_rejects_the_whole_message_and_records_every_group():
+    good = sign_group(make_group(), KEY)
+    bad = SignedGroup(encode_group(make_group(nonce=b"x" * 16)), b"\x00" * 64)
+    accepted, rejected = check_message(_message(good, bad), ME, "swarm-test")
+    assert accepted == []
+    assert sorted(r.reason for r in rejected) == ["bad_signature", "in_rejected_message"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=4096), st.text(max_size=60))
+def test_check_message_never_raises(data, source):
+    accepted, rejected = check_message(data, source, "swarm-test")
+    assert accepted == [] and len(rejected) >= 1
+
+
+def _easy_group(**changes):
+    spec = TaskSpec.make("chain_sum", dict(EASY_MIX[0].config), seed=5, index=3)
+    task = build_task(spec)
+    wrong = str(int(task.answer) + 1)
+    group = make_group(task=spec, question=task.question, completions=(f"<answer>{task.answer}</answer>", f"<answer>{wrong}</answer>"),
+                       rewards=(9.0, 9.0), finished=(True, True), token_ids=())
+    return dataclasses.replace(group, **changes)
+
+
+def test_rescore_uses_the_local_verifier_not_the_claims():
+    task, rewards = rescore(_easy_group(), format_weight=0.1)
+    assert rewards == pytest.approx((1.1, 0.1))
+
+
+@pytest.mark.parametrize(
+    "changes, reason",
+    [
+        ({"question": "What is 2 + 2?"}, "question_mismatch"),
+        ({"task": TaskSpec.make("no_such_dataset", {}, 0, 0)}, "bad_task"),
+        ({"task": TaskSpec.make("chain_sum", {"min_terms": "x"}, 0, 0)}, "bad_task"),
+    ],
+)
+def test_rescore_rejects_groups_whose_task_does_not_rebuild(changes, reason):
+    with pytest.raises(RejectedMessage) as info:
+        rescore(_easy_group(**changes), format_weight=0.0)
+    assert info.value.reason == reason
+
+
+def test_pool_is_bounded_and_groups_leave_when_used():
+    task = build_task(TaskSpec.make("chain_sum", {}, 0, 0))
+    pool = ExperiencePool(capacity=3)
+    groups = [SharedGroup(i, f"h{i}", "p", task, ("a", "b"), (True, True), (0.0, 1.0), (0.0, 1.0), 0, True, 0.0) for i in range(5)]
+    for g in groups:
+        pool.add(g)
+    assert len(pool) == 3 and pool.evicted == 2
+    assert [c.group.content_hash for c in pool.candidates()] == ["h2", "h3", "h4"]
+    pool.take([groups[3]])
+    assert [c.group.content_hash for c in pool.candidates()] == ["h2", "h4"]
+    assert pool.prune(lambda g: g.content_hash != "h2") == 1 and len(pool) == 1
