@@ -45,7 +45,7 @@ def parse_args(argv=None):
     parser.add_argument("--configs", default=",".join(f"{i}/{j}" for i, j in CONFIGS), help="I/J pairs, comma-separated")
     parser.add_argument("--eval-size", type=int, default=100, help="held-out questions per node at the end")
     parser.add_argument("--lr", type=float, default=3e-4, help="learning rate of every node")
-    parser.add_argument("--max-version-gap", type=int, default=8, help="skip shared groups more than this many versions behind (-1: no bound)")
+    parser.add_argument("--max-version-gap", type=int, default=1, help="skip shared groups more than this many versions behind (-1: no bound)")
     parser.add_argument("--per-peer-cap", type=int, default=2, help="at most this many shared groups per peer per update (0: no cap)")
     parser.add_argument("--quick", action="store_true", help="smoke test: 3 rounds, 16 eval questions")
     parser.add_argument("--out", default="runs/sapo_experiment.json", help="JSON results (the PNG goes beside it)")

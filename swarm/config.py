@@ -90,7 +90,7 @@ class TrainingSection:
     local_groups: int = opt(16, "I: local rollout groups per update (SAPO).", min=0)
     shared_groups: int = opt(0, "J: shared groups from peers per update (SAPO; 0 trains on local experience only).", min=0)
     per_peer_cap: int = opt(2, "At most this many of a batch's shared groups from any one peer (0: no cap).", min=0)
-    max_version_gap: int = opt(8, "Skip shared groups of our own model more than this many policy versions behind us (-1: no bound).", min=-1)
+    max_version_gap: int = opt(1, "Skip shared groups of our own model more than this many policy versions behind us (-1: no bound; 1 measured best, see README).", min=-1)
     max_age_s: float = opt(600.0, "Skip shared groups received longer ago than this (0: no bound).", min=0.0)
     pool_size: int = opt(4096, "Shared groups kept waiting for training (oldest dropped first).", min=1)
 
