@@ -145,17 +145,20 @@ def launch(node: DemoNode) -> None:
 
 def read_stats(node: DemoNode) -> dict:
     """Per-node figures from its ledger (empty until the node has written one)."""
+    from swarm.errors import LedgerError
     from swarm.ledger import Ledger, RoundRow, group_counts, latest_evals
 
     path = node.folder / "ledger.sqlite"
     if not path.exists():
         return {}
-    ledger = Ledger(f"sqlite:///{path}")
+    ledger = Ledger(f"sqlite:///{path}", create=False)  # the node owns it: never write to it
     try:
         with ledger.reader() as s:
             rounds = s.query(RoundRow).filter(RoundRow.superseded.is_(False)).order_by(RoundRow.round).all()
             counts = group_counts(s)
             evals = latest_evals(s, 1000)
+    except LedgerError:
+        return {}  # the node has not created its tables yet
     finally:
         ledger.close()
     return {

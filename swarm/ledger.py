@@ -29,7 +29,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from swarm.errors import LedgerError
@@ -172,21 +172,28 @@ class GroupUseRow(Base):
 
 
 class Ledger:
-    """An open ledger database: an engine plus a session factory."""
+    """An open ledger database: an engine plus a session factory.
 
-    def __init__(self, url: str):
+    The node that owns a ledger opens it with `create=True` (the schema is made on first
+    start); anything that only reads (status, the demo's live table, replay) opens it with
+    `create=False` and so never writes to another process's database.
+    """
+
+    def __init__(self, url: str, create: bool = True):
         self.url = url
         try:
             self.engine = create_engine(url)
             if self.engine.dialect.name == "sqlite":
                 event.listen(self.engine, "connect", _sqlite_pragmas)
-            Base.metadata.create_all(self.engine)
+            if create:
+                _create_schema(self.engine)
         except SQLAlchemyError as e:
-            raise LedgerError(f"cannot open ledger {url}: {e.__class__.__name__}: {e}") from None
+            raise LedgerError(f"cannot open ledger {url}: {_one_line(e)}") from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        with self.transaction() as session:
-            if session.get(Meta, "schema_version") is None:
-                session.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
+        if create:
+            with self.transaction() as session:
+                if session.get(Meta, "schema_version") is None:
+                    session.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -197,7 +204,7 @@ class Ledger:
             session.commit()
         except SQLAlchemyError as e:
             session.rollback()
-            raise LedgerError(f"ledger write failed ({self.url}): {e.__class__.__name__}: {e}") from None
+            raise LedgerError(f"ledger write failed ({self.url}): {_one_line(e)}") from None
         except BaseException:
             session.rollback()
             raise
@@ -211,12 +218,30 @@ class Ledger:
         try:
             yield session
         except SQLAlchemyError as e:
-            raise LedgerError(f"ledger read failed ({self.url}): {e.__class__.__name__}: {e}") from None
+            raise LedgerError(f"ledger read failed ({self.url}): {_one_line(e)}") from None
         finally:
             session.close()
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _create_schema(engine, attempts: int = 5) -> None:
+    """Create missing tables; if another process creates them at the same moment, look again."""
+    for attempt in range(attempts):
+        try:
+            Base.metadata.create_all(engine)
+            return
+        except OperationalError as e:
+            if "already exists" not in str(e) or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
+def _one_line(e: Exception) -> str:
+    """A library error as one line (SQLAlchemy appends the SQL and a link on further lines)."""
+    text = str(getattr(e, "orig", None) or e).strip().splitlines()
+    return f"{e.__class__.__name__}: {text[0] if text else ''}"
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

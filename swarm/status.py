@@ -15,7 +15,7 @@ from swarm.ledger import Ledger, get_meta, last_round, latest_evals, latest_roun
 
 def collect_status(url: str, last: int = 10) -> dict:
     """Plain data for the status view."""
-    ledger = Ledger(url)
+    ledger = Ledger(url, create=False)  # reading must not change a (possibly running) node's ledger
     try:
         with ledger.reader() as session:
             rounds = latest_rounds(session, last)

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from swarm.errors import LedgerError
 from swarm.ledger import EvalRow, Ledger, RoundRow, UpdateRow
 from swarm.node import Node
 from swarm.policy.checkpoint import latest_checkpoint, read_state
@@ -66,11 +67,15 @@ def _wait_for_checkpoint(run_dir: Path, min_round: int, proc: subprocess.Popen, 
 
 
 def _live_rounds(run_dir: Path) -> list[RoundRow]:
-    ledger = Ledger(f"sqlite:///{run_dir / 'ledger.sqlite'}")
-    with ledger.reader() as s:
-        rows = s.query(RoundRow).filter(RoundRow.superseded.is_(False)).order_by(RoundRow.round).all()
-    ledger.close()
-    return rows
+    """Live rounds of a (possibly running) node's ledger, read without touching its schema."""
+    ledger = Ledger(f"sqlite:///{run_dir / 'ledger.sqlite'}", create=False)
+    try:
+        with ledger.reader() as s:
+            return s.query(RoundRow).filter(RoundRow.superseded.is_(False)).order_by(RoundRow.round).all()
+    except LedgerError:
+        return []  # the node has not created its tables yet
+    finally:
+        ledger.close()
 
 
 def test_killed_node_resumes_at_the_next_policy_version(tmp_path, tiny_model_path):

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from swarm.errors import LedgerError
 from swarm.ledger import GroupRow, Ledger, RoundRow
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.rollout import SignedGroup, decode_group, encode_group, pack_messages, sign_group
@@ -103,10 +104,13 @@ def _wait_for(predicate, timeout: float, proc: subprocess.Popen):
 
 
 def _rows(run_dir: Path, model=GroupRow):
-    ledger = Ledger(f"sqlite:///{run_dir / 'ledger.sqlite'}")
+    """Rows of a running node's ledger, read without touching its schema ([] until it has one)."""
+    ledger = Ledger(f"sqlite:///{run_dir / 'ledger.sqlite'}", create=False)
     try:
         with ledger.reader() as s:
             return s.query(model).all()
+    except LedgerError:
+        return []
     finally:
         ledger.close()
 

@@ -50,6 +50,40 @@ def test_schema_is_created_in_wal_mode(tmp_path):
         assert get_meta(s, "model") == "m" and get_meta(s, "schema_version") == "2"
 
 
+def test_readers_never_create_and_concurrent_openers_do_not_collide(tmp_path):
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'race.sqlite'}"
+    reader = Ledger(url, create=False)
+    with pytest.raises(LedgerError, match="no such table"):
+        with reader.reader() as s:
+            last_round(s)
+    errors = []
+
+    def open_writer():
+        try:
+            Ledger(url).close()
+        except LedgerError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_writer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with reader.reader() as s:
+        assert last_round(s) is None and get_meta(s, "schema_version") == "2"
+
+
+def test_errors_are_one_line(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
+    with pytest.raises(LedgerError) as info:
+        with ledger.transaction() as s:
+            s.execute(__import__("sqlalchemy").text("SELECT * FROM no_such_table"))
+    assert "\n" not in str(info.value) and "no such table" in str(info.value)
+
+
 def test_a_failed_transaction_leaves_nothing(tmp_path):
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
     with pytest.raises(RuntimeError):
