@@ -47,6 +47,7 @@ def parse_args(argv=None):
     parser.add_argument("--lr", type=float, default=3e-4, help="learning rate of every node")
     parser.add_argument("--max-version-gap", type=int, default=1, help="skip shared groups more than this many versions behind (-1: no bound)")
     parser.add_argument("--per-peer-cap", type=int, default=2, help="at most this many shared groups per peer per update (0: no cap)")
+    parser.add_argument("--seed", type=int, default=0, help="base seed: node i uses seed+i (and a matching identity)")
     parser.add_argument("--quick", action="store_true", help="smoke test: 3 rounds, 16 eval questions")
     parser.add_argument("--out", default="runs/sapo_experiment.json", help="JSON results (the PNG goes beside it)")
     args = parser.parse_args(argv)
@@ -66,10 +67,10 @@ def run_config(local: int, shared: int, args, console: Console) -> dict:
     nodes = []
     with tempfile.TemporaryDirectory(prefix="sapo-") as tmp:
         for i in range(args.nodes):
-            key = create_identity(bytes([i + 1]) * 32)  # same identities (and so seeds) in every configuration
+            key = create_identity(bytes([(args.seed + i + 1) % 256]) * 32)  # same identities in every configuration
             config = build_config(
                 {
-                    "node": {"name": f"node-{i}", "seed": i, "run_dir": f"{tmp}/node-{i}", "checkpoint_every": 10_000},
+                    "node": {"name": f"node-{i}", "seed": args.seed + i, "run_dir": f"{tmp}/node-{i}", "checkpoint_every": 10_000},
                     "policy": {"device": "cpu", "dtype": "float32"},
                     "generation": {"questions_per_round": local, "completions_per_question": args.completions, "max_new_tokens": 8},
                     "training": {"lr": args.lr, "local_groups": local, "shared_groups": shared, "micro_batch_size": 256,
@@ -169,7 +170,7 @@ def main(argv=None) -> int:
     payload = {
         "setup": {
             "nodes": args.nodes, "rounds": args.rounds, "completions_per_question": args.completions, "lr": args.lr,
-            "model": "swarm-tiny", "tasks": "easy", "eval_size": args.eval_size,
+            "model": "swarm-tiny", "tasks": "easy", "eval_size": args.eval_size, "seed": args.seed,
             "max_version_gap": args.max_version_gap, "per_peer_cap": args.per_peer_cap,
             "transport": "all nodes in one process over MemoryTransport (round-robin), not separate libp2p processes",
             "cumulative_reward": "sum over nodes and rounds of each node's mean reward of its own sampled completions",
