@@ -102,6 +102,16 @@ def _round_line(r: RoundReport) -> str:
     )
 
 
+def _header_lines(info: RunInfo) -> list[str]:
+    """What both reporters print once when a node starts."""
+    until = f"until round {info.target_rounds}" if info.target_rounds else "until stopped"
+    first = (
+        f"node {info.name} ({info.peer_id}) model {info.model} on {info.device}, "
+        f"starting at round {info.start_round}, {until}; files in {info.run_dir}"
+    )
+    return [first, *info.notes]
+
+
 class LineReporter(Reporter):
     """One plain line per event: for logs and non-interactive output."""
 
@@ -109,13 +119,8 @@ class LineReporter(Reporter):
         self.console = Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)
 
     def start(self, info: RunInfo) -> None:
-        until = f"until round {info.target_rounds}" if info.target_rounds else "until stopped"
-        self.console.print(
-            f"node {info.name} ({info.peer_id}) model {info.model} on {info.device}, "
-            f"starting at round {info.start_round}, {until}; files in {info.run_dir}"
-        )
-        for note in info.notes:
-            self.console.print(note)
+        for line in _header_lines(info):
+            self.console.print(line)
 
     def round(self, report: RoundReport) -> None:
         self.console.print(_round_line(report))
@@ -148,7 +153,8 @@ class LiveReporter(Reporter):
 
     def start(self, info: RunInfo) -> None:
         self.info = info
-        LineReporter.start(self, info)  # the header stays above the live area
+        for line in _header_lines(info):  # the header stays above the live area
+            self.console.print(line)
         total = info.target_rounds or None
         self.task_id = self.progress.add_task("rounds", total=total, completed=info.start_round)
         self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)

@@ -334,27 +334,3 @@ def group_counts(session: Session) -> dict[str, int]:
     rows = session.execute(select(GroupRow.status, func.count()).group_by(GroupRow.status)).all()
     return {status: count for status, count in rows}
 
-
-def rejections_by_reason(session: Session) -> dict[str, int]:
-    rows = session.execute(
-        select(GroupRow.reason, func.count()).where(GroupRow.status == "rejected").group_by(GroupRow.reason)
-    ).all()
-    return {reason: count for reason, count in rows}
-
-
-def shared_use_totals(session: Session) -> dict[str, dict[str, float]]:
-    """Per sender: how many times its groups were used in updates, and the advantage they carried."""
-    rows = session.execute(
-        select(GroupUseRow.sender, func.count(), func.sum(GroupUseRow.advantage_abs_sum))
-        .where(GroupUseRow.superseded.is_(False))
-        .group_by(GroupUseRow.sender)
-    ).all()
-    return {sender: {"uses": count, "advantage_abs_sum": float(total or 0.0)} for sender, count, total in rows}
-
-
-def list_peers(session: Session) -> list[PeerRow]:
-    return list(session.scalars(select(PeerRow).order_by(PeerRow.first_seen)))
-
-
-def now() -> float:
-    return time.time()

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -343,7 +342,3 @@ def _float(value, name: str, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value) or not low <= value <= high:
         raise RejectedMessage("malformed", f"{name} must be a finite float in [{low}, {high}]")
     return value
-
-
-def now() -> float:
-    return time.time()

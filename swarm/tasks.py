@@ -104,12 +104,6 @@ def _dataset(name: str, config_json: str, seed: int):
             raise TaskError(f"cannot build dataset {name!r} with config {config_json}: {e}") from None
 
 
-def known_datasets() -> list[str]:
-    """Names of every dataset reasoning-gym can build."""
-    from reasoning_gym.factory import DATASETS
-
-    return sorted(DATASETS)
-
 
 def build_task(spec: TaskSpec) -> Task:
     """Rebuild the question and ground truth of `spec`. Raises `TaskError` for a bad spec."""
