@@ -122,6 +122,8 @@ class P2PSection:
     swarm_id: str = opt("swarm-local", "Name of the swarm; messages of other swarms are rejected.")
     listen: str = opt("/ip4/127.0.0.1/tcp/0", "Multiaddr to listen on (tcp/0: any free port; /ip4/0.0.0.0 to accept remote peers).")
     bootstrap: list = opt([], "Multiaddrs (/ip4/.../tcp/.../p2p/12D3KooW...) of peers to join through.")
+    psk_file: str = opt("", "File holding the private swarm key (64 hex characters); '' : open swarm. Peers without the same key cannot connect.")
+    allow_list: list = opt([], "Peer IDs allowed to connect and send (empty: anyone). Connections from other peers are closed.")
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -124,7 +125,24 @@ def make_transport(config: Config, key_pair) -> Transport:
     """The libp2p transport this config describes (imported lazily: it pulls in trio and libp2p)."""
     from swarm.p2p.libp2p_transport import Libp2pTransport
 
-    return Libp2pTransport(key_pair=key_pair, listen_addr=config.p2p.listen, bootstrap=list(config.p2p.bootstrap))
+    return Libp2pTransport(
+        key_pair=key_pair,
+        listen_addr=config.p2p.listen,
+        bootstrap=list(config.p2p.bootstrap),
+        psk=read_psk(config.p2p.psk_file) if config.p2p.psk_file else None,
+        allow_list=list(config.p2p.allow_list) or None,
+    )
+
+
+def read_psk(path: str) -> str:
+    """The private swarm key in `path` (64 hex characters, surrounding whitespace ignored)."""
+    try:
+        text = Path(path).read_text().strip()
+    except OSError as e:
+        raise ConfigError(f"p2p.psk_file: cannot read {path}: {e.strerror or e}") from None
+    if len(text) != 64 or any(c not in "0123456789abcdefABCDEF" for c in text):
+        raise ConfigError(f"p2p.psk_file: {path} must hold exactly 64 hex characters (a 32-byte key)")
+    return text.lower()
 
 
 def make_generator(config: Config, policy: Policy) -> Generator:
