@@ -171,6 +171,33 @@ class GroupUseRow(Base):
     superseded: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+class DeltaRow(Base):
+    """A sparse weight delta (or full anchor) this node published, served, fetched or refused."""
+
+    __tablename__ = "deltas"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    direction: Mapped[str] = mapped_column(String)  # "sent" | "received"
+    peer: Mapped[str] = mapped_column(String, index=True, default="")  # the other side ("" if none)
+    kind: Mapped[str] = mapped_column(String)  # "delta" | "anchor"
+    from_version: Mapped[int] = mapped_column(Integer, default=-1)  # -1 for an anchor
+    to_version: Mapped[int] = mapped_column(Integer)
+    bytes: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)  # encode/transfer/apply time
+    status: Mapped[str] = mapped_column(String)  # "published" | "served" | "applied" | "rejected"
+    reason: Mapped[str] = mapped_column(String, default="")  # rejection reason code
+    recorded_at: Mapped[float] = mapped_column(Float)
+
+
+class BanRow(Base):
+    """A peer whose messages this node refuses: banned by its user or by its reputation score."""
+
+    __tablename__ = "bans"
+    peer_id: Mapped[str] = mapped_column(String, primary_key=True)
+    source: Mapped[str] = mapped_column(String)  # "user" | "auto"
+    reason: Mapped[str] = mapped_column(String, default="")
+    banned_at: Mapped[float] = mapped_column(Float)
+
+
 class Ledger:
     """An open ledger database: an engine plus a session factory.
 
