@@ -6,6 +6,7 @@ import pytest
 
 from swarm.errors import LedgerError
 from swarm.ledger import (
+    SCHEMA_VERSION,
     EvalRow,
     Ledger,
     RoundRow,
@@ -47,7 +48,7 @@ def test_schema_is_created_in_wal_mode(tmp_path):
     assert {"meta", "rounds", "updates", "evals", "peers", "rollout_groups"} <= tables
     reopened = Ledger(f"sqlite:///{path}")
     with reopened.reader() as s:
-        assert get_meta(s, "model") == "m" and get_meta(s, "schema_version") == "2"
+        assert get_meta(s, "model") == "m" and get_meta(s, "schema_version") == str(SCHEMA_VERSION)
 
 
 def test_readers_never_create_and_concurrent_openers_do_not_collide(tmp_path):
@@ -73,7 +74,7 @@ def test_readers_never_create_and_concurrent_openers_do_not_collide(tmp_path):
         t.join()
     assert errors == []
     with reader.reader() as s:
-        assert last_round(s) is None and get_meta(s, "schema_version") == "2"
+        assert last_round(s) is None and get_meta(s, "schema_version") == str(SCHEMA_VERSION)
 
 
 def test_errors_are_one_line(tmp_path):
