@@ -34,6 +34,14 @@ from rich.console import Console
 from rich.table import Table
 
 CONFIGS = ((8, 0), (6, 2), (4, 4), (2, 6))
+# Task mixes: "easy" is what the tiny model learns quickly (2 one-digit terms, nearly every
+# group carries signal); "hard" adds 3-term sums it was never shown, so about half of all
+# groups are all-wrong and carry no signal, as in the paper's reasoning tasks.
+TASK_MIXES = {
+    "easy": {"preset": "easy"},
+    "hard": {"preset": "custom", "mix": [{"dataset": "chain_sum", "weight": 1.0,
+             "config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}]},
+}
 PAPER = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}
 
 
@@ -48,6 +56,8 @@ def parse_args(argv=None):
     parser.add_argument("--max-version-gap", type=int, default=1, help="skip shared groups more than this many versions behind (-1: no bound)")
     parser.add_argument("--per-peer-cap", type=int, default=2, help="at most this many shared groups per peer per update (0: no cap)")
     parser.add_argument("--seed", type=int, default=0, help="base seed: node i uses seed+i (and a matching identity)")
+    parser.add_argument("--tasks", default="easy", choices=sorted(TASK_MIXES), help="task mix (see TASK_MIXES)")
+    parser.add_argument("--max-new-tokens", type=int, default=8, help="longest completion, in tokens")
     parser.add_argument("--quick", action="store_true", help="smoke test: 3 rounds, 16 eval questions")
     parser.add_argument("--out", default="runs/sapo_experiment.json", help="JSON results (the PNG goes beside it)")
     args = parser.parse_args(argv)
@@ -72,10 +82,10 @@ def run_config(local: int, shared: int, args, console: Console) -> dict:
                 {
                     "node": {"name": f"node-{i}", "seed": args.seed + i, "run_dir": f"{tmp}/node-{i}", "checkpoint_every": 10_000},
                     "policy": {"device": "cpu", "dtype": "float32"},
-                    "generation": {"questions_per_round": local, "completions_per_question": args.completions, "max_new_tokens": 8},
+                    "generation": {"questions_per_round": local, "completions_per_question": args.completions, "max_new_tokens": args.max_new_tokens},
                     "training": {"lr": args.lr, "local_groups": local, "shared_groups": shared, "micro_batch_size": 256,
                                  "max_version_gap": args.max_version_gap, "per_peer_cap": args.per_peer_cap},
-                    "tasks": {"eval_size": args.eval_size, "eval_every": 10_000},
+                    "tasks": {"eval_size": args.eval_size, "eval_every": 10_000, **TASK_MIXES[args.tasks]},
                 },
                 f"sapo {local}/{shared}",
             )
@@ -170,7 +180,7 @@ def main(argv=None) -> int:
     payload = {
         "setup": {
             "nodes": args.nodes, "rounds": args.rounds, "completions_per_question": args.completions, "lr": args.lr,
-            "model": "swarm-tiny", "tasks": "easy", "eval_size": args.eval_size, "seed": args.seed,
+            "model": "swarm-tiny", "tasks": args.tasks, "task_mix": TASK_MIXES[args.tasks], "max_new_tokens": args.max_new_tokens, "eval_size": args.eval_size, "seed": args.seed,
             "max_version_gap": args.max_version_gap, "per_peer_cap": args.per_peer_cap,
             "transport": "all nodes in one process over MemoryTransport (round-robin), not separate libp2p processes",
             "cumulative_reward": "sum over nodes and rounds of each node's mean reward of its own sampled completions",
