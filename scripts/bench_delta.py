@@ -7,14 +7,17 @@ does to bf16 weights) at several densities and reports, per density: delta bytes
 dense bf16 and against raw new values + int32 indices, encode and decode+apply
 throughput in dense-bf16 MB/s, and peak RSS. Also times a full anchor.
 
-`bench_real_deltas(pairs)` runs the same measurement on real (old, new) state dicts, e.g.
-from a few training steps of the tiny model.
+`bench_real_deltas(pairs)` runs the same measurement on real (old, new) state dicts;
+`tiny_training_pairs` makes such pairs from real GRPO updates of the built-in tiny model
+(a solo node's rounds: generate, score, update), at its own learning rate and at an
+RL-sized one. `bench_transfer` times `fetch_blob` of a payload between two libp2p
+transports on 127.0.0.1 (the stream protocol followers fetch deltas with).
 
 What it is not: a test (it asserts only bit-exactness of what it measures) or a model of
 network time. Timings are wall-clock on whatever else the machine is doing; the JSON
 records the load average so a noisy run can be recognised.
 
-    python scripts/bench_delta.py [--quick] [--out runs/bench_delta.json]
+    python scripts/bench_delta.py [--quick] [--no-real] [--no-transfer] [--out runs/bench_delta.json]
 """
 
 from __future__ import annotations
@@ -284,6 +287,79 @@ def bench_real_deltas(
     return rows
 
 
+def tiny_training_pairs(steps: int, lr: float, seed: int = 0) -> list[tuple[dict, dict]]:
+    """(bf16 before, bf16 after) of `steps` real GRPO updates of the tiny model (CPU, fp32
+    masters), run as a solo node's rounds in a temporary folder."""
+    import tempfile
+
+    from swarm.config import build_config
+    from swarm.node import Node
+    from swarm.p2p.identity import create_identity, peer_id_of
+    from swarm.p2p.transport import MemoryTransport
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = build_config(
+            {
+                "node": {"name": "bench", "run_dir": tmp, "seed": seed, "checkpoint_every": 1000},
+                "policy": {"device": "cpu", "dtype": "float32"},
+                "generation": {
+                    "questions_per_round": 16,
+                    "completions_per_question": 8,
+                    "max_new_tokens": 8,
+                },
+                "training": {"lr": lr, "local_groups": 16},
+                "tasks": {"eval_size": 0},
+            },
+            "bench",
+        )
+        key = create_identity()
+        node = Node(config, transport=MemoryTransport(peer_id_of(key)), key_pair=key)
+        node.transport.start()
+        pairs, before = [], bf16_state_dict(node.policy.model)
+        while len(pairs) < steps:
+            report = node.run_round()
+            if report.skipped:
+                continue
+            after = bf16_state_dict(node.policy.model)
+            pairs.append((before, after))
+            before = after
+        node.close()
+    return pairs
+
+
+def bench_transfer(payload: bytes, repeat: int = 3) -> dict:
+    """MB/s of `fetch_blob` of `payload` from one Libp2pTransport to another on 127.0.0.1."""
+    from swarm.p2p.identity import create_identity
+    from swarm.p2p.libp2p_transport import Libp2pTransport
+
+    server = Libp2pTransport(key_pair=create_identity(), listen_addr="/ip4/127.0.0.1/tcp/0")
+    server.start()
+    client = None
+    try:
+        client = Libp2pTransport(
+            key_pair=create_identity(),
+            listen_addr="/ip4/127.0.0.1/tcp/0",
+            bootstrap=server.listen_addrs(),
+        )
+        client.start()
+        deadline = time.monotonic() + 30
+        while not client.peers() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        server.serve_blob("bench", payload)
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            got = client.fetch_blob(server.peer_id, "bench", timeout=600)
+            best = min(best, time.perf_counter() - t0)
+            if got != payload:
+                raise AssertionError("fetched blob differs")
+    finally:
+        if client is not None:
+            client.close()
+        server.close()
+    return {"bytes": len(payload), "seconds": best, "MBps": len(payload) / MB / best}
+
+
 # --------------------------------------------------------------------------- reporting
 
 
@@ -325,6 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--densities", default="0.001,0.01,0.05", help="comma-separated shares")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per case (best kept)")
     parser.add_argument("--threads", type=int, default=None, help="worker threads (default: all)")
+    parser.add_argument(
+        "--no-real", action="store_true", help="skip the tiny model's real training deltas"
+    )
+    parser.add_argument(
+        "--no-transfer", action="store_true", help="skip the libp2p transfer timing"
+    )
     args = parser.parse_args(argv)
 
     dims = QUICK if args.quick else FULL
@@ -337,13 +419,27 @@ def main(argv: list[str] | None = None) -> int:
         f"{time.perf_counter() - t0:.1f}s; load average {os.getloadavg()[0]:.2f}"
     )
     rng = np.random.default_rng(1)
-    rows = []
+    rows, transfers, payload = [], [], None
     for density in (float(d) for d in args.densities.split(",")):
         new = rl_step(old, density, rng)
         rows.append(measure(f"{model} {density:g}", old, new, args.repeat, args.threads))
+        if payload is None or abs(density - 0.01) < 1e-9:
+            payload = encode_delta(old, new, from_version=0, to_version=1)  # a realistic delta
         del new
     anchors = [measure_anchor(f"{model} anchor", old, 1, args.threads)]
-    print_table(rows, anchors)
+    real = []
+    if not args.no_real:
+        for lr in (3e-4, 1e-5, 1e-6):  # the tiny model's own lr, and RL-sized ones
+            pairs = tiny_training_pairs(3, lr)
+            real += bench_real_deltas(pairs, repeat=args.repeat, label=f"tiny GRPO lr={lr:g}")
+    print_table(rows + real, anchors)
+    if not args.no_transfer and payload is not None:
+        for label, blob in (("1% delta", payload), ("64 MB", os.urandom(64 << 20))):
+            transfers.append({"label": label, **bench_transfer(blob)})
+            t = transfers[-1]
+            print(
+                f"libp2p fetch_blob {label:>9}: {t['bytes'] / MB:8.2f} MB in {t['seconds']:.3f} s = {t['MBps']:.0f} MB/s"
+            )
 
     report = {
         "model": model,
@@ -361,7 +457,9 @@ def main(argv: list[str] | None = None) -> int:
             "loadavg_at_end": os.getloadavg(),
         },
         "synthetic": rows,
+        "real": real,
         "anchors": anchors,
+        "transfer": transfers,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -237,7 +237,12 @@ def _groups(canonical: dict[str, str]) -> dict[str, list[str]]:
 
 def _content_digest(bits: np.ndarray) -> bytes:
     """blake3 of a tensor's little-endian bit patterns (name and shape not included)."""
-    return blake3.blake3(bits.astype("<u2", copy=False).view(np.uint8)).digest()
+    return blake3.blake3(_le_bytes(bits)).digest()
+
+
+def _le_bytes(bits: np.ndarray) -> np.ndarray:
+    # Feeding blake3 slice by slice gives the same digest as one call over the whole.
+    return bits.astype("<u2", copy=False).view(np.uint8)
 
 
 def _entry_digest(name: str, shape: tuple[int, ...], content: bytes) -> bytes:
@@ -354,15 +359,21 @@ def _join(planes: list[np.ndarray], count: int) -> np.ndarray:
 # --------------------------------------------------------------------------- index coding
 
 
-def _diff(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _diff(
+    old: np.ndarray, new: np.ndarray, hashers: tuple | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sorted positions where the bit patterns differ, with the old and new bits there.
 
-    Works one cache-sized slice at a time so the gathers read memory the compare just
-    brought in, instead of a second pass over the whole tensor.
+    Works one cache-sized slice at a time so the gathers (and the optional blake3
+    `hashers` of old and new, fed slice by slice) read memory the compare just brought
+    in, instead of four passes over the whole tensors.
     """
     positions, old_v, new_v = [], [], []
     for start in range(0, old.size, _SCAN_CHUNK):
         o, w = old[start : start + _SCAN_CHUNK], new[start : start + _SCAN_CHUNK]
+        if hashers is not None:
+            hashers[0].update(_le_bytes(o))
+            hashers[1].update(_le_bytes(w))
         local = np.flatnonzero(o != w)
         positions.append(local + start)
         old_v.append(o[local])
@@ -468,7 +479,11 @@ def _encode_values(
 
 
 def _decode_values(rec: dict, streams: list[np.ndarray], old_v: np.ndarray) -> np.ndarray:
-    v = _join(streams, rec["count"])
+    return _combine(rec, _join(streams, rec["count"]), old_v)
+
+
+def _combine(rec: dict, v: np.ndarray, old_v: np.ndarray) -> np.ndarray:
+    """New bits from coded values `v` and the old bits at the same positions."""
     coding = rec["values"]
     if coding == "raw":
         return v
@@ -494,19 +509,20 @@ class _Encoded:
 
 def _encode_change(old: np.ndarray | None, new: np.ndarray, level: int) -> _Encoded:
     """Encode one canonical tensor: the change from `old`, or all of `new` when old is None."""
-    result_content = _content_digest(new)
     if old is None:
+        result_content = _content_digest(new)
         if new.size == 0:
             return _Encoded(None, result_content, {"count": 0, "index": "none"}, [])
         values, streams = _encode_values(None, new, level)
         return _Encoded(
             None, result_content, {"count": new.size, "index": "all", "values": values}, streams
         )
-    base_content = _content_digest(old)
-    if base_content == result_content:
-        # Equal blake3 of the bit patterns: unchanged, and the scan can be skipped.
+    # One pass: both hashes are fed from the same cache-sized slices the scan compares.
+    hashers = (blake3.blake3(), blake3.blake3())
+    idx, old_v, new_v = _diff(old, new, hashers)
+    base_content, result_content = hashers[0].digest(), hashers[1].digest()
+    if idx.size == 0:
         return _Encoded(base_content, result_content, {"count": 0, "index": "none"}, [])
-    idx, old_v, new_v = _diff(old, new)
     index, width, index_streams = _encode_index(idx, new.size, level)
     values, value_streams = _encode_values(old_v, new_v, level)
     fields = {"count": int(idx.size), "index": index, "values": values}
@@ -956,10 +972,38 @@ class _Journal:
             self._undo.append(lambda: _put(flat, idx, saved))
         _put(flat, idx, new_v)
 
+    def patch(self, flat: np.ndarray, idx: np.ndarray, v: np.ndarray, rec: dict) -> bytes:
+        """Write a sparse change into contiguous `flat` bits and return their content digest.
+
+        One pass, a cache-sized slice at a time: gather the old bits at the slice's changed
+        positions, combine them with the coded values `v`, keep them for undo, write, and
+        feed the slice to blake3 while it is still in cache (instead of a gather pass, a
+        scatter pass and a hash pass over the whole tensor).
+        """
+        saved: list[np.ndarray] = []
+        if self._keep:
+            # Logged before writing; restores exactly the positions written so far.
+            self._undo.append(lambda: _put(flat, idx[: sum(map(len, saved))], _concat(saved)))
+        hasher = blake3.blake3()
+        starts = range(0, flat.size, _SCAN_CHUNK)
+        bounds = np.searchsorted(idx, [*starts, flat.size])
+        for start, lo, hi in zip(starts, bounds[:-1], bounds[1:], strict=True):
+            if hi > lo:
+                where = idx[lo:hi]
+                old_v = flat[where]
+                saved.append(old_v)
+                _put(flat, where, _combine(rec, v[lo:hi], old_v))
+            hasher.update(_le_bytes(flat[start : start + _SCAN_CHUNK]))
+        return hasher.digest()
+
     def rollback(self) -> None:
         for undo in reversed(self._undo):
             undo()
         self._undo.clear()
+
+
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty(0, np.uint16)
 
 
 def _put(flat: np.ndarray, idx: np.ndarray | None, values: np.ndarray) -> None:
@@ -997,8 +1041,11 @@ def _apply(
     is_delta = header["kind"] == "delta"
     todo = sorted((n for n in slices if recs[n]["count"]), key=lambda n: -recs[n]["count"])
     changed = {t for n in todo for t in writes[n]}
-    # An anchor rewrites every non-empty tensor, so only a delta needs its base hashed.
-    hashed = sorted(set(target.values()) - (set() if is_delta else changed))
+    # One hash pass in all: tensors the change leaves alone are hashed as they are, changed
+    # ones after writing. The base is not hashed up front: a wrong base cannot produce the
+    # right result (except where every differing bit is overwritten, which is then correct
+    # anyway), so it shows as a result mismatch, and only then is the base hashed to say so.
+    hashed = sorted(set(target.values()) - changed)
     journal = _Journal(keep_undo)
 
     def content(name: str) -> bytes:
@@ -1010,14 +1057,34 @@ def _apply(
         return _decode_change(recs[name], slices[name], old)
 
     def known_old(i: int, old_v: np.ndarray | None) -> np.ndarray | None:
-        # Every target of a delta passed the base check, so all copies of a tied tensor
-        # hold the same old bits; an anchor checks no base, so only the first one is known.
-        return old_v if is_delta or i == 0 else None
+        # Untied copies of one delta tensor may differ in a wrong target: only the bits of
+        # the copy that was decoded against are known; the journal reads the others.
+        return old_v if i == 0 else None
 
     def write_and_hash(job: tuple) -> tuple[str, bytes]:
         name, idx, old_v, new_v = job
         journal.write(weights[name], idx, old_v, new_v)
         return name, content(name)
+
+    def prepare(name: str) -> tuple[np.ndarray | None, np.ndarray]:
+        # Read-only: decompress and validate a tensor's index and coded values.
+        rec, streams = recs[name], [_unpack(data, raw) for data, raw in slices[name]]
+        if rec["values"] != "raw" and not is_delta:
+            raise DeltaError(f"tensor {rec['name']!r}: an anchor's values cannot need old weights")
+        k = len(streams) - 2
+        n = int(np.prod(rec["shape"], dtype=np.int64))
+        return _decode_index(rec, streams[:k], n), _join(streams[k:], rec["count"])
+
+    def write_prepared(item: tuple) -> list[tuple[str, bytes]]:
+        name, (idx, v) = item
+        copies, rec = writes[name], recs[name]
+        first = weights[copies[0]]
+        if idx is not None and len(copies) == 1 and first.is_contiguous():
+            return [(copies[0], journal.patch(_bits(first), idx, v, rec))]  # the usual case
+        old = _bits(first)
+        old_v = old.copy() if idx is None else old[idx]
+        new_v = _combine(rec, v, old_v)
+        return [write_and_hash((t, idx, known_old(i, old_v), new_v)) for i, t in enumerate(copies)]
 
     def decode_write_and_hash(name: str) -> list[tuple[str, bytes]]:
         idx, old_v, new_v = decode(name)
@@ -1029,24 +1096,29 @@ def _apply(
         # Read-only phase: hash what the target holds and decode (so validate) every change
         # side by side; nothing is written until both are done.
         base = pool.map(content, hashed)
-        decoded = pool.map(decode, todo) if keep_undo else iter(())
+        prepared = pool.map(prepare, todo) if keep_undo else iter(())
         contents = dict(zip(hashed, base, strict=True))
-        if is_delta:
-            entries = _entries(weights, contents, target)
-            _compare(entries, header, "base_tag", header["base_hash"], "base")
         try:
             if keep_undo:
-                jobs = [
-                    (t, idx, known_old(i, old_v), new_v)
-                    for n, (idx, old_v, new_v) in zip(todo, decoded, strict=True)
-                    for i, t in enumerate(writes[n])
-                ]
-                contents.update(_run_all(pool, write_and_hash, jobs))
+                for pairs in _run_all(pool, write_prepared, list(zip(todo, prepared, strict=True))):
+                    contents.update(pairs)
             else:
                 for pairs in _run_all(pool, decode_write_and_hash, todo):
                     contents.update(pairs)
             entries = _entries(weights, contents, target)
-            _compare(entries, header, "result_tag", header["result_hash"], "result")
+            if _overall_digest(entries) != header["result_hash"]:
+                journal.rollback()
+                if is_delta:  # name the cause: weights other than the delta's base?
+                    rewritten = sorted(changed)
+                    contents.update(zip(rewritten, pool.map(content, rewritten), strict=True))
+                    _compare(
+                        _entries(weights, contents, target),
+                        header,
+                        "base_tag",
+                        header["base_hash"],
+                        "base",
+                    )
+                _compare(entries, header, "result_tag", header["result_hash"], "result")
         except BaseException:
             journal.rollback()
             raise
@@ -1062,9 +1134,10 @@ def apply_delta(
     """Apply a delta (or an anchor, which overwrites everything) to `weights` in place.
 
     Before touching anything it verifies the container checksum, the version (when
-    `expect_from_version` is given), tensor names, shapes and dtype, and, for a delta,
-    that `weights` hash to the delta's base; then it decodes every tensor. After writing
-    it verifies the result hash. On any failure the writes are rolled back and
+    `expect_from_version` is given), tensor names, shapes and dtype, and decodes every
+    tensor. After writing it verifies the result hash; on a mismatch it rolls back and
+    says whether the target was not the delta's base ("base hash mismatch", naming the
+    tensors) or the result is wrong. On any failure the writes are rolled back and
     `DeltaError` is raised, so the caller holds either the old weights or the new ones,
     bit for bit, never a mix. Costs extra memory for the old values of the changed
     elements (a whole copy of the weights for an anchor). Not safe against other writers

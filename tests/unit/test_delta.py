@@ -615,3 +615,81 @@ def test_weights_hash_sees_names_shapes_and_every_bit():
     assert h != weights_hash({"a": w["a"].reshape(1, 2)})
     assert h != weights_hash({"a": from_bits(np.array([0x7FC1, 0x8000], dtype=np.uint16), (2,))})
     assert h != weights_hash({"a": from_bits(np.array([0x7FC0, 0x0000], dtype=np.uint16), (2,))})
+
+
+# --------------------------------------------------------------------------- apply without an up-front base hash
+# `apply_delta` hashes the weights once (after writing); a wrong base must still never
+# leave a mix behind: either the result hash matches (the weights are then exactly the new
+# ones) or everything is rolled back and the error says which base tensors differ.
+
+
+@FAST
+@given(weight_sets(), st.data())
+def test_any_wrong_base_gives_the_new_weights_or_is_rolled_back(pair, data):
+    old, new = pair
+    blob = encode_delta(old, new, from_version=0, to_version=1)
+    target = clone(old)
+    names = [k for k in target if target[k].numel()]
+    if not names:
+        return
+    name = data.draw(st.sampled_from(names))
+    flat = bits(target[name]).copy()
+    pos = data.draw(st.integers(0, flat.size - 1))
+    flat[pos] ^= np.uint16(data.draw(st.integers(1, 0xFFFF)))
+    target[name].copy_(from_bits(flat, tuple(target[name].shape)))
+    snap = snapshot(target)
+    try:
+        apply_delta(target, blob)
+    except DeltaError as e:
+        assert "base hash mismatch" in str(e) and repr(name) in str(e)
+        assert unchanged(target, snap)
+    else:  # every differing bit was overwritten by the change: the result is exact
+        assert same(target, new)
+
+
+def test_failure_midway_through_a_chunked_write_rolls_back(monkeypatch):
+    monkeypatch.setattr(delta, "_SCAN_CHUNK", 100)
+    rng = np.random.default_rng(11)
+    old = {"w": from_bits(random_bits(rng, 5000), (5000,))}
+    new = step(old, rng, 0.2, nudge=True)
+    blob = encode_delta(old, new, from_version=0, to_version=1)
+    real_put, calls = delta._put, []
+
+    def flaky_put(flat, idx, values):
+        calls.append(1)
+        real_put(flat, idx, values)
+        if len(calls) == 7:  # seventh slice of one tensor, after writing it
+            raise MemoryError("simulated")
+
+    monkeypatch.setattr(delta, "_put", flaky_put)
+    target = clone(old)
+    snap = snapshot(target)
+    with pytest.raises(MemoryError):
+        apply_delta(target, blob, threads=1)
+    assert unchanged(target, snap)
+    monkeypatch.setattr(delta, "_put", real_put)
+    apply_delta(target, blob)
+    assert same(target, new)
+
+
+def test_delta_to_untied_copies_that_differ_is_rejected_and_each_copy_restored():
+    old = model_weights(seed=1, tied=True)
+    new = step(old, np.random.default_rng(12), 0.3, nudge=True)
+    blob = encode_delta(old, new, from_version=0, to_version=1)
+    target = {k: v.clone() for k, v in old.items()}  # untied copies...
+    target["lm_head.weight"] = step(
+        {"x": target["lm_head.weight"]}, np.random.default_rng(13), 0.5, False
+    )["x"]
+    snap = snapshot(target)  # ...of which one no longer matches the base
+    with pytest.raises(DeltaError, match="base hash mismatch.*lm_head.weight"):
+        apply_delta(target, blob)
+    assert unchanged(target, snap)
+
+
+def test_nan_inf_and_signed_zero_patterns_survive_a_delta_exactly():
+    specials = np.resize(SPECIAL, 4096)
+    old = {"w": from_bits(np.roll(specials, 3), (64, 64))}
+    new = {"w": from_bits(specials, (64, 64))}  # every element moves between special patterns
+    target = clone(old)
+    apply_delta(target, encode_delta(old, new, from_version=0, to_version=1))
+    assert np.array_equal(bits(target["w"]), specials)
