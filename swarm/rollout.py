@@ -3,11 +3,12 @@
 A *rollout group* is one question's G completions with their claimed rewards and everything
 a receiver needs to check them: the task spec (so the question and ground truth can be
 rebuilt), the model and policy version that produced them, the sampling parameters, the
-round, a timestamp and a random nonce.
+round, a timestamp, a random nonce, and the format bonus the sender's verifier adds for a
+tagged answer (`format_bonus`), so receivers can check every claimed reward exactly.
 
 On the wire::
 
-    gossip message = msgpack {"v": 1, "kind": "rollouts", "groups": [[body, signature], ...]}
+    gossip message = msgpack {"v": 2, "kind": "rollouts", "groups": [[body, signature], ...]}
     body           = canonical msgpack map of one group (sorted keys, float64, no extensions)
     signature      = Ed25519 over SIGNING_DOMAIN + body, by the key of `body.sender`
 
@@ -25,6 +26,7 @@ compute (duplicates, replays, rate limits, rebuilding tasks, re-scoring): see
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 from collections.abc import Iterable
@@ -32,10 +34,10 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from swarm.errors import RejectedMessage
-from swarm.tasks import MAX_SPEC_INDEX, TaskSpec
+from swarm.errors import RejectedMessage, TaskError
+from swarm.tasks import MAX_SPEC_INDEX, TaskSpec, canonical_config
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: groups declare their format bonus
 SIGNING_DOMAIN = b"swarm-node/rollout-group/v1\x00"
 NONCE_BYTES = 16
 
@@ -51,6 +53,7 @@ MAX_NAME_CHARS = 256  # swarm id, sender, model, dataset, hash
 MAX_CONFIG_CHARS = 4096
 MAX_TOKENS_PER_COMPLETION = 16_384
 REWARD_BOUND = 100.0  # claimed rewards must be finite and within +-this
+MAX_FORMAT_BONUS = 1.0  # the same bound as the tasks.format_reward config key
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,9 @@ class RolloutGroup:
     nonce: bytes = field(default_factory=lambda: os.urandom(NONCE_BYTES))
     # The sender's own token ids: only meaningful to peers with the same tokenizer (spot checks).
     token_ids: tuple[tuple[int, ...], ...] = ()
+    # The bonus the sender's verifier adds for an answer inside <answer></answer> (its
+    # tasks.format_reward): receivers recompute each claimed reward with it.
+    format_bonus: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,7 @@ def _group_map(group: RolloutGroup) -> dict:
         "completions": list(group.completions),
         "created_at": float(group.created_at),
         "finished": [bool(f) for f in group.finished],
+        "format_bonus": float(group.format_bonus),
         "model": group.model,
         "base_hash": group.base_hash,
         "nonce": bytes(group.nonce),
@@ -246,7 +253,7 @@ def _unpack(data: bytes, max_len: int):
 
 
 _GROUP_KEYS = frozenset(
-    {"completions", "created_at", "finished", "model", "base_hash", "nonce", "policy_version", "question",
+    {"completions", "created_at", "finished", "format_bonus", "model", "base_hash", "nonce", "policy_version", "question",
      "rewards", "round", "sampling", "sender", "swarm_id", "task", "token_ids", "v"}
 )
 
@@ -295,6 +302,7 @@ def _group_from_map(raw: dict) -> RolloutGroup:
         created_at=_float(raw["created_at"], "created_at", 0.0, 1e12),
         nonce=nonce,
         token_ids=tuple(tuple(ids) for ids in token_ids),
+        format_bonus=_float(raw["format_bonus"], "format_bonus", 0.0, MAX_FORMAT_BONUS),
     )
 
 
@@ -303,10 +311,23 @@ def _task(raw) -> TaskSpec:
         raise RejectedMessage("malformed", "task must have config, dataset, index and seed")
     return TaskSpec(
         dataset=_str(raw["dataset"], "task.dataset", MAX_NAME_CHARS),
-        config_json=_str(raw["config"], "task.config", MAX_CONFIG_CHARS),
+        config_json=_config_json(raw["config"]),
         seed=_int(raw["seed"], "task.seed", 0, 2**63 - 1),
         index=_int(raw["index"], "task.index", 0, MAX_SPEC_INDEX),
     )
+
+
+def _config_json(value) -> str:
+    """A task config: canonical JSON of an object, as `TaskSpec.make` writes it (else malformed)."""
+    text = _str(value, "task.config", MAX_CONFIG_CHARS)
+    try:
+        parsed = json.loads(text)
+        canonical = canonical_config(parsed) if isinstance(parsed, dict) else None
+    except (ValueError, RecursionError, TaskError):  # bad JSON, nesting bombs, NaN
+        canonical = None
+    if canonical != text:
+        raise RejectedMessage("malformed", "task.config must be canonical JSON of an object")
+    return text
 
 
 def _sampling(raw) -> Sampling:
@@ -341,4 +362,193 @@ def _int(value, name: str, low: int, high: int) -> int:
 def _float(value, name: str, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value) or not low <= value <= high:
         raise RejectedMessage("malformed", f"{name} must be a finite float in [{low}, {high}]")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Delta manifests: a trainer's signed announcement of a weight delta or anchor.
+#
+# On the wire::
+#
+#     gossip message / index blob = msgpack {"v": 1, "kind": "delta_manifests", "manifests": [[body, signature], ...]}
+#     body      = canonical msgpack map of one manifest (sorted keys, float64, no extensions)
+#     signature = Ed25519 over MANIFEST_SIGNING_DOMAIN + body, by the key of `body.provider`
+#
+# The payload itself (the `swarm.policy.delta` container) never travels on gossip: the
+# provider serves it under `key` over the blob stream protocol, and the signed `payload_hash`
+# (blake3 of the payload bytes) and `size` bind the fetched bytes to the manifest. A manifest
+# says nothing about whether to trust the provider: followers check `provider` themselves.
+
+MANIFEST_SCHEMA_VERSION = 1
+MANIFEST_SIGNING_DOMAIN = b"swarm-node/delta-manifest/v1\x00"
+MAX_MANIFEST_BYTES = 2048  # one manifest body (~500 bytes in practice)
+MAX_MANIFESTS_PER_MESSAGE = 256  # a trainer's index of the deltas and anchors it serves
+MAX_MANIFEST_MESSAGE_BYTES = MAX_MANIFESTS_PER_MESSAGE * (MAX_MANIFEST_BYTES + 96)
+MAX_BLOB_KEY_CHARS = 512
+MAX_PAYLOAD_BYTES = 1 << 40
+MANIFEST_KINDS = ("delta", "anchor")
+_HEX_HASH_CHARS = 64
+
+
+@dataclass(frozen=True)
+class DeltaManifest:
+    """What a trainer announces about one delta (version a -> b) or anchor (full weights at b)."""
+
+    swarm_id: str
+    provider: str  # peer ID that serves the payload and signs this manifest
+    model: str  # model name, as in the provider's policy.model
+    base_hash: str  # hex identity of the base model's bf16 weights (the policy's base_hash)
+    kind: str  # "delta" or "anchor"
+    from_version: int  # the version a delta applies to; -1 for an anchor
+    to_version: int  # the version the weights are at after applying
+    size: int  # payload bytes
+    payload_hash: str  # hex blake3 of the payload bytes
+    result_hash: str  # hex `swarm.policy.delta.weights_hash` of the weights after applying
+    key: str  # blob key the provider serves the payload under
+    created_at: float
+
+
+@dataclass(frozen=True)
+class SignedManifest:
+    """A manifest's canonical body bytes and the provider's signature over them."""
+
+    body: bytes
+    signature: bytes
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.body).hexdigest()
+
+
+def _manifest_map(m: DeltaManifest) -> dict:
+    fields = {
+        "base_hash": m.base_hash,
+        "created_at": float(m.created_at),
+        "from_version": int(m.from_version),
+        "key": m.key,
+        "kind": m.kind,
+        "model": m.model,
+        "payload_hash": m.payload_hash,
+        "provider": m.provider,
+        "result_hash": m.result_hash,
+        "size": int(m.size),
+        "swarm_id": m.swarm_id,
+        "to_version": int(m.to_version),
+        "v": MANIFEST_SCHEMA_VERSION,
+    }
+    return {key: fields[key] for key in sorted(fields)}
+
+
+def encode_manifest(manifest: DeltaManifest) -> bytes:
+    """Canonical body bytes of a manifest."""
+    return msgpack.packb(_manifest_map(manifest), use_bin_type=True)
+
+
+def sign_manifest(manifest: DeltaManifest, key_pair) -> SignedManifest:
+    """Encode and sign `manifest` with the provider's libp2p key pair."""
+    from swarm.p2p.identity import peer_id_of, sign
+
+    if peer_id_of(key_pair) != manifest.provider:
+        raise ValueError("a manifest must be signed by the key of its provider")
+    _manifest_from_map(_manifest_map(manifest))  # refuse to sign what receivers would reject
+    body = encode_manifest(manifest)
+    return SignedManifest(body=body, signature=sign(key_pair, MANIFEST_SIGNING_DOMAIN + body))
+
+
+def pack_manifests(manifests: Iterable[SignedManifest]) -> bytes:
+    """One gossip message (or index blob) carrying signed manifests."""
+    items = [[m.body, m.signature] for m in manifests]
+    if not 1 <= len(items) <= MAX_MANIFESTS_PER_MESSAGE:
+        raise ValueError(f"a manifest message carries 1..{MAX_MANIFESTS_PER_MESSAGE} manifests")
+    return msgpack.packb(
+        {"v": MANIFEST_SCHEMA_VERSION, "kind": "delta_manifests", "manifests": items}, use_bin_type=True
+    )
+
+
+def unpack_manifests(data: bytes) -> list[SignedManifest]:
+    """Split a manifest message into signed manifests. Checks the envelope only."""
+    if len(data) > MAX_MANIFEST_MESSAGE_BYTES:
+        raise RejectedMessage("oversize", f"manifest message of {len(data)} bytes")
+    envelope = _unpack(data, max_len=MAX_MANIFESTS_PER_MESSAGE + 8)
+    if not isinstance(envelope, dict) or set(envelope) != {"v", "kind", "manifests"}:
+        raise RejectedMessage("malformed", "manifest message envelope has the wrong fields")
+    if envelope["v"] != MANIFEST_SCHEMA_VERSION:
+        raise RejectedMessage("unknown_schema", f"manifest message schema {envelope['v']!r}")
+    if envelope["kind"] != "delta_manifests":
+        raise RejectedMessage("malformed", f"unknown message kind {envelope['kind']!r}")
+    items = envelope["manifests"]
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_MANIFESTS_PER_MESSAGE:
+        raise RejectedMessage("malformed", "manifests must be a non-empty list within the limit")
+    out = []
+    for item in items:
+        if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, bytes) for x in item)):
+            raise RejectedMessage("malformed", "each manifest must be [body, signature] bytes")
+        if len(item[0]) > MAX_MANIFEST_BYTES:
+            raise RejectedMessage("oversize", f"manifest body of {len(item[0])} bytes")
+        out.append(SignedManifest(body=item[0], signature=item[1]))
+    return out
+
+
+def decode_manifest(body: bytes) -> DeltaManifest:
+    """Parse and validate a manifest body (schema, types, bounds, canonical form). No signature check."""
+    if len(body) > MAX_MANIFEST_BYTES:
+        raise RejectedMessage("oversize", f"manifest body of {len(body)} bytes")
+    raw = _unpack(body, max_len=64)
+    if not isinstance(raw, dict):
+        raise RejectedMessage("malformed", "manifest body is not a map")
+    if raw.get("v") != MANIFEST_SCHEMA_VERSION:
+        raise RejectedMessage("unknown_schema", f"manifest schema {raw.get('v')!r}")
+    manifest = _manifest_from_map(raw)
+    if encode_manifest(manifest) != body:
+        raise RejectedMessage("non_canonical", "manifest body is not in canonical form")
+    return manifest
+
+
+def verify_manifest(signed: SignedManifest) -> DeltaManifest:
+    """Decode a signed manifest and check its signature against the provider's peer ID."""
+    from swarm.p2p.identity import verify
+
+    manifest = decode_manifest(signed.body)
+    if not verify(manifest.provider, MANIFEST_SIGNING_DOMAIN + signed.body, signed.signature):
+        raise RejectedMessage("bad_signature", f"manifest signature does not verify for {manifest.provider[:16]}...")
+    return manifest
+
+
+_MANIFEST_KEYS = frozenset(
+    {"base_hash", "created_at", "from_version", "key", "kind", "model", "payload_hash", "provider",
+     "result_hash", "size", "swarm_id", "to_version", "v"}
+)
+
+
+def _manifest_from_map(raw: dict) -> DeltaManifest:
+    if set(raw) != _MANIFEST_KEYS:
+        missing, extra = sorted(_MANIFEST_KEYS - set(raw)), sorted(set(raw) - _MANIFEST_KEYS)
+        raise RejectedMessage("malformed", f"manifest fields: missing {missing}, unexpected {extra}")
+    kind = raw["kind"]
+    if kind not in MANIFEST_KINDS:
+        raise RejectedMessage("malformed", f"manifest kind {kind!r}")
+    to_version = _int(raw["to_version"], "to_version", 0, 2**53)
+    if kind == "anchor":
+        from_version = _int(raw["from_version"], "from_version", -1, -1)
+    else:
+        from_version = _int(raw["from_version"], "from_version", 0, to_version - 1)
+    return DeltaManifest(
+        swarm_id=_str(raw["swarm_id"], "swarm_id", MAX_NAME_CHARS),
+        provider=_str(raw["provider"], "provider", MAX_NAME_CHARS),
+        model=_str(raw["model"], "model", MAX_NAME_CHARS),
+        base_hash=_hex_hash(raw["base_hash"], "base_hash"),
+        kind=kind,
+        from_version=from_version,
+        to_version=to_version,
+        size=_int(raw["size"], "size", 1, MAX_PAYLOAD_BYTES),
+        payload_hash=_hex_hash(raw["payload_hash"], "payload_hash"),
+        result_hash=_hex_hash(raw["result_hash"], "result_hash"),
+        key=_str(raw["key"], "key", MAX_BLOB_KEY_CHARS),
+        created_at=_float(raw["created_at"], "created_at", 0.0, 1e12),
+    )
+
+
+def _hex_hash(value, name: str) -> str:
+    if not (isinstance(value, str) and len(value) == _HEX_HASH_CHARS and all(c in "0123456789abcdef" for c in value)):
+        raise RejectedMessage("malformed", f"{name} must be {_HEX_HASH_CHARS} lowercase hex characters")
     return value

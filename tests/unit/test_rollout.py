@@ -13,6 +13,7 @@ from swarm.errors import RejectedMessage
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.rollout import (
     MAX_MESSAGE_BYTES,
+    SCHEMA_VERSION,
     RolloutGroup,
     Sampling,
     SignedGroup,
@@ -46,6 +47,7 @@ def make_group(key=KEY, **changes) -> RolloutGroup:
         created_at=1_700_000_000.5,
         nonce=b"n" * 16,
         token_ids=((4, 20, 5), (4, 18, 17, 5), (20,), (4, 3, 5)),
+        format_bonus=0.1,
     )
     return dataclasses.replace(group, **changes)
 
@@ -57,6 +59,16 @@ def test_round_trip_is_exact_and_canonical():
     assert encode_group(decode_group(signed.body)) == signed.body
     assert signed.content_hash == SignedGroup(encode_group(group), b"").content_hash
     assert make_group(nonce=b"m" * 16) != group
+
+
+def test_format_bonus_travels_and_is_signed():
+    group = make_group(format_bonus=0.25)
+    signed = sign_group(group, KEY)
+    assert verify_signed(signed).format_bonus == 0.25
+    other = sign_group(make_group(format_bonus=0.0), KEY)
+    assert other.content_hash != signed.content_hash
+    with pytest.raises(RejectedMessage):  # the bonus cannot be changed under a signature
+        verify_signed(SignedGroup(encode_group(make_group(format_bonus=0.0)), signed.signature))
 
 
 def test_messages_batch_groups_and_unpack_to_the_same_groups():
@@ -98,7 +110,7 @@ def _body(mutate) -> bytes:
 @pytest.mark.parametrize(
     "mutate, reason",
     [
-        (lambda r: r.update(v=2), "unknown_schema"),
+        (lambda r: r.update(v=1), "unknown_schema"),  # the schema before format_bonus
         (lambda r: r.pop("nonce"), "malformed"),
         (lambda r: r.update(extra=1), "malformed"),
         (lambda r: r.update(rewards=[float("nan")] * 4), "bad_reward"),
@@ -114,6 +126,16 @@ def _body(mutate) -> bytes:
         (lambda r: r.update(created_at=float("inf")), "malformed"),
         (lambda r: r.update(token_ids=[[1, -2]] * 4), "malformed"),
         (lambda r: r.update(question="x" * 40_000), "malformed"),
+        (lambda r: r.update(format_bonus=2.0), "malformed"),
+        (lambda r: r.update(format_bonus=-0.1), "malformed"),
+        (lambda r: r.update(format_bonus=float("nan")), "malformed"),
+        (lambda r: r.update(format_bonus=1), "malformed"),
+        (lambda r: r.pop("format_bonus"), "malformed"),
+        (lambda r: r["task"].update(config='{"b":1,"a":2}'), "malformed"),
+        (lambda r: r["task"].update(config="not json"), "malformed"),
+        (lambda r: r["task"].update(config="[1,2]"), "malformed"),
+        (lambda r: r["task"].update(config="[" * 2000 + "]" * 2000), "malformed"),
+        (lambda r: r["task"].update(config='{"a":NaN}'), "malformed"),
     ],
 )
 def test_malformed_bodies_are_rejected_with_a_reason(mutate, reason):
@@ -137,8 +159,8 @@ def test_non_canonical_encoding_is_rejected():
         (b"", "undecodable"),
         (msgpack.packb([1, 2, 3]), "malformed"),
         (msgpack.packb({"v": 9, "kind": "rollouts", "groups": []}), "unknown_schema"),
-        (msgpack.packb({"v": 1, "kind": "rollouts", "groups": []}), "malformed"),
-        (msgpack.packb({"v": 1, "kind": "rollouts", "groups": [["a", "b"]]}), "malformed"),
+        (msgpack.packb({"v": SCHEMA_VERSION, "kind": "rollouts", "groups": []}), "malformed"),
+        (msgpack.packb({"v": SCHEMA_VERSION, "kind": "rollouts", "groups": [["a", "b"]]}), "malformed"),
         (b"\x00" * (MAX_MESSAGE_BYTES + 1), "oversize"),
     ],
 )
