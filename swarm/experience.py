@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from swarm.errors import RejectedMessage, TaskError
 from swarm.rollout import RolloutGroup
 from swarm.sampling import Candidate
-from swarm.tasks import Task, build_task, score_completion
+from swarm.tasks import Task, build_task, extract_answer, score_completion
 
 
 @dataclass(frozen=True)
@@ -40,15 +40,40 @@ class SharedGroup:
     received_at: float
 
 
-def rescore(group: RolloutGroup, format_weight: float) -> tuple[Task, tuple[float, ...]]:
-    """Rebuild the group's task and score its completions locally; reject what does not rebuild."""
+@dataclass(frozen=True)
+class Rescored:
+    """A peer's group as this node's verifier sees it: the rebuilt task and per-completion scores."""
+
+    task: Task
+    correctness: tuple[float, ...]  # dataset score in [0, 1], without any format bonus
+    tagged: tuple[bool, ...]  # whether the completion put its answer in <answer></answer>
+
+    def rewards(self, format_weight: float) -> tuple[float, ...]:
+        """The rewards with a given format bonus (ours for training, the sender's for its claims)."""
+        return tuple(c + (format_weight if t else 0.0) for c, t in zip(self.correctness, self.tagged, strict=True))
+
+
+def rescore_group(group: RolloutGroup) -> Rescored:
+    """Rebuild the group's task and score its completions locally; reject what does not rebuild.
+
+    A spec naming an unknown dataset or a config the dataset refuses is a rejection
+    (`bad_task`), as is a question text other than the one the spec rebuilds.
+    """
     try:
         task = build_task(group.task)
     except TaskError as e:
         raise RejectedMessage("bad_task", str(e)[:300]) from None
     if task.question != group.question:
         raise RejectedMessage("question_mismatch", "the question text is not the one the task spec rebuilds")
-    return task, tuple(score_completion(task, c, format_weight) for c in group.completions)
+    correctness = tuple(score_completion(task, c, 0.0) for c in group.completions)
+    tagged = tuple(extract_answer(c)[1] for c in group.completions)
+    return Rescored(task, correctness, tagged)
+
+
+def rescore(group: RolloutGroup, format_weight: float) -> tuple[Task, tuple[float, ...]]:
+    """The rebuilt task and the rewards this node's verifier gives the group's completions."""
+    result = rescore_group(group)
+    return result.task, result.rewards(format_weight)
 
 
 class ExperiencePool:

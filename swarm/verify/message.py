@@ -9,7 +9,8 @@ bad group); its other groups are recorded as `in_rejected_message` so nothing di
 silently.
 
 Deliberately not here: checks that need state (duplicates, replayed nonces, rate limits,
-bans) or compute (rebuilding tasks, re-scoring), which run in the node's round loop.
+bans) or compute (rebuilding tasks, re-scoring): `swarm.verify.gate.Verifier` runs these
+after this, the stateful ones in the validator and the expensive ones in the round loop.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import hashlib
 from dataclasses import dataclass
 
 from swarm.errors import RejectedMessage
-from swarm.rollout import RolloutGroup, SignedGroup, unpack_message, verify_signed
+from swarm.rollout import RolloutGroup, SignedGroup, decode_group, unpack_message, verify_signed
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,14 @@ class Accepted:
     source: str
 
 
-def check_message(data: bytes, source: str, swarm_id: str) -> tuple[list[Accepted], list[Rejection]]:
-    """Split and check a gossip message. Never raises: every problem becomes a `Rejection`."""
+def check_message(
+    data: bytes, source: str, swarm_id: str, verify_signatures: bool = True
+) -> tuple[list[Accepted], list[Rejection]]:
+    """Split and check a gossip message. Never raises: every problem becomes a `Rejection`.
+
+    `verify_signatures=False` only for bytes this process already checked (the inbox holds
+    messages the gossip validator passed); it skips the Ed25519 check, nothing else.
+    """
     try:
         signed_groups = unpack_message(data)
     except RejectedMessage as e:
@@ -53,7 +60,7 @@ def check_message(data: bytes, source: str, swarm_id: str) -> tuple[list[Accepte
     rejected: list[Rejection] = []
     for signed in signed_groups:
         try:
-            group = check_group(signed, source, swarm_id)
+            group = check_group(signed, source, swarm_id, verify_signatures)
         except RejectedMessage as e:
             rejected.append(Rejection(e.reason, e.detail, source, signed.content_hash, _claimed_sender(signed), signed))
         else:
@@ -68,9 +75,9 @@ def check_message(data: bytes, source: str, swarm_id: str) -> tuple[list[Accepte
     return accepted, rejected
 
 
-def check_group(signed: SignedGroup, source: str, swarm_id: str) -> RolloutGroup:
+def check_group(signed: SignedGroup, source: str, swarm_id: str, verify_signatures: bool = True) -> RolloutGroup:
     """The cheap checks on one signed group; raises `RejectedMessage` with a reason code."""
-    group = verify_signed(signed)
+    group = verify_signed(signed) if verify_signatures else decode_group(signed.body)
     if group.swarm_id != swarm_id:
         raise RejectedMessage("wrong_swarm", f"group is for swarm {group.swarm_id!r}, not {swarm_id!r}")
     if source and group.sender != source:
@@ -80,8 +87,6 @@ def check_group(signed: SignedGroup, source: str, swarm_id: str) -> RolloutGroup
 
 def _claimed_sender(signed: SignedGroup) -> str:
     """The sender field of a group that failed later checks, if its body decodes at all."""
-    from swarm.rollout import decode_group
-
     try:
         return decode_group(signed.body).sender
     except RejectedMessage:

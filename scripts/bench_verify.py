@@ -1,0 +1,208 @@
+"""What verification costs: checks per second for valid and invalid groups, and its share of a round.
+
+Runs a real solo node (the same `Node` as `swarm-node join`, default settings, the built-in
+tiny model unless overridden) for a few rounds in a temporary folder, times the rounds, and
+takes the signed groups it published as realistic input. Each group is then put through
+the verifier as a peer's would be: the gossip validator's checks (`admit`: decode, schema,
+bounds, signature, swarm, allow-list, bans, age, nonce, version, rate limit), the inbox
+re-check (`recheck`, with and without the second signature check) and the expensive checks
+(`verify_content`: copycat, task rebuild, question, every reward recomputed). Invalid groups
+are timed too (garbage, forged signature, inflated reward, unknown dataset).
+
+The share of round time assumes each of P peers sends as many groups per round as this node
+generates (P = 1, 4, 8). Prints a table and writes JSON.
+
+    python scripts/bench_verify.py                   # defaults, 3 timed rounds
+    python scripts/bench_verify.py --rounds 5 --set generation.questions_per_round=32
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+PEERS = (1, 4, 8)
+TARGET_SHARE = 0.03
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=None, help="node config (default: built-in defaults)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds to time (after one warm-up round)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], help="config override, section.key=value")
+    parser.add_argument("--repeat", type=int, default=5, help="passes over the groups per measurement")
+    parser.add_argument("--out", default="runs/bench_verify.json", help="where to write the JSON results")
+    return parser.parse_args(argv)
+
+
+def run_rounds(args):
+    """Run a real node; return (config, peer id, median round seconds, the signed groups it sent)."""
+    from swarm.config import load_config
+    from swarm.ledger import GroupRow, RoundRow
+    from swarm.node import Node
+    from swarm.rollout import SignedGroup
+
+    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
+        overrides = [*args.sets, f'node.run_dir="{tmp}"', f"node.rounds={args.rounds + 1}", "tasks.eval_size=0"]
+        if not any(s.startswith("policy.device") for s in args.sets):
+            overrides.append('policy.device="cpu"')
+        config = load_config(args.config, overrides)
+        node = Node(config)
+        try:
+            node.run()
+        finally:
+            node.close()
+        with node.ledger.reader() as session:
+            rounds = session.query(RoundRow).order_by(RoundRow.round).all()[1:]  # drop the warm-up round
+            sent = [SignedGroup(r.body, r.signature) for r in session.query(GroupRow).filter(GroupRow.direction == "sent")]
+        return config, node.peer_id, statistics.median(r.total_s for r in rounds), len(rounds), sent
+
+
+def per_group_seconds(fn, items, repeat: int) -> float:
+    """Median over passes of (seconds for one pass over `items`) / len(items)."""
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn(items)
+        times.append((time.perf_counter() - t) / len(items))
+    return statistics.median(times)
+
+
+def measure(config, peer_id: str, sent, repeat: int) -> dict:
+    from swarm.p2p.identity import create_identity, peer_id_of
+    from swarm.rollout import SignedGroup, decode_group, encode_group, pack_messages, sign_group
+    from swarm.tasks import TaskSpec
+    from swarm.verify.gate import Verifier, VerifySettings
+
+    settings = VerifySettings.from_config(config)
+    fmt = config.tasks.format_reward
+    messages = [pack_messages([s])[0] for s in sent]  # one group per message: the worst case for overheads
+    groups = [decode_group(s.body) for s in sent]
+
+    def fresh(**changes):
+        return Verifier(dataclasses.replace(settings, **changes))
+
+    def admit(msgs):
+        v = fresh()  # new state each pass, or every group would be a duplicate
+        for m in msgs:
+            accepted, rejected = v.admit(m, peer_id)
+            assert accepted and not rejected, rejected
+
+    def recheck(with_signature: bool):
+        def run(msgs):
+            v = fresh(recheck_signatures=with_signature)
+            for m in msgs:
+                assert v.recheck(m, peer_id)[0]
+        return run
+
+    def content(gs):
+        v = fresh()
+        for g in gs:
+            v.verify_content(g, fmt)
+
+    def rejected_by(reason: str, admit_only: bool, source: str = peer_id):
+        def run(msgs):
+            v = fresh()
+            for m in msgs:
+                accepted, rejected = v.admit(m, source)
+                if admit_only:
+                    assert rejected and rejected[0].reason == reason, rejected
+                    continue
+                try:
+                    v.verify_content(accepted[0].group, fmt)
+                except Exception as e:  # noqa: BLE001 - checked right below
+                    assert getattr(e, "reason", None) == reason, e
+                else:
+                    raise AssertionError(f"expected {reason}")
+        return run
+
+    mallory = create_identity(b"\x42" * 32)
+    me = peer_id_of(mallory)
+    garbage = [bytes([i % 256]) * 600 for i in range(len(sent))]
+    forged = [pack_messages([SignedGroup(s.body, b"\x00" * 64)])[0] for s in sent]
+    inflated = [pack_messages([sign_group(dataclasses.replace(g, sender=me, rewards=(1.1,) * len(g.rewards)), mallory)])[0]
+                for g in groups]
+    unknown = [pack_messages([sign_group(dataclasses.replace(g, sender=me, task=TaskSpec.make("no_such_dataset", {}, 0, i)), mallory)])[0]
+               for i, g in enumerate(groups)]
+    assert encode_group(groups[0]) == sent[0].body
+
+    valid = {
+        "admit (gossip validator)": per_group_seconds(admit, messages, repeat),
+        "recheck with signature (inbox)": per_group_seconds(recheck(True), messages, repeat),
+        "recheck without signature (inbox)": per_group_seconds(recheck(False), messages, repeat),
+        "verify_content (rebuild, re-score)": per_group_seconds(content, groups, repeat),
+    }
+    invalid = {
+        "undecodable (garbage)": per_group_seconds(rejected_by("undecodable", True), garbage, repeat),
+        "bad_signature (forged)": per_group_seconds(rejected_by("bad_signature", True), forged, repeat),
+        "reward_mismatch (inflated)": per_group_seconds(rejected_by("reward_mismatch", False, me), inflated, repeat),
+        "bad_task (unknown dataset)": per_group_seconds(rejected_by("bad_task", False, me), unknown, repeat),
+    }
+    return {"valid": valid, "invalid": invalid, "groups": len(sent),
+            "completions_per_group": statistics.mean(len(g.completions) for g in groups)}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from swarm.errors import SwarmError
+
+    console = Console()
+    try:
+        config, peer_id, round_s, rounds_timed, sent = run_rounds(args)
+        costs = measure(config, peer_id, sent, args.repeat)
+    except SwarmError as e:
+        console.print(f"error: {e}")
+        return 2
+    per_round = config.generation.questions_per_round
+    per_valid = costs["valid"]["admit (gossip validator)"] + costs["valid"]["recheck with signature (inbox)"] + \
+        costs["valid"]["verify_content (rebuild, re-score)"]
+    share = {p: p * per_round * per_valid / round_s for p in PEERS}
+    result = {
+        "config": args.config or "defaults", "overrides": args.sets, "model": config.policy.model,
+        "questions_per_round": per_round, "completions_per_question": config.generation.completions_per_question,
+        "max_new_tokens": config.generation.max_new_tokens, "rounds_timed": rounds_timed,
+        "median_round_s": round_s, "recheck_signatures": config.verify.recheck_signatures,
+        "seconds_per_group": {**costs["valid"], **costs["invalid"]},
+        "groups_per_s": {k: 1 / v for k, v in {**costs["valid"], **costs["invalid"]}.items()},
+        "valid_group_total_s": per_valid, "valid_groups_per_s": 1 / per_valid,
+        "share_of_round_by_peers": share, "target_share": TARGET_SHARE,
+        "groups_measured": costs["groups"], "completions_per_group": costs["completions_per_group"],
+    }
+    show(result, console)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    console.print(f"wrote {out}")
+    return 0
+
+
+def show(result: dict, console: Console) -> None:
+    table = Table(title=f"verification cost per group: {result['model']}, {result['completions_per_group']:.0f} completions "
+                        f"of <= {result['max_new_tokens']} tokens, {result['groups_measured']} real groups")
+    for column in ("check", "µs per group", "groups/s"):
+        table.add_column(column, justify="right")
+    for name, seconds in result["seconds_per_group"].items():
+        table.add_row(name, f"{seconds * 1e6:.0f}", f"{1 / seconds:,.0f}")
+    table.add_row("valid group, all stages", f"{result['valid_group_total_s'] * 1e6:.0f}", f"{result['valid_groups_per_s']:,.0f}")
+    console.print(table)
+    shares = Table(title=f"share of a {result['median_round_s']:.2f} s round ({result['questions_per_round']} groups "
+                         f"per peer per round, target < {result['target_share']:.0%})")
+    for column in ("peers", "groups verified per round", "verify s per round", "share of round"):
+        shares.add_column(column, justify="right")
+    for peers, share in result["share_of_round_by_peers"].items():
+        n = peers * result["questions_per_round"]
+        shares.add_row(str(peers), str(n), f"{n * result['valid_group_total_s']:.4f}", f"{share:.2%}")
+    console.print(shares)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The verifier: every check on a peer's rollout groups, in cost order, with the state they need.
+
+Three entry points, one per place a group passes through the node:
+
+1. `admit` runs in the gossip validator (the network thread), so it is cheap: the wire
+   checks of `check_message` (size, msgpack, schema, types and bounds, swarm id, Ed25519
+   signature, sender == libp2p source), then allow-list, bans, age and clock skew,
+   duplicates and replayed nonces, policy-version staleness and the sender's rate limit.
+   A message is accepted or rejected whole (gossip forwards whole messages); only an
+   accepted one leaves a trace in the state (nonces, rate tokens, versions).
+2. `recheck` runs when the round loop drains the inbox: the wire checks again (the Ed25519
+   check only if `recheck_signatures`) and bans imposed since.
+3. `verify_content` runs in the round loop (it costs a task rebuild and re-scoring):
+   copycat detection, rebuilding the task from its spec, the question text, and every
+   claimed reward recomputed with the sender's declared format bonus.
+
+`record` feeds outcomes to the reputation, which throttles bad peers and names those to
+ban. Thread-safe: the validator and the round loop call in from different threads.
+
+Deliberately not here: the ledger (the node stores rejections and bans) and the transport.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from swarm.errors import RejectedMessage
+from swarm.experience import rescore_group
+from swarm.rollout import RolloutGroup
+from swarm.tasks import Task
+from swarm.verify import rules
+from swarm.verify.message import Accepted, Rejection, check_message
+from swarm.verify.reputation import Reputation, ReputationSettings
+from swarm.verify.state import NonceCache, RateLimits, RecentGroups
+
+# Reasons the wire checks give before the signature is known to be good: the claimed sender
+# of such a group proves nothing, so only the (transport-authenticated) source is blamed.
+UNSIGNED_REASONS = frozenset(
+    {"oversize", "undecodable", "unknown_schema", "malformed", "bad_reward", "non_canonical", "bad_signature"}
+)
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    """What the verifier enforces (built from the config's [verify] and [p2p] sections)."""
+
+    swarm_id: str
+    allow_list: frozenset[str] = frozenset()
+    max_age_s: float = 3600.0
+    max_future_s: float = 300.0
+    max_version_lag: int = 1000
+    reward_tolerance: float = 1e-6
+    rate_groups_per_s: float = 100.0
+    rate_burst: int = 4096
+    copycat_overlap: float = 0.75
+    recheck_signatures: bool = True
+    reputation: ReputationSettings = field(default_factory=ReputationSettings)
+
+    @classmethod
+    def from_config(cls, config) -> VerifySettings:
+        v = config.verify
+        return cls(
+            swarm_id=config.p2p.swarm_id, allow_list=frozenset(config.p2p.allow_list), max_age_s=v.max_age_s,
+            max_future_s=v.max_future_s, max_version_lag=v.max_version_lag, reward_tolerance=v.reward_tolerance,
+            rate_groups_per_s=v.rate_groups_per_s, rate_burst=v.rate_burst, copycat_overlap=v.copycat_overlap,
+            recheck_signatures=v.recheck_signatures,
+            reputation=ReputationSettings(v.throttle_below, v.ban_after, v.ban_below),
+        )
+
+
+class Verifier:
+    """Checks peers' groups and keeps what the checks need to remember (bounded)."""
+
+    def __init__(self, settings: VerifySettings, clock: Callable[[], float] = time.time, own_peer_id: str = ""):
+        self.settings = settings
+        self.clock = clock
+        self.own_peer_id = own_peer_id
+        self.reputation = Reputation(settings.reputation)
+        self._lock = threading.Lock()
+        self._nonces = NonceCache(ttl_s=settings.max_age_s)
+        self._rates = RateLimits(settings.rate_groups_per_s, settings.rate_burst)
+        self._versions: collections.OrderedDict[str, int] = collections.OrderedDict()  # newest per sender
+        self._recent = RecentGroups()
+        self._banned: frozenset[str] = frozenset()
+
+    # -- 1. the gossip validator -----------------------------------------------------------------
+
+    def admit(self, data: bytes, source: str) -> tuple[list[Accepted], list[Rejection]]:
+        """All cheap checks on one gossip message. Never raises."""
+        accepted, rejected = check_message(data, source, self.settings.swarm_id)
+        if rejected:
+            return [], rejected
+        now = self.clock()
+        with self._lock:
+            problem = self._first_problem(accepted, now)
+            if problem is None:
+                self._commit(accepted, now)
+                return accepted, []
+        bad, error = problem
+        out = [Rejection(error.reason, error.detail, source, bad.signed.content_hash, bad.group.sender, bad.signed, bad.group)]
+        out += [
+            Rejection("in_rejected_message", "another group of the same message was rejected", source,
+                      a.signed.content_hash, a.group.sender, a.signed, a.group)
+            for a in accepted if a is not bad
+        ]
+        return [], out
+
+    def _first_problem(self, accepted: list[Accepted], now: float) -> tuple[Accepted, RejectedMessage] | None:
+        s = self.settings
+        nonces: dict[tuple[str, bytes], str] = {}
+        wanted: collections.Counter[str] = collections.Counter()
+        for item in accepted:
+            group, digest = item.group, item.signed.content_hash
+            try:
+                rules.check_allowed(group.sender, s.allow_list)
+                rules.check_not_banned(group.sender, self._banned)
+                key = (group.sender, bytes(group.nonce))
+                first = nonces.get(key) or self._nonces.lookup(*key)
+                if first == digest:
+                    raise RejectedMessage(rules.DUPLICATE, "already received")
+                if first is not None:
+                    raise RejectedMessage(rules.REPLAYED_NONCE, "the sender already used this nonce for another group")
+                rules.check_age(group.created_at, now, s.max_age_s, s.max_future_s)
+                rules.check_version(group.policy_version, self._versions.get(group.sender), s.max_version_lag)
+            except RejectedMessage as e:
+                return item, e
+            nonces[key] = digest
+            wanted[group.sender] += 1
+        for sender, n in wanted.items():
+            if not self._rates.allows(sender, n, now, self.reputation.rate_factor(sender)):
+                item = next(a for a in accepted if a.group.sender == sender)
+                return item, RejectedMessage(rules.RATE_LIMITED, f"{sender[:16]}... sent more than its rate limit allows")
+        return None
+
+    def _commit(self, accepted: list[Accepted], now: float) -> None:
+        for item in accepted:
+            group = item.group
+            self._nonces.add(group.sender, bytes(group.nonce), item.signed.content_hash, now)
+            newest = self._versions.get(group.sender, -1)
+            self._versions[group.sender] = max(newest, group.policy_version)
+            self._versions.move_to_end(group.sender)
+        while len(self._versions) > 100_000:
+            self._versions.popitem(last=False)
+
+    # -- 2. draining the inbox ---------------------------------------------------------------------
+
+    def recheck(self, data: bytes, source: str) -> tuple[list[Accepted], list[Rejection]]:
+        """Decode a message the validator passed; refuse senders banned since. Never raises."""
+        accepted, rejected = check_message(data, source, self.settings.swarm_id, self.settings.recheck_signatures)
+        banned = self._banned
+        ok = []
+        for item in accepted:
+            if item.group.sender in banned:
+                rejected.append(Rejection(rules.BANNED, "banned after the message arrived", source,
+                                          item.signed.content_hash, item.group.sender, item.signed, item.group))
+            else:
+                ok.append(item)
+        return ok, rejected
+
+    # -- 3. the expensive checks -------------------------------------------------------------------
+
+    def verify_content(self, group: RolloutGroup, format_weight: float) -> tuple[Task, tuple[float, ...]]:
+        """Copycat, task rebuild, question and reward checks; returns the task and *our* rewards.
+
+        Raises `RejectedMessage` (copycat, bad_task, question_mismatch, reward_mismatch).
+        """
+        prints = rules.fingerprint(group.completions)
+        with self._lock:
+            earlier = self._recent.get(group.task)
+        rules.check_not_copy(group.sender, prints, earlier, self.settings.copycat_overlap)
+        rescored = rescore_group(group)
+        rules.check_rewards(group.rewards, rescored.rewards(group.format_bonus), self.settings.reward_tolerance)
+        with self._lock:
+            self._recent.add(group.task, (group.sender, prints))
+        return rescored.task, rescored.rewards(format_weight)
+
+    def note_own(self, group: RolloutGroup) -> None:
+        """Remember a group this node published, so a peer re-signing it is caught as a copycat."""
+        with self._lock:
+            self._recent.add(group.task, (group.sender, rules.fingerprint(group.completions)))
+
+    # -- reputation and bans -----------------------------------------------------------------------
+
+    def record(self, accepted: Iterable[Accepted], rejected: Iterable[Rejection]) -> list[tuple[str, str]]:
+        """Feed outcomes to the reputation; return (peer, reason) of peers to ban now (already refused)."""
+        to_ban: dict[str, str] = {}
+        with self._lock:
+            for item in accepted:
+                peer = item.source or item.group.sender
+                self.reputation.accepted(peer, item.group.finished)
+            for r in rejected:
+                peer = r.source or ("" if r.reason in UNSIGNED_REASONS else r.sender)
+                if not peer or peer == self.own_peer_id:
+                    continue
+                self.reputation.rejected(peer, r.reason)
+                if peer not in self._banned and peer not in self.settings.allow_list and self.reputation.should_ban(peer):
+                    rec = self.reputation.record(peer)
+                    to_ban[peer] = f"score {rec.score:.3f} after {sum(rec.rejected.values())} rejected groups"
+            if to_ban:
+                self._banned = self._banned | frozenset(to_ban)
+        return list(to_ban.items())
+
+    def set_bans(self, peers: Iterable[str]) -> None:
+        """Replace the ban set (as read from the ledger); a peer whose ban was lifted starts afresh."""
+        new = frozenset(peers)
+        with self._lock:
+            for peer in self._banned - new:
+                self.reputation.forget(peer)
+            self._banned = new
+
+    @property
+    def banned(self) -> frozenset[str]:
+        return self._banned
