@@ -143,6 +143,10 @@ class Transport(ABC):
         """Make `data` fetchable by peers under `key` (for payloads too big for gossip)."""
 
     @abstractmethod
+    def unserve_blob(self, key: str) -> None:
+        """Stop serving `key` (and free its memory). Unknown keys are ignored."""
+
+    @abstractmethod
     def fetch_blob(self, peer_id: str, key: str, timeout: float = 30.0) -> bytes:
         """Fetch a blob a peer serves. Raises `TransportError` if it is missing or times out."""
 
@@ -242,6 +246,9 @@ class MemoryTransport(Transport):
 
     def serve_blob(self, key: str, data: bytes) -> None:
         self._blobs[key] = bytes(data)
+
+    def unserve_blob(self, key: str) -> None:
+        self._blobs.pop(key, None)
 
     def fetch_blob(self, peer_id: str, key: str, timeout: float = 30.0) -> bytes:
         member = self._hub.member(peer_id)

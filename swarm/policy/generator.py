@@ -50,6 +50,14 @@ class Generator(ABC):
     def sync_weights(self, model: torch.nn.Module) -> None:  # noqa: B027 - optional hook
         """Bring the sampler's weights up to date with `model` after a training step."""
 
+    def update_weights(self, model: torch.nn.Module, names: set[str] | None = None) -> None:
+        """A follower copied a delta into `model`: only `names` changed (None: possibly all).
+
+        Defaults to a full `sync_weights`; a backend with its own copy of the weights can
+        load just the changed tensors.
+        """
+        self.sync_weights(model)
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the generator holds (GPU memory, engines)."""
 

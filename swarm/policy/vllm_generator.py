@@ -87,7 +87,16 @@ class VLLMGenerator(Generator):
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Load the trainer's current weights into the engine, in place."""
-        weights = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
+        self._load([(name, tensor.detach()) for name, tensor in model.state_dict().items()])
+
+    def update_weights(self, model: torch.nn.Module, names: set[str] | None = None) -> None:
+        """After a followed delta: load only the changed tensors into the engine, in place."""
+        if names is None:
+            return self.sync_weights(model)
+        state = model.state_dict()
+        self._load([(name, state[name].detach()) for name in sorted(names)])
+
+    def _load(self, weights: list) -> None:
         engine_model = self._in_process_model()
         try:
             if engine_model is not None:
