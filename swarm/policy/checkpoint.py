@@ -59,8 +59,14 @@ def save_checkpoint(folder: Path, model, optimizer, state: CheckpointState, keep
         (tmp / "state.json").write_text(json.dumps(payload, indent=2))
         for path in tmp.iterdir():
             _fsync(path)
-        if final.exists():  # the same version/round again (e.g. a stop right after a periodic save)
-            shutil.rmtree(final)
+        if (final / "state.json").is_file():
+            # The same version and round again (a stop right after a periodic save): the weights
+            # cannot have changed, so keep the complete checkpoint rather than delete it first,
+            # which a kill could interrupt halfway and leave a damaged newest checkpoint.
+            shutil.rmtree(tmp, ignore_errors=True)
+            return final
+        if final.exists():  # an incomplete folder of that name: set it aside atomically first
+            os.rename(final, Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder)) / "old")
         os.rename(tmp, final)
         _fsync(folder)
     except OSError as e:
@@ -167,4 +173,8 @@ def _remove_stale_temps(folder: Path) -> None:
 
 def _prune(folder: Path, keep: int) -> None:
     for path in list_checkpoints(folder)[:-keep]:
-        shutil.rmtree(path, ignore_errors=True)
+        # Renamed out of the way first (atomic), so a kill mid-delete never leaves a
+        # half-deleted folder that still looks like a checkpoint; .tmp-* goes on the next save.
+        trash = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder)) / path.name
+        os.rename(path, trash)
+        shutil.rmtree(trash.parent, ignore_errors=True)

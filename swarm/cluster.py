@@ -1,0 +1,154 @@
+"""`swarm-node cluster init`: everything a private cluster of N nodes needs, in one folder.
+
+Writes::
+
+    OUT/
+      swarm.key            the shared private swarm key (32 random bytes as 64 hex characters, mode 0600)
+      allow_list.txt       the members' peer IDs, one per line
+      cluster.json         members: name, peer ID, listen and dial addresses (for scripts)
+      member-0/
+        identity.key       this member's Ed25519 identity (libp2p format, mode 0600)
+        swarm.key          a copy of the swarm key, so a member folder can be moved alone
+        config.toml        a complete node config: run_dir, listen address, bootstrap peers,
+                           psk_file and allow_list filled in; every key commented
+      member-1/ ...
+
+Member i listens on HOST_i:BASE_PORT+i and bootstraps from every other member, so any
+subset can start in any order. With one --host all members share it (one machine or
+loopback); with N hosts each member gets its own. Paths in the configs are absolute; a
+member folder copied to another machine needs its `run_dir` and `psk_file` lines adjusted.
+
+A member refuses anyone without the swarm key (the connection fails during the handshake)
+and anyone whose peer ID is not on the allow-list (the connection is closed at once).
+
+Deliberately not here: starting nodes (each member runs `swarm-node join --config ...`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from swarm.errors import SwarmError
+
+MAX_MEMBERS = 256
+
+
+@dataclass(frozen=True)
+class Member:
+    index: int
+    peer_id: str
+    host: str
+    port: int
+
+    @property
+    def name(self) -> str:
+        return f"member-{self.index}"
+
+    @property
+    def listen(self) -> str:
+        return f"/ip4/{self.host}/tcp/{self.port}"
+
+    @property
+    def addr(self) -> str:
+        return f"{self.listen}/p2p/{self.peer_id}"
+
+
+def plan_hosts(nodes: int, hosts: list[str]) -> list[str]:
+    """One IPv4 host per member: one given host for all, or exactly one per member."""
+    if not 1 <= nodes <= MAX_MEMBERS:
+        raise SwarmError(f"--nodes must be between 1 and {MAX_MEMBERS}, not {nodes}")
+    hosts = hosts or ["127.0.0.1"]
+    for host in hosts:
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise SwarmError(f"--host {host!r} is not an IPv4 address") from None
+        if host == "0.0.0.0":
+            raise SwarmError("--host 0.0.0.0 cannot be dialed: give each member's reachable address")
+    if len(hosts) == 1:
+        return hosts * nodes
+    if len(hosts) != nodes:
+        raise SwarmError(f"give one --host for all members or one per member ({nodes}), not {len(hosts)}")
+    return hosts
+
+
+def plan_ports(nodes: int, hosts: list[str], base_port: int) -> list[int]:
+    """Member i listens on base_port + i (members on different hosts could share a port, but
+    distinct ports keep one plan valid whether the members end up on one machine or many)."""
+    if not 1024 <= base_port <= 65535 - nodes + 1:
+        raise SwarmError(f"--base-port must leave room for {nodes} ports between 1024 and 65535, not {base_port}")
+    return [base_port + i for i in range(nodes)]
+
+
+def member_config(member: Member, members: list[Member], folder: Path, psk_file: Path, swarm_id: str) -> str:
+    """The TOML config of one member: the private-cluster keys filled in, each commented."""
+    others = [m.addr for m in members if m.index != member.index]
+    allow = [m.peer_id for m in members]
+    return "\n".join([
+        f"# {member.name} of a private cluster written by `swarm-node cluster init`.",
+        "# Start it with: swarm-node join --config <this file>. Keys not listed take the defaults",
+        "# of `swarm-node config --keys` (see node_config/private-cluster.toml for a full annotated preset).",
+        "",
+        "[node]",
+        f"name = {json.dumps(member.name)}  # display name in tables and plots",
+        f"run_dir = {json.dumps(str(folder))}  # identity.key, ledger.sqlite and checkpoints/ live here",
+        f"seed = {member.index}  # each member samples its own questions and completions",
+        "",
+        "[p2p]",
+        f"swarm_id = {json.dumps(swarm_id)}  # groups of other swarms are rejected",
+        f"listen = {json.dumps(member.listen)}  # fixed, so the other members can bootstrap from it",
+        "# every other member: any subset can start first, the rest are dialed as they come up",
+        "bootstrap = [" + ", ".join(json.dumps(a) for a in others) + "]",
+        f"psk_file = {json.dumps(str(psk_file))}  # the shared swarm key: peers without it cannot connect",
+        "# the members' peer IDs: connections from any other peer are closed",
+        "allow_list = [" + ", ".join(json.dumps(p) for p in allow) + "]",
+        "",
+    ])
+
+
+def init_cluster(out: Path, nodes: int, hosts: list[str], base_port: int, swarm_id: str) -> list[Member]:
+    """Create the cluster folder; refuse to overwrite an existing one (its keys would be lost)."""
+    from swarm.p2p.identity import create_identity, peer_id_of, save_identity
+
+    host_plan = plan_hosts(nodes, hosts)
+    ports = plan_ports(nodes, host_plan, base_port)
+    if not swarm_id or len(swarm_id) > 256:
+        raise SwarmError("--swarm-id must be a non-empty name of at most 256 characters")
+    out = out.resolve()
+    if (out / "swarm.key").exists() or (out / "cluster.json").exists():
+        raise SwarmError(f"{out} already holds a cluster: choose another --out (its keys would be overwritten)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        psk = secrets.token_hex(32)
+        _write_private(out / "swarm.key", psk + "\n")
+        keys = [create_identity() for _ in range(nodes)]
+        members = [Member(i, peer_id_of(k), host_plan[i], ports[i]) for i, k in enumerate(keys)]
+        for member, key in zip(members, keys, strict=True):
+            folder = out / member.name
+            folder.mkdir(exist_ok=True)
+            save_identity(key, folder / "identity.key")
+            _write_private(folder / "swarm.key", psk + "\n")
+            (folder / "config.toml").write_text(member_config(member, members, folder, folder / "swarm.key", swarm_id))
+        (out / "allow_list.txt").write_text("".join(m.peer_id + "\n" for m in members))
+        manifest = {
+            "swarm_id": swarm_id,
+            "members": [{"name": m.name, "peer_id": m.peer_id, "listen": m.listen, "addr": m.addr,
+                         "config": str(out / m.name / "config.toml")} for m in members],
+        }
+        (out / "cluster.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    except OSError as e:
+        raise SwarmError(f"cannot write the cluster folder {out}: {e.strerror or e}") from None
+    return members
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Create a file readable by its owner only (the key never exists with wider permissions)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)

@@ -1,0 +1,309 @@
+"""`swarm-node replay`: re-verify a ledger's stored rollout groups offline, export or train on them.
+
+A ledger stores every group a node sent and every group it received, as the exact signed
+bytes. Replay trusts none of the ledger's own columns: for each stored group it checks the
+body against its recorded content hash, decodes it and checks the Ed25519 signature of its
+sender (`swarm.rollout.verify_signed`), optionally the swarm id, rebuilds the task from its
+spec and re-scores every completion (`swarm.experience.rescore_group`), and compares those
+rewards with the ones the sender claimed (`swarm.verify.rules.check_rewards`, with the format
+bonus the sender declared). No network, no run folder: a ledger copied from another
+machine is enough.
+
+What passes can be exported (one JSON line per completion) or used to train a fresh model
+with the node's own GRPO path: one update per recorded round, its batch chosen from that
+round's sent (local) and accepted (shared) groups by `swarm.sampling.choose_batch` with the
+config's I, J and per-peer cap (groups without learning signal dropped), advantages from the
+locally re-scored rewards, completions re-tokenized with the model's own tokenizer, and
+`swarm.policy.trainer.GRPOTrainer` for the step. Replaying a node's own ledger with its own
+config and base model thus retraces its training, offline.
+
+Deliberately not here: the node's round loop, or deciding whether a peer is trustworthy.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import select
+
+from swarm.errors import RejectedMessage, SwarmError
+from swarm.experience import rescore_group
+from swarm.ledger import GroupRow, Ledger
+from swarm.rollout import RolloutGroup, SignedGroup, verify_signed
+from swarm.tasks import Task
+from swarm.verify.rules import check_rewards
+
+REWARD_TOLERANCE = 1e-6
+TRAINABLE_STATUSES = ("sent", "accepted")  # our own groups and peers' groups we accepted
+
+
+@dataclass(frozen=True)
+class StoredGroup:
+    """A ledger row's group after offline verification (`reason` is "" when it passed)."""
+
+    row_id: int
+    direction: str
+    status: str
+    content_hash: str
+    reason: str
+    local_round: int = -1  # the recording node's round when it stored the group
+    detail: str = ""
+    group: RolloutGroup | None = None
+    task: Task | None = None
+    rewards: tuple[float, ...] = ()  # re-scored here
+
+    @property
+    def passed(self) -> bool:
+        return not self.reason
+
+
+@dataclass
+class VerifyReport:
+    """What offline verification found, by the row's recorded status and by failure reason."""
+
+    total: int = 0
+    passed: int = 0
+    failed_by_reason: Counter = field(default_factory=Counter)
+    by_status: dict[str, dict[str, int]] = field(default_factory=dict)  # status -> {"passed": n, "failed": n}
+    trainable: int = 0  # passed, sent or accepted, distinct content
+
+    def as_dict(self) -> dict:
+        return {"total": self.total, "passed": self.passed, "failed": self.total - self.passed,
+                "failed_by_reason": dict(self.failed_by_reason), "by_status": self.by_status, "trainable": self.trainable}
+
+
+def verify_row(row: GroupRow, format_weight: float, swarm_id: str | None = None,
+               tolerance: float = REWARD_TOLERANCE) -> StoredGroup:
+    """Re-verify one stored group from its bytes alone. Never raises for bad data.
+
+    The claimed rewards are checked with the sender's declared format bonus (as a live node
+    checks them); the rewards kept for training use `format_weight`, this node's own bonus.
+    """
+    base = {"row_id": row.id, "direction": row.direction, "status": row.status, "content_hash": row.content_hash,
+            "local_round": row.local_round}
+    if row.body is None or row.signature is None:
+        return StoredGroup(**base, reason="no_body", detail="the ledger kept no bytes of this message")
+    signed = SignedGroup(bytes(row.body), bytes(row.signature))
+    if signed.content_hash != row.content_hash:
+        return StoredGroup(**base, reason="hash_mismatch", detail="body does not hash to the recorded content hash")
+    try:
+        group = verify_signed(signed)
+        if swarm_id is not None and group.swarm_id != swarm_id:
+            raise RejectedMessage("wrong_swarm", f"group is for swarm {group.swarm_id!r}, not {swarm_id!r}")
+        rescored = rescore_group(group)
+        check_rewards(group.rewards, rescored.rewards(group.format_bonus), tolerance)
+    except RejectedMessage as e:
+        return StoredGroup(**base, reason=e.reason, detail=e.detail)
+    return StoredGroup(**base, reason="", group=group, task=rescored.task, rewards=rescored.rewards(format_weight))
+
+
+def iter_rows(url: str, batch: int = 500) -> Iterator[GroupRow]:
+    """Every stored group row, in the order it was recorded (read in batches)."""
+    ledger = Ledger(url, create=False)
+    try:
+        last = 0
+        while True:
+            with ledger.reader() as session:
+                rows = list(session.scalars(select(GroupRow).where(GroupRow.id > last).order_by(GroupRow.id).limit(batch)))
+            if not rows:
+                return
+            yield from rows
+            last = rows[-1].id
+    finally:
+        ledger.close()
+
+
+def count_rows(url: str) -> int:
+    from sqlalchemy import func
+
+    ledger = Ledger(url, create=False)
+    try:
+        with ledger.reader() as session:
+            return session.scalar(select(func.count()).select_from(GroupRow)) or 0
+    finally:
+        ledger.close()
+
+
+def verify_ledger(
+    url: str, format_weight: float, swarm_id: str | None = None, progress: Callable[[int], None] | None = None
+) -> tuple[VerifyReport, list[StoredGroup]]:
+    """Verify every stored group; return the report and the trainable groups (passed, sent or accepted, deduplicated)."""
+    report, trainable, seen = VerifyReport(), [], set()
+    for row in iter_rows(url):
+        item = verify_row(row, format_weight, swarm_id)
+        report.total += 1
+        counts = report.by_status.setdefault(item.status, {"passed": 0, "failed": 0})
+        if item.passed:
+            report.passed += 1
+            counts["passed"] += 1
+            if item.status in TRAINABLE_STATUSES and item.content_hash not in seen:
+                seen.add(item.content_hash)
+                trainable.append(item)
+        else:
+            report.failed_by_reason[item.reason] += 1
+            counts["failed"] += 1
+        if progress is not None:
+            progress(1)
+    report.trainable = len(trainable)
+    return report, trainable
+
+
+# ---------------------------------------------------------------------------------------------
+# Export
+
+
+def export_records(groups: list[StoredGroup]) -> Iterator[dict]:
+    """One plain record per completion of each verified group."""
+    for item in groups:
+        g = item.group
+        for i, completion in enumerate(g.completions):
+            yield {
+                "content_hash": item.content_hash, "direction": item.direction, "sender": g.sender,
+                "swarm_id": g.swarm_id, "model": g.model, "policy_version": g.policy_version, "round": g.round,
+                "created_at": g.created_at, "task": g.task.as_dict(), "question": g.question,
+                "completion_index": i, "completion": completion, "finished": g.finished[i],
+                "reward": item.rewards[i], "claimed_reward": g.rewards[i],
+            }
+
+
+def write_jsonl(path: Path, groups: list[StoredGroup]) -> int:
+    """Write the export atomically (temporary file, then rename); return the number of records."""
+    tmp = path.with_name(path.name + ".tmp")
+    count = 0
+    try:
+        with tmp.open("w") as f:
+            for record in export_records(groups):
+                f.write(json.dumps(record, sort_keys=True) + "\n")
+                count += 1
+        tmp.replace(path)
+    except OSError as e:
+        raise SwarmError(f"cannot write {path}: {e.strerror or e}") from None
+    return count
+
+
+# ---------------------------------------------------------------------------------------------
+# Offline training
+
+
+@dataclass(frozen=True)
+class TrainReport:
+    """A fresh model trained on stored groups: held-out accuracy before and after."""
+
+    model: str
+    groups: int
+    updates: int
+    skipped_updates: int
+    groups_trained: int
+    accuracy_before: float
+    accuracy_after: float
+    reward_before: float
+    reward_after: float
+    eval_questions: int
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def plan_updates(groups: list[StoredGroup]) -> list[tuple[int, list[StoredGroup], list[StoredGroup]]]:
+    """The recorded rounds to replay, in order: (round, local candidates, shared candidates).
+
+    A round's local candidates are the groups the node sent in it, its shared candidates the
+    peers' groups it accepted in it. Groups accepted after the node's last round (its final
+    drain) were never trained on, so rounds without sent groups are not replayed. A ledger
+    with no sent groups at all (an observer's) replays the accepted groups as local ones.
+    """
+    own = any(g.direction == "sent" for g in groups)
+    rounds: dict[int, tuple[list, list]] = {}
+    for g in groups:
+        local, shared = rounds.setdefault(g.local_round, ([], []))
+        (local if g.direction == "sent" or not own else shared).append(g)
+    return [(r, *rounds[r]) for r in sorted(rounds) if rounds[r][0]]
+
+
+def train_samples(tokenizer, system_prompt: str, item: StoredGroup, scale_advantages: bool, max_tokens: int):
+    """Per-completion samples of one group, re-tokenized with our tokenizer (as the node does for shared groups)."""
+    from swarm.policy.grpo import group_advantages
+    from swarm.policy.prompts import build_prompt
+    from swarm.policy.trainer import TrainSample
+
+    prompt = build_prompt(tokenizer, item.group.question, system_prompt)
+    prompt_ids = tuple(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    eos = tokenizer.eos_token_id
+    advantages = group_advantages(item.rewards, scale_by_std=scale_advantages)
+    samples = []
+    for text, finished, advantage in zip(item.group.completions, item.group.finished, advantages, strict=True):
+        ids = tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) + ((eos,) if finished and eos is not None else ())
+        if 0 < len(ids) <= max_tokens:
+            samples.append(TrainSample(prompt_ids, ids, advantage))
+    return samples
+
+
+def train_offline(
+    groups: list[StoredGroup], config, passes: int = 1, eval_size: int | None = None,
+    progress: Callable[[str, int], None] | None = None,
+) -> TrainReport:
+    """Train a fresh `config.policy.model` on `groups`, one update per recorded round, and
+    evaluate it before and after on the config's held-out questions.
+
+    Each update offers the round's groups to `choose_batch` exactly as the node does
+    (training.local_groups local + training.shared_groups shared, per_peer_cap, same seed
+    scheme; no staleness bound: the replayed model is not the one that sampled them).
+    """
+    import torch
+
+    from swarm.config import task_mix
+    from swarm.node import evaluate_policy, make_generator, trainer_settings
+    from swarm.policy.model import load_policy
+    from swarm.policy.trainer import GRPOTrainer
+    from swarm.sampling import Candidate, choose_batch
+    from swarm.tasks import build_task, eval_specs, validate_mix
+
+    if not groups:
+        raise SwarmError("no verified groups to train on")
+    start = time.perf_counter()
+    t = config.training
+    torch.manual_seed(config.node.seed)
+    policy = load_policy(config.policy.model, config.policy.device, config.policy.dtype)
+    generator = make_generator(config, policy)
+    trainer = GRPOTrainer(policy.model, policy.tokenizer.pad_token_id, trainer_settings(config, policy))
+    mix = validate_mix(task_mix(config))
+    size = config.tasks.eval_size if eval_size is None else eval_size
+    eval_tasks = [build_task(s) for s in eval_specs(mix, config.tasks.eval_seed, size)]
+    if not eval_tasks:
+        raise SwarmError("replay --train needs held-out questions: eval size must be at least 1")
+    try:
+        acc_before, reward_before = evaluate_policy(policy, generator, eval_tasks, config)
+        updates = skipped = trained = 0
+        max_tokens = 4 * config.generation.max_new_tokens
+        for _ in range(passes):
+            for round_index, local, shared in plan_updates(groups):
+                batch = choose_batch(
+                    [Candidate(g, g.rewards) for g in local],
+                    [Candidate(g, g.rewards, sender=g.group.sender) for g in shared],
+                    t.local_groups, t.shared_groups, seed=f"{config.node.seed}:batch:{round_index}",
+                    per_peer_cap=t.per_peer_cap or None,
+                )
+                chosen = batch.local + batch.shared
+                samples = [s for g in chosen for s in train_samples(
+                    policy.tokenizer, config.policy.system_prompt, g, t.scale_advantages, max_tokens)]
+                result = trainer.update(samples)
+                updates += 1
+                skipped += int(result.skipped)
+                trained += 0 if result.skipped else len(chosen)
+                if progress is not None:
+                    progress("train", 1)
+        generator.sync_weights(policy.model)
+        acc_after, reward_after = evaluate_policy(policy, generator, eval_tasks, config)
+    finally:
+        generator.close()
+    return TrainReport(
+        model=config.policy.model, groups=len(groups), updates=updates, skipped_updates=skipped, groups_trained=trained,
+        accuracy_before=acc_before, accuracy_after=acc_after, reward_before=reward_before, reward_after=reward_after,
+        eval_questions=len(eval_tasks), seconds=time.perf_counter() - start,
+    )
