@@ -15,7 +15,7 @@ each message size (default ~1 KB, ~16 KB, ~64 KB: typical rollout-group batches)
 Latency is receive time (when the transport accepted the message) minus send time (just
 before publish()), both from the wall clock of the same machine.
 
-Target (from the issue): 100% delivery, p50 one-hop latency under 10 ms for a 1 KB message.
+Target: 100% delivery, p50 one-hop latency under 10 ms for a 1 KB message.
 
     python scripts/bench_gossip.py            # full run, writes runs/bench_gossip.json
     python scripts/bench_gossip.py --quick    # smaller and faster

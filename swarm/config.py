@@ -1,7 +1,7 @@
 """Configuration: one documented, frozen dataclass per component, loaded from TOML.
 
 A config file has one table per component (`[node]`, `[policy]`, `[generation]`,
-`[training]`, `[tasks]`, `[ledger]`, `[p2p]`); every key is optional and defaults to the
+`[training]`, `[tasks]`, `[ledger]`, `[p2p]`, `[verify]`, `[sync]`); every key is optional and defaults to the
 value documented below. Values are then overridden by environment variables
 (`SWARM__<SECTION>__<KEY>=value`, e.g. `SWARM__TRAINING__LR=1e-5`) and finally by the CLI
 (`--set training.lr=1e-5`, plus a few dedicated flags).
@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import math
 import os
+import re
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -126,6 +127,51 @@ class P2PSection:
     allow_list: list = opt([], "Peer IDs allowed to connect and send (empty: anyone). Connections from other peers are closed.")
 
 
+# -- verification of peers' rollout groups --
+
+
+@dataclass(frozen=True)
+class VerifySection:
+    """How peers' rollout groups are checked, and when a peer is throttled or banned.
+
+    These bounds reject; the sampler's own staleness keys (training.max_version_gap,
+    training.max_age_s) only skip accepted groups at batch time and are much tighter.
+    """
+
+    max_age_s: float = opt(3600.0, "Reject groups created longer ago than this (0: no bound). Generous: sampling skips stale groups anyway.", min=0.0)
+    max_future_s: float = opt(300.0, "Reject groups dated further than this in the future (clock-skew allowance).", min=0.0)
+    max_version_lag: int = opt(1000, "Reject a group more than this many policy versions behind the newest one its sender has sent us (-1: no bound).", min=-1)
+    reward_tolerance: float = opt(1e-6, "Largest difference allowed between a claimed reward and the one recomputed locally.", min=0.0, max=1.0)
+    rate_groups_per_s: float = opt(100.0, "Sustained groups per second a peer may send (refill of its rate limit).", min=0.0)
+    rate_burst: int = opt(4096, "Groups a peer may send at once (size of its rate-limit bucket).", min=1)
+    copycat_overlap: float = opt(0.75, "Reject a group sharing at least this share of its completions with another peer's group for the same task spec (0: off).", min=0.0, max=1.0)
+    throttle_below: float = opt(0.5, "A peer whose reputation score falls below this gets its rate limit scaled by its score.", min=0.0, max=1.0)
+    ban_after: float = opt(50.0, "Ban a peer automatically once its hard rejections (bad signatures, false rewards, bad tasks...) reach this and its score is below ban_below (0: never).", min=0.0)
+    ban_below: float = opt(0.2, "Reputation score under which a peer with ban_after hard rejections is banned.", min=0.0, max=1.0)
+    spot_check_completions: int = opt(1, "Completions per group whose tokens are re-scored under our own policy when the sender declares our model, base and policy version (0: off).", min=0, max=256)
+    spot_check_min_prob: float = opt(1e-6, "A spot-checked token less likely than this under the declared sampler marks the group implausible.", min=0.0, max=1.0)
+    recheck_signatures: bool = opt(True, "Check each group's signature again when the round loop takes it from the inbox (the gossip validator already did).")
+
+
+# -- sparse weight deltas: a trainer publishes them, a generator follows one trainer --
+
+# An Ed25519 libp2p peer ID: "12D3KooW" + 44 base58 characters (what `swarm-node id` prints).
+PEER_ID_PATTERN = re.compile(r"^12D3KooW[1-9A-HJ-NP-Za-km-z]{44}$")
+
+
+@dataclass(frozen=True)
+class SyncSection:
+    """Following a trainer's policy: sparse bf16 weight deltas, announced on gossip, fetched over a stream."""
+
+    follow: str = opt("", "Generator role: peer ID (12D3KooW...) of the trainer whose policy this node follows (required there).")
+    publish_deltas: bool = opt(False, "Trainer role: after every update, publish a sparse delta of the bf16 weights for followers.")
+    anchor_every: int = opt(10, "Trainer: also publish a full anchor every this many policy versions (late joiners start from it).", min=1)
+    keep_deltas: int = opt(20, "Trainer: keep serving this many most recent deltas (and the latest anchor) to followers that missed some.", min=1)
+    zstd_level: int = opt(1, "Trainer: zstd level of deltas and anchors (higher: a few % smaller, several times slower).", min=1, max=22)
+    max_blob_mb: int = opt(1024, "Generator: refuse a delta or anchor announced larger than this many MB.", min=1, max=1024)
+    fetch_timeout_s: float = opt(120.0, "Generator: give up fetching one delta or anchor after this many seconds.", min=1.0)
+
+
 @dataclass(frozen=True)
 class Config:
     """A node's whole configuration."""
@@ -137,6 +183,8 @@ class Config:
     tasks: TasksSection = field(default_factory=TasksSection)
     ledger: LedgerSection = field(default_factory=LedgerSection)
     p2p: P2PSection = field(default_factory=P2PSection)
+    verify: VerifySection = field(default_factory=VerifySection)
+    sync: SyncSection = field(default_factory=SyncSection)
 
     @property
     def run_dir(self) -> Path:
@@ -315,8 +363,24 @@ def _check_cross_field(config: Config, origin) -> None:
     for i, addr in enumerate(config.p2p.bootstrap):
         if not isinstance(addr, str) or "/p2p/" not in addr:
             raise ConfigError(f"{origin('p2p', 'bootstrap')}: p2p.bootstrap[{i}] must be a multiaddr ending in /p2p/<peer id>, got {addr!r}")
+    _check_sync(config, origin)
     if config.generation.temperature == 0 and config.node.role != "observer":
         raise ConfigError(f"{origin('generation', 'temperature')}: generation.temperature = 0 gives every group equal rewards and GRPO nothing to learn")
+
+
+def _check_sync(config: Config, origin) -> None:
+    """The [sync] keys against the node's role."""
+    follow, role = config.sync.follow, config.node.role
+    if role == "generator" and not follow:
+        raise ConfigError(f"{origin('node', 'role')}: node.role = \"generator\" needs sync.follow = the peer ID of the trainer to follow")
+    if follow and role != "generator":
+        raise ConfigError(f"{origin('sync', 'follow')}: sync.follow is only used with node.role = \"generator\"")
+    if follow and not PEER_ID_PATTERN.match(follow):
+        raise ConfigError(f"{origin('sync', 'follow')}: sync.follow = {follow!r} is not a peer ID (expected 12D3KooW followed by 44 base58 characters)")
+    if config.sync.keep_deltas < config.sync.anchor_every:
+        raise ConfigError(f"{origin('sync', 'keep_deltas')}: sync.keep_deltas ({config.sync.keep_deltas}) must be at least sync.anchor_every ({config.sync.anchor_every}), so a follower starting from the latest anchor finds every delta after it")
+    if config.sync.publish_deltas and role != "trainer":
+        raise ConfigError(f"{origin('sync', 'publish_deltas')}: sync.publish_deltas needs node.role = \"trainer\" (only a trainer makes new versions)")
 
 
 def _suggest(name: str, options) -> str:

@@ -106,11 +106,12 @@ def prepare(out: Path, nodes: int, rounds: int, base_config: Path | None, sets: 
             "p2p.bootstrap=[" + ", ".join(f'"{a}"' for a in bootstrap) + "]",
         ]
         config = load_config(base_config, overrides)  # validates before anything starts
-        _write_toml(node.folder / "config.toml", config.to_dict())
+        write_toml(node.folder / "config.toml", config.to_dict())
     return demo
 
 
-def _write_toml(path: Path, data: dict) -> None:
+def write_toml(path: Path, data: dict) -> None:
+    """Write a config (as `Config.to_dict()` gives it) to a TOML file that `load_config` reads back."""
     lines = ["# written by swarm-node demo; the effective config of this node"]
     for section, values in data.items():
         lines.append(f"\n[{section}]")

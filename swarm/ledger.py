@@ -361,3 +361,36 @@ def group_counts(session: Session) -> dict[str, int]:
     rows = session.execute(select(GroupRow.status, func.count()).group_by(GroupRow.status)).all()
     return {status: count for status, count in rows}
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Verification: bans and what peers had rejected
+
+
+def banned_peers(session: Session) -> dict[str, BanRow]:
+    """Every banned peer, by peer ID."""
+    return {row.peer_id: row for row in session.scalars(select(BanRow))}
+
+
+def add_ban(session: Session, peer_id: str, source: str, reason: str, banned_at: float) -> bool:
+    """Ban a peer; False if it was banned already (the first ban, and who imposed it, stays)."""
+    if session.get(BanRow, peer_id) is not None:
+        return False
+    session.add(BanRow(peer_id=peer_id, source=source, reason=reason, banned_at=banned_at))
+    return True
+
+
+def remove_ban(session: Session, peer_id: str) -> BanRow | None:
+    """Lift a peer's ban; the removed row, or None if it was not banned."""
+    row = session.get(BanRow, peer_id)
+    if row is not None:
+        session.delete(row)
+    return row
+
+
+def rejections_by_reason(session: Session, sender: str | None = None) -> dict[str, int]:
+    """Rejected received groups by reason (of one claimed sender, or of everyone)."""
+    stmt = select(GroupRow.reason, func.count()).where(GroupRow.status == "rejected")
+    if sender is not None:
+        stmt = stmt.where(GroupRow.sender == sender)
+    return {reason: n for reason, n in session.execute(stmt.group_by(GroupRow.reason)).all()}

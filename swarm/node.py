@@ -10,6 +10,11 @@ One round (no global barrier; peers never wait for each other):
 5. record the round and the update in the ledger in one transaction; evaluate and
    checkpoint when due.
 
+With `sync.publish_deltas` a trainer also publishes a sparse bf16 delta after each update
+(`swarm.sync`). A generator-role node (`node.role = "generator"`) has no optimizer: each
+round it first applies what the trainer named in `sync.follow` published, then generates
+and shares at that policy version, and skips step 4.
+
 A solo node is this same loop with a transport that has no peers. Stopping (Ctrl-C or
 `request_stop`) takes effect at the next round boundary and always leaves a checkpoint.
 """
@@ -28,21 +33,24 @@ import torch
 from swarm.config import Config, task_mix
 from swarm.display import EvalReport, Reporter, RoundReport, RunInfo, SilentReporter
 from swarm.errors import CheckpointError, ConfigError, RejectedMessage, TransportError
-from swarm.experience import ExperiencePool, SharedGroup, rescore
+from swarm.experience import ExperiencePool, SharedGroup
 from swarm.ledger import (
+    DeltaRow,
     EvalRow,
     GroupRow,
     GroupUseRow,
     Ledger,
     RoundRow,
     UpdateRow,
+    add_ban,
+    banned_peers,
     get_meta,
     group_known,
     set_meta,
     supersede_after,
     touch_peer,
 )
-from swarm.p2p.identity import load_or_create_identity, peer_id_of
+from swarm.p2p.identity import load_or_create_identity, peer_id_of, public_key_from_peer_id
 from swarm.p2p.transport import InboundMessage, Transport
 from swarm.policy.checkpoint import (
     CheckpointState,
@@ -50,13 +58,15 @@ from swarm.policy.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from swarm.policy.delta import bf16_state_dict
 from swarm.policy.generator import Completion, Generator, SamplingParams, TransformersGenerator
 from swarm.policy.grpo import group_advantages
 from swarm.policy.model import Policy, load_policy
 from swarm.policy.prompts import build_prompt
 from swarm.policy.trainer import GRPOTrainer, TrainerSettings, TrainSample, UpdateResult
 from swarm.rollout import RolloutGroup, Sampling, SignedGroup, pack_messages, sign_group
-from swarm.sampling import Candidate, Staleness, choose_batch
+from swarm.sampling import BatchChoice, Candidate, Staleness, choose_batch
+from swarm.sync import DeltaEvent, DeltaFollower, DeltaPublisher, Expectation, TopicTap, load_into
 from swarm.tasks import (
     Task,
     build_task,
@@ -66,7 +76,9 @@ from swarm.tasks import (
     score_completion,
     validate_mix,
 )
-from swarm.verify.message import Accepted, Rejection, check_message
+from swarm.verify.gate import Verifier, VerifySettings
+from swarm.verify.message import Accepted, Rejection
+from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings
 
 MAX_PENDING_REJECTIONS = 10_000  # rejections noted by the validator, waiting for the ledger
 
@@ -181,8 +193,8 @@ class Node:
         key_pair=None,
     ):
         """`transport` defaults to libp2p as configured; `key_pair` to the run folder's identity."""
-        if config.node.role != "trainer":
-            raise ConfigError(f"node.role = {config.node.role!r} is not available in this version; use 'trainer'")
+        if config.node.role not in ("trainer", "generator"):
+            raise ConfigError(f"node.role = {config.node.role!r} is not available in this version; use 'trainer' or 'generator'")
         self.config = config
         self.reporter = reporter or SilentReporter()
         config.run_dir.mkdir(parents=True, exist_ok=True)
@@ -196,6 +208,7 @@ class Node:
         self._pending_rejections: collections.deque[Rejection] = collections.deque()
         self._pending_lock = threading.Lock()
         self.pool = ExperiencePool(config.training.pool_size)  # peers' groups, re-scored, awaiting training
+        self.verifier = Verifier(VerifySettings.from_config(config), own_peer_id=self.peer_id)  # every check on peers' groups
         self.mix = validate_mix(task_mix(config))
         self.sampling = SamplingParams(
             temperature=config.generation.temperature,
@@ -209,9 +222,15 @@ class Node:
         torch.manual_seed(config.node.seed)
         self.policy = load_policy(config.policy.model, config.policy.device, config.policy.dtype)
         self.generator = make_generator(config, self.policy)
-        self.trainer = GRPOTrainer(self.policy.model, self.policy.tokenizer.pad_token_id, trainer_settings(config, self.policy))
+        # A generator has no optimizer: the trainer it follows makes its new versions.
+        self.trainer = None if config.node.role == "generator" else GRPOTrainer(
+            self.policy.model, self.policy.tokenizer.pad_token_id, trainer_settings(config, self.policy)
+        )
+        self.spot_checker = SpotChecker(self.policy.model, self.policy.tokenizer, SpotCheckSettings(
+            completions=config.verify.spot_check_completions, min_prob=config.verify.spot_check_min_prob))
         self.eval_tasks = [build_task(s) for s in eval_specs(self.mix, config.tasks.eval_seed, config.tasks.eval_size)]
         self._resume()
+        self.publisher, self.follower = self._make_sync()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -238,7 +257,7 @@ class Node:
             if path is None:
                 supersede_after(session, -1)
                 return
-            state = load_checkpoint(path, self.policy.model, self.trainer.optimizer)
+            state = load_checkpoint(path, self.policy.model, self.trainer.optimizer if self.trainer else None)
             if state.model_name != self.config.policy.model:
                 raise CheckpointError(f"{path} is a checkpoint of {state.model_name!r}, not {self.config.policy.model!r}")
             self.state.round, self.state.policy_version = state.round, state.policy_version
@@ -250,6 +269,7 @@ class Node:
         target = self.config.node.rounds
         self.transport.start()
         self.transport.subscribe(self.topic, self._validate)
+        self._start_sync()
         self._write_node_info()
         self.reporter.start(
             RunInfo(
@@ -295,7 +315,7 @@ class Node:
 
     def _validate(self, message: InboundMessage) -> str | None:
         """Gossip validator (runs on the transport's thread): cheap checks, rejections noted."""
-        _, rejected = check_message(message.data, message.source, self.config.p2p.swarm_id)
+        _, rejected = self.verifier.admit(message.data, message.source)
         if not rejected:
             return None
         with self._pending_lock:
@@ -309,6 +329,7 @@ class Node:
         for group in groups:
             group.wire = self._wire_group(group)
             group.signed = sign_group(group.wire, self.key_pair)
+            self.verifier.note_own(group.wire)  # a peer re-signing it is then a copycat
         for message in pack_messages([g.signed for g in groups]):
             try:
                 self.transport.publish(self.topic, message)
@@ -336,6 +357,7 @@ class Node:
             round=self.state.round,
             created_at=time.time(),
             token_ids=tuple(tuple(c.token_ids) for c in group.completions),
+            format_bonus=float(self.config.tasks.format_reward),
         )
 
     def _final_drain(self, wait_s: float = 1.0) -> None:
@@ -351,8 +373,10 @@ class Node:
         """Everything received since the last round: accepted groups and all noted rejections."""
         accepted: list[Accepted] = []
         rejected: list[Rejection] = []
+        with self.ledger.reader() as session:  # bans set or lifted by `swarm-node ban/unban`
+            self.verifier.set_bans(banned_peers(session))
         for message in self.transport.receive():
-            ok, bad = check_message(message.data, message.source, self.config.p2p.swarm_id)
+            ok, bad = self.verifier.recheck(message.data, message.source)
             accepted += ok
             rejected += bad  # normally empty: the validator already refused such messages
         with self._pending_lock:
@@ -363,8 +387,9 @@ class Node:
     def _store_received(self, session, accepted: list[Accepted], rejected: list[Rejection]) -> list[Accepted]:
         """Record received groups in the ledger and pool the good ones; return the new accepted ones.
 
-        A group that passed the wire checks is rebuilt and re-scored here; one whose task does
-        not rebuild (or whose question does not match) is rejected like any other bad group.
+        A group that passed the cheap checks gets the expensive ones here (copycat, task
+        rebuild, question, every claimed reward); a failing one is rejected like any other.
+        Outcomes feed the peers' reputation; a peer it condemns is banned in the ledger.
         """
         now = time.time()
         fresh, seen = [], set()
@@ -375,7 +400,8 @@ class Node:
                 continue
             seen.add(digest)
             try:
-                task, rewards = rescore(item.group, self.config.tasks.format_reward)
+                task, rewards = self.verifier.verify_content(item.group, self.config.tasks.format_reward)
+                self._spot_check(item)
             except RejectedMessage as e:
                 rejected.append(Rejection(e.reason, e.detail, item.source, digest, item.group.sender, item.signed, item.group))
                 continue
@@ -392,11 +418,24 @@ class Node:
                 self._group_row(r.signed, r.group, "received", "rejected", source=r.source, reason=r.reason,
                                 detail=r.detail[:500], content_hash=r.content_hash, sender=r.sender)
             )
+        for peer, reason in self.verifier.record(fresh, rejected):
+            add_ban(session, peer, "auto", reason, now)
+            self.reporter.message(f"banned {peer}: {reason}")
         self.sharing.received_groups += len(accepted) + len([r for r in rejected if r.reason != "duplicate"])
         self.sharing.accepted_groups += len(fresh)
         self.sharing.rejected_groups += len([r for r in rejected if r.reason != "duplicate"])
         self.sharing.duplicates += len([r for r in rejected if r.reason == "duplicate"])
         return fresh
+
+    def _spot_check(self, item: Accepted) -> None:
+        """Re-score a sample of the group's tokens if it claims our exact model and version."""
+        group = item.group
+        if (group.model, group.base_hash, group.policy_version) != (
+            self.config.policy.model, self.policy.base_hash, self.state.policy_version
+        ):
+            return
+        prompt = build_prompt(self.policy.tokenizer, group.question, self.config.policy.system_prompt)
+        self.spot_checker.check(group, item.signed.content_hash, prompt)
 
     def _shared_group(self, row_id: int, item: Accepted, task: Task, rewards, received_at: float) -> SharedGroup:
         group = item.group
@@ -423,29 +462,110 @@ class Node:
             row.mean_reward = sum(group.rewards) / len(group.rewards)
         return row
 
+    # -- following and publishing weight deltas ------------------------------------------
+
+    def _make_sync(self) -> tuple[DeltaPublisher | None, DeltaFollower | None]:
+        """The trainer's delta publisher (with sync.publish_deltas) or the generator's follower."""
+        sync = self.config.sync
+        if self.config.node.role == "generator":
+            try:
+                public_key_from_peer_id(sync.follow)
+            except TransportError:
+                raise ConfigError(f"sync.follow = {sync.follow!r} is not an Ed25519 peer ID") from None
+            if sync.follow == self.peer_id:
+                raise ConfigError("sync.follow names this node itself; give the peer ID of a trainer")
+            if self.policy.dtype == torch.float16:  # bf16 values do not all fit in fp16
+                raise ConfigError("a generator holds the trainer's bf16 weights exactly only with policy.dtype float32 or bfloat16")
+            expect = Expectation(
+                provider=sync.follow, swarm_id=self.config.p2p.swarm_id, model=self.config.policy.model,
+                base_hash=self.policy.base_hash, max_bytes=sync.max_blob_mb * 1024 * 1024,
+            )
+            follower = DeltaFollower(
+                self.transport, expect, bf16_state_dict(self.policy.model), self.state.policy_version,
+                fetch_timeout=sync.fetch_timeout_s,
+            )
+            # Delta manifests go to the follower, never into the rollout inbox.
+            self.transport = TopicTap(self.transport, follower.topic, follower.offer)
+            return None, follower
+        if sync.publish_deltas:
+            publisher = DeltaPublisher(
+                self.transport, self.key_pair, peer_id=self.peer_id, swarm_id=self.config.p2p.swarm_id,
+                model=self.config.policy.model, base_hash=self.policy.base_hash, anchor_every=sync.anchor_every,
+                keep_deltas=sync.keep_deltas, level=sync.zstd_level,
+            )
+            # The reference of the first delta. A resumed trainer's anchor is served (and listed
+            # in the index followers read first) even though gossip cannot carry it yet.
+            self._record_deltas(publisher.start(bf16_state_dict(self.policy.model), self.state.policy_version))
+            return publisher, None
+        return None, None
+
+    def _start_sync(self) -> None:
+        """Once the transport runs: a follower listens for its trainer's manifests."""
+        if self.follower is not None:
+            self.transport.subscribe(self.follower.topic, self.follower.validator)
+
+    def _publish_delta(self) -> None:
+        """Trainer: announce the bf16 change of this update to followers."""
+        if self.publisher is not None:
+            self._record_deltas(self.publisher.publish(bf16_state_dict(self.policy.model), self.state.policy_version))
+
+    def _follow(self) -> None:
+        """Generator: apply what the followed trainer published since the last round."""
+        self.transport.pump()  # manifests that arrived since the last drain
+        result = self.follower.sync()
+        if result.changed:
+            load_into(self.policy.model, self.follower.weights, result.changed)
+            self.generator.update_weights(self.policy.model, result.changed)
+        self.state.policy_version = result.version
+        self._record_deltas(result.events)
+
+    def _record_deltas(self, events: list[DeltaEvent]) -> None:
+        if not events:
+            return
+        now = time.time()
+        with self.ledger.transaction() as session:
+            for e in events:
+                session.add(
+                    DeltaRow(
+                        direction=e.direction, peer=e.peer, kind=e.kind, from_version=e.from_version,
+                        to_version=e.to_version, bytes=e.nbytes, seconds=e.seconds, status=e.status,
+                        reason=e.reason, recorded_at=now,
+                    )
+                )
+        for e in events:
+            if e.status == "rejected":
+                self.reporter.message(f"{e.kind} v{e.from_version}->v{e.to_version} from {e.peer[:16]} rejected: {e.reason}: {e.detail[:200]}")
+
     # -- one round -------------------------------------------------------------------------------
 
     def run_round(self) -> RoundReport:
         times = RoundTimes()
         started = time.time()
         t0 = time.perf_counter()
+        if self.follower is not None:
+            self._follow()
         groups = self._generate_groups(times)
         self._publish(groups)
         accepted, rejected = self._drain_inbox()
         if accepted or rejected:
             with self.ledger.transaction() as session:
                 self._store_received(session, accepted, rejected)
-        batch = self._choose_batch(groups)
-        local_samples = self._train_samples(batch.local)
-        shared_samples, shared_advantages = self._shared_samples(batch.shared)
-        t = time.perf_counter()
-        result = self.trainer.update(local_samples + shared_samples)
-        times.train = time.perf_counter() - t
+        if self.trainer is None:  # generator role: nothing to train, the followed trainer does it
+            batch, shared_advantages = BatchChoice(local=[], shared=[]), []
+            result = UpdateResult(skipped=True, skip_reason="generator role: follows a trainer")
+        else:
+            batch = self._choose_batch(groups)
+            local_samples = self._train_samples(batch.local)
+            shared_samples, shared_advantages = self._shared_samples(batch.shared)
+            t = time.perf_counter()
+            result = self.trainer.update(local_samples + shared_samples)
+            times.train = time.perf_counter() - t
         self.pool.take(batch.shared)
         version_before = self.state.policy_version
         if not result.skipped:
             self.state.policy_version += 1
             self.generator.sync_weights(self.policy.model)
+            self._publish_delta()
         times.total = time.perf_counter() - t0
         report = self._record_round(groups, batch.local, result, version_before, started, times, batch.shared, shared_advantages)
         self.state.round += 1
@@ -595,7 +715,8 @@ class Node:
             model_name=self.config.policy.model, base_hash=self.policy.base_hash,
         )
         return save_checkpoint(
-            self.checkpoint_dir, self.policy.model, self.trainer.optimizer, state, keep=self.config.node.keep_checkpoints
+            self.checkpoint_dir, self.policy.model, self.trainer.optimizer if self.trainer else None, state,
+            keep=self.config.node.keep_checkpoints,
         )
 
 

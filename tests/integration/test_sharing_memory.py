@@ -35,6 +35,8 @@ def test_nodes_exchange_signed_groups_and_record_forgeries(tmp_path, tiny_model_
         node.transport.start()
     a.run_round()
     b.run_round()  # b drains a's round-0 groups here
+    # Both were at policy version 0 with the same model: b spot-checked a's tokens, and they passed.
+    assert b.spot_checker.checked > 0
 
     # A hostile peer on the hub: a forged signature, and a valid signature over a tampered body.
     mallory_key = create_identity(b"\x09" * 32)
