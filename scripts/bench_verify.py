@@ -6,7 +6,9 @@ takes the signed groups it published as realistic input. Each group is then put 
 the verifier as a peer's would be: the gossip validator's checks (`admit`: decode, schema,
 bounds, signature, swarm, allow-list, bans, age, nonce, version, rate limit), the inbox
 re-check (`recheck`, with and without the second signature check) and the expensive checks
-(`verify_content`: copycat, task rebuild, question, every reward recomputed). Invalid groups
+(`verify_content`: copycat, task rebuild, question, every reward recomputed) and the token
+spot check that groups declaring our model and policy version get (counted for every group:
+the worst case). Invalid groups
 are timed too (garbage, forged signature, inflated reward, unknown dataset).
 
 The share of round time assumes each of P peers sends as many groups per round as this node
@@ -64,7 +66,7 @@ def run_rounds(args):
         with node.ledger.reader() as session:
             rounds = session.query(RoundRow).order_by(RoundRow.round).all()[1:]  # drop the warm-up round
             sent = [SignedGroup(r.body, r.signature) for r in session.query(GroupRow).filter(GroupRow.direction == "sent")]
-        return config, node.peer_id, statistics.median(r.total_s for r in rounds), len(rounds), sent
+        return config, node, statistics.median(r.total_s for r in rounds), len(rounds), sent
 
 
 def per_group_seconds(fn, items, repeat: int) -> float:
@@ -75,6 +77,35 @@ def per_group_seconds(fn, items, repeat: int) -> float:
         fn(items)
         times.append((time.perf_counter() - t) / len(items))
     return statistics.median(times)
+
+
+def spot_check_cost(config, node, sent, repeat: int) -> tuple[float, int]:
+    """Seconds per group of the token spot check, and how many of the node's own groups it flagged.
+
+    The node's groups were sampled at earlier policy versions than the weights checked here,
+    so a flag would be a false positive of the loose bounds; it is counted, not hidden.
+    """
+    from swarm.errors import RejectedMessage
+    from swarm.policy.prompts import build_prompt
+    from swarm.rollout import decode_group
+    from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings
+
+    checker = SpotChecker(node.policy.model, node.policy.tokenizer, SpotCheckSettings(
+        completions=config.verify.spot_check_completions, min_prob=config.verify.spot_check_min_prob))
+    items = [(decode_group(s.body), s.content_hash) for s in sent]
+    flagged = 0
+
+    def run(pairs):
+        nonlocal flagged
+        flagged = 0
+        for group, digest in pairs:
+            prompt = build_prompt(node.policy.tokenizer, group.question, config.policy.system_prompt)
+            try:
+                checker.check(group, digest, prompt)
+            except RejectedMessage:
+                flagged += 1
+
+    return per_group_seconds(run, items, repeat), flagged
 
 
 def measure(config, peer_id: str, sent, repeat: int) -> dict:
@@ -157,14 +188,18 @@ def main(argv=None) -> int:
 
     console = Console()
     try:
-        config, peer_id, round_s, rounds_timed, sent = run_rounds(args)
-        costs = measure(config, peer_id, sent, args.repeat)
+        config, node, round_s, rounds_timed, sent = run_rounds(args)
+        costs = measure(config, node.peer_id, sent, args.repeat)
+        spot_s, spot_flagged = spot_check_cost(config, node, sent, args.repeat)
+        costs["valid"]["spot check (same model and version only)"] = spot_s
     except SwarmError as e:
         console.print(f"error: {e}")
         return 2
     per_round = config.generation.questions_per_round
-    per_valid = costs["valid"]["admit (gossip validator)"] + costs["valid"]["recheck with signature (inbox)"] + \
-        costs["valid"]["verify_content (rebuild, re-score)"]
+    # Worst case: every peer declares our model and version, so every group is also spot-checked.
+    per_valid = sum(costs["valid"][k] for k in (
+        "admit (gossip validator)", "recheck with signature (inbox)", "verify_content (rebuild, re-score)",
+        "spot check (same model and version only)"))
     share = {p: p * per_round * per_valid / round_s for p in PEERS}
     result = {
         "config": args.config or "defaults", "overrides": args.sets, "model": config.policy.model,
@@ -176,6 +211,8 @@ def main(argv=None) -> int:
         "valid_group_total_s": per_valid, "valid_groups_per_s": 1 / per_valid,
         "share_of_round_by_peers": share, "target_share": TARGET_SHARE,
         "groups_measured": costs["groups"], "completions_per_group": costs["completions_per_group"],
+        "spot_check_completions_per_group": config.verify.spot_check_completions,
+        "spot_check_flagged_own_groups": spot_flagged,
     }
     show(result, console)
     out = Path(args.out)
@@ -194,6 +231,9 @@ def show(result: dict, console: Console) -> None:
         table.add_row(name, f"{seconds * 1e6:.0f}", f"{1 / seconds:,.0f}")
     table.add_row("valid group, all stages", f"{result['valid_group_total_s'] * 1e6:.0f}", f"{result['valid_groups_per_s']:,.0f}")
     console.print(table)
+    console.print(f"spot check: {result['spot_check_completions_per_group']} completion(s) per group; "
+                  f"{result['spot_check_flagged_own_groups']} of the node's own {result['groups_measured']} groups flagged "
+                  "(sampled at earlier versions than the weights checked)")
     shares = Table(title=f"share of a {result['median_round_s']:.2f} s round ({result['questions_per_round']} groups "
                          f"per peer per round, target < {result['target_share']:.0%})")
     for column in ("peers", "groups verified per round", "verify s per round", "share of round"):
