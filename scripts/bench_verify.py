@@ -196,11 +196,12 @@ def main(argv=None) -> int:
         console.print(f"error: {e}")
         return 2
     per_round = config.generation.questions_per_round
-    # Worst case: every peer declares our model and version, so every group is also spot-checked.
-    per_valid = sum(costs["valid"][k] for k in (
-        "admit (gossip validator)", "recheck with signature (inbox)", "verify_content (rebuild, re-score)",
-        "spot check (same model and version only)"))
-    share = {p: p * per_round * per_valid / round_s for p in PEERS}
+    recheck = "recheck with signature (inbox)" if config.verify.recheck_signatures else "recheck without signature (inbox)"
+    per_valid = sum(costs["valid"][k] for k in ("admit (gossip validator)", recheck, "verify_content (rebuild, re-score)"))
+    # Worst case for the spot check: every peer declares our model and version, so the node
+    # spends its whole per-round allowance of spot checks.
+    spot_per_round = costs["valid"]["spot check (same model and version only)"] * config.verify.spot_check_groups_per_round
+    share = {p: (p * per_round * per_valid + min(spot_per_round, p * per_round * spot_s)) / round_s for p in PEERS}
     result = {
         "config": args.config or "defaults", "overrides": args.sets, "model": config.policy.model,
         "questions_per_round": per_round, "completions_per_question": config.generation.completions_per_question,
@@ -212,6 +213,7 @@ def main(argv=None) -> int:
         "share_of_round_by_peers": share, "target_share": TARGET_SHARE,
         "groups_measured": costs["groups"], "completions_per_group": costs["completions_per_group"],
         "spot_check_completions_per_group": config.verify.spot_check_completions,
+        "spot_check_groups_per_round": config.verify.spot_check_groups_per_round,
         "spot_check_flagged_own_groups": spot_flagged,
     }
     show(result, console)
@@ -235,12 +237,13 @@ def show(result: dict, console: Console) -> None:
                   f"{result['spot_check_flagged_own_groups']} of the node's own {result['groups_measured']} groups flagged "
                   "(sampled at earlier versions than the weights checked)")
     shares = Table(title=f"share of a {result['median_round_s']:.2f} s round ({result['questions_per_round']} groups "
-                         f"per peer per round, target < {result['target_share']:.0%})")
+                         f"per peer per round, at most {result['spot_check_groups_per_round']} spot-checked, "
+                         f"target < {result['target_share']:.0%})")
     for column in ("peers", "groups verified per round", "verify s per round", "share of round"):
         shares.add_column(column, justify="right")
     for peers, share in result["share_of_round_by_peers"].items():
         n = peers * result["questions_per_round"]
-        shares.add_row(str(peers), str(n), f"{n * result['valid_group_total_s']:.4f}", f"{share:.2%}")
+        shares.add_row(str(peers), str(n), f"{share * result['median_round_s']:.4f}", f"{share:.2%}")
     console.print(shares)
 
 

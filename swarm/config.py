@@ -149,8 +149,9 @@ class VerifySection:
     ban_after: float = opt(50.0, "Ban a peer automatically once its hard rejections (bad signatures, false rewards, bad tasks...) reach this and its score is below ban_below (0: never).", min=0.0)
     ban_below: float = opt(0.2, "Reputation score under which a peer with ban_after hard rejections is banned.", min=0.0, max=1.0)
     spot_check_completions: int = opt(1, "Completions per group whose tokens are re-scored under our own policy when the sender declares our model, base and policy version (0: off).", min=0, max=256)
+    spot_check_groups_per_round: int = opt(1, "At most this many qualifying groups are spot-checked per round (each costs a forward pass).", min=0)
     spot_check_min_prob: float = opt(1e-6, "A spot-checked token less likely than this under the declared sampler marks the group implausible.", min=0.0, max=1.0)
-    recheck_signatures: bool = opt(True, "Check each group's signature again when the round loop takes it from the inbox (the gossip validator already did).")
+    recheck_signatures: bool = opt(False, "Check each group's signature again when the round loop takes it from the inbox. Off by default: the transports queue only messages the gossip validator accepted, signature included.")
 
 
 # -- sparse weight deltas: a trainer publishes them, a generator follows one trainer --

@@ -226,6 +226,7 @@ class Node:
         self.trainer = None if config.node.role == "generator" else GRPOTrainer(
             self.policy.model, self.policy.tokenizer.pad_token_id, trainer_settings(config, self.policy)
         )
+        self._spot_checks_left = config.verify.spot_check_groups_per_round
         self.spot_checker = SpotChecker(self.policy.model, self.policy.tokenizer, SpotCheckSettings(
             completions=config.verify.spot_check_completions, min_prob=config.verify.spot_check_min_prob))
         self.eval_tasks = [build_task(s) for s in eval_specs(self.mix, config.tasks.eval_seed, config.tasks.eval_size)]
@@ -428,12 +429,16 @@ class Node:
         return fresh
 
     def _spot_check(self, item: Accepted) -> None:
-        """Re-score a sample of the group's tokens if it claims our exact model and version."""
+        """Re-score a sample of the group's tokens if it claims our exact model and version.
+
+        At most `verify.spot_check_groups_per_round` groups a round: each costs a forward pass.
+        """
         group = item.group
-        if (group.model, group.base_hash, group.policy_version) != (
+        if self._spot_checks_left <= 0 or (group.model, group.base_hash, group.policy_version) != (
             self.config.policy.model, self.policy.base_hash, self.state.policy_version
         ):
             return
+        self._spot_checks_left -= 1
         prompt = build_prompt(self.policy.tokenizer, group.question, self.config.policy.system_prompt)
         self.spot_checker.check(group, item.signed.content_hash, prompt)
 
@@ -540,6 +545,7 @@ class Node:
 
     def run_round(self) -> RoundReport:
         times = RoundTimes()
+        self._spot_checks_left = self.config.verify.spot_check_groups_per_round
         started = time.time()
         t0 = time.perf_counter()
         if self.follower is not None:

@@ -57,7 +57,7 @@ class VerifySettings:
     rate_groups_per_s: float = 100.0
     rate_burst: int = 4096
     copycat_overlap: float = 0.75
-    recheck_signatures: bool = True
+    recheck_signatures: bool = False
     reputation: ReputationSettings = field(default_factory=ReputationSettings)
 
     @classmethod
