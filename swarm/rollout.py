@@ -188,26 +188,37 @@ def _pack_batch(batch: list[SignedGroup]) -> bytes:
 
 def unpack_message(data: bytes) -> list[SignedGroup]:
     """Split a gossip message into signed groups. Checks the envelope only."""
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise RejectedMessage("oversize", f"message of {len(data)} bytes")
-    envelope = _unpack(data, max_len=MAX_GROUPS_PER_MESSAGE + 8)
-    if not isinstance(envelope, dict) or set(envelope) != {"v", "kind", "groups"}:
-        raise RejectedMessage("malformed", "message envelope has the wrong fields")
-    if envelope["v"] != SCHEMA_VERSION:
-        raise RejectedMessage("unknown_schema", f"message schema {envelope['v']!r}")
-    if envelope["kind"] != "rollouts":
+    pairs = _unpack_envelope(data, "rollouts", "groups", SCHEMA_VERSION, MAX_MESSAGE_BYTES, MAX_GROUPS_PER_MESSAGE, MAX_GROUP_BYTES)
+    return [SignedGroup(body=body, signature=signature) for body, signature in pairs]
+
+
+def _unpack_envelope(
+    data: bytes, kind: str, items_key: str, schema: int, max_bytes: int, max_items: int, max_item_bytes: int
+) -> list[tuple[bytes, bytes]]:
+    """The (body, signature) pairs of a message {"v", "kind", <items_key>: [[body, signature], ...]}.
+
+    Shared by rollout messages and delta-manifest messages: the envelope is the same shape,
+    only its kind, schema and limits differ. Every failure is a RejectedMessage.
+    """
+    what = items_key[:-1]  # "groups" -> "group"
+    if len(data) > max_bytes:
+        raise RejectedMessage("oversize", f"{kind} message of {len(data)} bytes")
+    envelope = _unpack(data, max_len=max_items + 8)
+    if not isinstance(envelope, dict) or set(envelope) != {"v", "kind", items_key}:
+        raise RejectedMessage("malformed", f"{kind} message envelope has the wrong fields")
+    if envelope["v"] != schema:
+        raise RejectedMessage("unknown_schema", f"{kind} message schema {envelope['v']!r}")
+    if envelope["kind"] != kind:
         raise RejectedMessage("malformed", f"unknown message kind {envelope['kind']!r}")
-    groups = envelope["groups"]
-    if not isinstance(groups, list) or not 1 <= len(groups) <= MAX_GROUPS_PER_MESSAGE:
-        raise RejectedMessage("malformed", "groups must be a non-empty list within the limit")
-    out = []
-    for item in groups:
+    items = envelope[items_key]
+    if not isinstance(items, list) or not 1 <= len(items) <= max_items:
+        raise RejectedMessage("malformed", f"{items_key} must be a non-empty list within the limit")
+    for item in items:
         if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, bytes) for x in item)):
-            raise RejectedMessage("malformed", "each group must be [body, signature] bytes")
-        if len(item[0]) > MAX_GROUP_BYTES:
-            raise RejectedMessage("oversize", f"group body of {len(item[0])} bytes")
-        out.append(SignedGroup(body=item[0], signature=item[1]))
-    return out
+            raise RejectedMessage("malformed", f"each {what} must be [body, signature] bytes")
+        if len(item[0]) > max_item_bytes:
+            raise RejectedMessage("oversize", f"{what} body of {len(item[0])} bytes")
+    return [(body, signature) for body, signature in items]
 
 
 def decode_group(body: bytes) -> RolloutGroup:
@@ -467,26 +478,11 @@ def pack_manifests(manifests: Iterable[SignedManifest]) -> bytes:
 
 def unpack_manifests(data: bytes) -> list[SignedManifest]:
     """Split a manifest message into signed manifests. Checks the envelope only."""
-    if len(data) > MAX_MANIFEST_MESSAGE_BYTES:
-        raise RejectedMessage("oversize", f"manifest message of {len(data)} bytes")
-    envelope = _unpack(data, max_len=MAX_MANIFESTS_PER_MESSAGE + 8)
-    if not isinstance(envelope, dict) or set(envelope) != {"v", "kind", "manifests"}:
-        raise RejectedMessage("malformed", "manifest message envelope has the wrong fields")
-    if envelope["v"] != MANIFEST_SCHEMA_VERSION:
-        raise RejectedMessage("unknown_schema", f"manifest message schema {envelope['v']!r}")
-    if envelope["kind"] != "delta_manifests":
-        raise RejectedMessage("malformed", f"unknown message kind {envelope['kind']!r}")
-    items = envelope["manifests"]
-    if not isinstance(items, list) or not 1 <= len(items) <= MAX_MANIFESTS_PER_MESSAGE:
-        raise RejectedMessage("malformed", "manifests must be a non-empty list within the limit")
-    out = []
-    for item in items:
-        if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, bytes) for x in item)):
-            raise RejectedMessage("malformed", "each manifest must be [body, signature] bytes")
-        if len(item[0]) > MAX_MANIFEST_BYTES:
-            raise RejectedMessage("oversize", f"manifest body of {len(item[0])} bytes")
-        out.append(SignedManifest(body=item[0], signature=item[1]))
-    return out
+    pairs = _unpack_envelope(
+        data, "delta_manifests", "manifests", MANIFEST_SCHEMA_VERSION, MAX_MANIFEST_MESSAGE_BYTES,
+        MAX_MANIFESTS_PER_MESSAGE, MAX_MANIFEST_BYTES,
+    )
+    return [SignedManifest(body=body, signature=signature) for body, signature in pairs]
 
 
 def decode_manifest(body: bytes) -> DeltaManifest:
