@@ -92,16 +92,21 @@ class RolloutGroup:
 
 
 @dataclass(frozen=True)
-class SignedGroup:
-    """A group's canonical body bytes and the sender's signature over them."""
+class SignedBody:
+    """Canonical body bytes and the signature over them (what travels for any signed message)."""
 
     body: bytes
     signature: bytes
 
     @property
     def content_hash(self) -> str:
-        """Hex SHA-256 of the body: the group's identity for dedup and the ledger."""
+        """Hex SHA-256 of the body: the message's identity for dedup and the ledger."""
         return hashlib.sha256(self.body).hexdigest()
+
+
+@dataclass(frozen=True)
+class SignedGroup(SignedBody):
+    """A rollout group's canonical body bytes and the sender's signature over them."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,15 +425,8 @@ class DeltaManifest:
 
 
 @dataclass(frozen=True)
-class SignedManifest:
+class SignedManifest(SignedBody):
     """A manifest's canonical body bytes and the provider's signature over them."""
-
-    body: bytes
-    signature: bytes
-
-    @property
-    def content_hash(self) -> str:
-        return hashlib.sha256(self.body).hexdigest()
 
 
 def _manifest_map(m: DeltaManifest) -> dict:
