@@ -63,7 +63,13 @@ from swarm.policy.generator import Completion, Generator, SamplingParams, Transf
 from swarm.policy.grpo import group_advantages
 from swarm.policy.model import Policy, load_policy
 from swarm.policy.prompts import build_prompt
-from swarm.policy.trainer import GRPOTrainer, TrainerSettings, TrainSample, UpdateResult
+from swarm.policy.trainer import (
+    GRPOTrainer,
+    TrainerSettings,
+    TrainSample,
+    UpdateResult,
+    retokenized_samples,
+)
 from swarm.rollout import RolloutGroup, Sampling, SignedGroup, pack_messages, sign_group
 from swarm.sampling import BatchChoice, Candidate, Staleness, choose_batch
 from swarm.sync import DeltaEvent, DeltaFollower, DeltaPublisher, Expectation, TopicTap, load_into
@@ -614,22 +620,16 @@ class Node:
     def _shared_samples(self, groups: list[SharedGroup]) -> tuple[list[TrainSample], list[list[float]]]:
         """Re-tokenize peers' completions with our tokenizer; advantages from our own rewards.
 
-        Completions longer than 4x our own generation budget are left out (their advantage
-        still shapes the others'): a peer's rambling must not blow up our training step.
+        Completions longer than 4x our own generation budget are left out (`retokenized_samples`).
         """
         tok = self.policy.tokenizer
-        eos = tok.eos_token_id
         limit = 4 * self.config.generation.max_new_tokens
         samples, advantages_per_group = [], []
         for group in groups:
             prompt = build_prompt(tok, group.task.question, self.config.policy.system_prompt)
-            prompt_ids = tuple(tok(prompt, add_special_tokens=False)["input_ids"])
             advantages = group_advantages(group.rewards, scale_by_std=self.config.training.scale_advantages)
             advantages_per_group.append(advantages)
-            for text, finished, advantage in zip(group.completions, group.finished, advantages, strict=True):
-                ids = tuple(tok(text, add_special_tokens=False)["input_ids"]) + ((eos,) if finished and eos is not None else ())
-                if 0 < len(ids) <= limit:
-                    samples.append(TrainSample(prompt_ids, ids, advantage))
+            samples += retokenized_samples(tok, prompt, group.completions, group.finished, advantages, limit)
         return samples, advantages_per_group
 
     def _train_samples(self, groups: list[LocalGroup]) -> list[TrainSample]:

@@ -230,18 +230,11 @@ def train_samples(tokenizer, system_prompt: str, item: StoredGroup, scale_advant
     """Per-completion samples of one group, re-tokenized with our tokenizer (as the node does for shared groups)."""
     from swarm.policy.grpo import group_advantages
     from swarm.policy.prompts import build_prompt
-    from swarm.policy.trainer import TrainSample
+    from swarm.policy.trainer import retokenized_samples
 
     prompt = build_prompt(tokenizer, item.group.question, system_prompt)
-    prompt_ids = tuple(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-    eos = tokenizer.eos_token_id
     advantages = group_advantages(item.rewards, scale_by_std=scale_advantages)
-    samples = []
-    for text, finished, advantage in zip(item.group.completions, item.group.finished, advantages, strict=True):
-        ids = tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) + ((eos,) if finished and eos is not None else ())
-        if 0 < len(ids) <= max_tokens:
-            samples.append(TrainSample(prompt_ids, ids, advantage))
-    return samples
+    return retokenized_samples(tokenizer, prompt, item.group.completions, item.group.finished, advantages, max_tokens)
 
 
 def train_offline(

@@ -29,6 +29,23 @@ class TrainSample:
     advantage: float
 
 
+def retokenized_samples(tokenizer, prompt: str, completions, finished, advantages, max_tokens: int) -> list[TrainSample]:
+    """Samples for completions known only as text (a peer's, or a stored group's), in our ids.
+
+    The stop token is appended where a completion finished. Empty completions and ones longer
+    than `max_tokens` are left out (their advantage still shaped the others'): someone else's
+    rambling must not blow up our training step.
+    """
+    eos = tokenizer.eos_token_id
+    prompt_ids = tuple(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    samples = []
+    for text, done, advantage in zip(completions, finished, advantages, strict=True):
+        ids = tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) + ((eos,) if done and eos is not None else ())
+        if 0 < len(ids) <= max_tokens:
+            samples.append(TrainSample(prompt_ids, ids, advantage))
+    return samples
+
+
 @dataclass(frozen=True)
 class UpdateResult:
     """What one update did (or why it was skipped)."""
