@@ -271,7 +271,7 @@ def replay(
     train: Annotated[bool, typer.Option("--train", help="Train a fresh policy.model on the verified groups, one update per recorded round (the node's GRPO path and batch rules: training.local_groups sent + training.shared_groups accepted groups), and report held-out accuracy before and after.")] = False,
     export: Annotated[Path | None, typer.Option(help="Write the verified groups to this JSONL file, one record per completion.")] = None,
     swarm_id: Annotated[str | None, typer.Option(help="Also require every group to belong to this swarm id.")] = None,
-    format_reward: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Format bonus for tagged answers in the rewards trained on (default: tasks.format_reward); claimed rewards are checked with each sender's declared bonus.")] = None,
+    format_reward: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Format bonus for completions ending with a tagged answer, in the rewards trained on (default: tasks.format_reward); claimed rewards are checked with each sender's declared bonus.")] = None,
     passes: Annotated[int, typer.Option(min=1, max=100, help="Passes over the stored groups with --train.")] = 1,
     eval_size: Annotated[int | None, typer.Option(min=1, help="Held-out questions for the before/after accuracy (default: tasks.eval_size).")] = None,
     json_out: JsonOption = False,

@@ -103,7 +103,7 @@ class TasksSection:
     preset: str = opt("easy", "Task mix: easy (what the tiny model can learn), sapo (the paper's nine datasets), or custom (use [[tasks.mix]]).", choices=("easy", "sapo", "custom"))
     mix: list = opt([], "With preset = custom: a list of tables {dataset, weight, config} of reasoning-gym datasets.")
     seed: int = opt(-1, "Seed of this node's task stream (-1: derived from node.seed).", min=-1)
-    format_reward: float = opt(0.1, "Reward added when the answer is inside <answer></answer>.", min=0.0, max=1.0)
+    format_reward: float = opt(0.1, "Reward added when a completion ends with its answer inside <answer></answer> (nothing after it).", min=0.0, max=1.0)
     eval_size: int = opt(64, "Held-out questions for accuracy (0: no evaluation).", min=0)
     eval_seed: int = opt(1_000_003, "Seed of the held-out questions (no training stream uses it).", min=0)
     eval_every: int = opt(10, "Evaluate held-out accuracy every this many rounds (and at start and end).", min=1)

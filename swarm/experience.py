@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from swarm.errors import RejectedMessage, TaskError
 from swarm.rollout import RolloutGroup
 from swarm.sampling import Candidate
-from swarm.tasks import Task, build_task, extract_answer, score_completion
+from swarm.tasks import Task, build_task, score_completion, well_formatted
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Rescored:
 
     task: Task
     correctness: tuple[float, ...]  # dataset score in [0, 1], without any format bonus
-    tagged: tuple[bool, ...]  # whether the completion put its answer in <answer></answer>
+    tagged: tuple[bool, ...]  # whether the completion ends with its answer in <answer></answer>
 
     def rewards(self, format_weight: float) -> tuple[float, ...]:
         """The rewards with a given format bonus (ours for training, the sender's for its claims)."""
@@ -66,7 +66,7 @@ def rescore_group(group: RolloutGroup) -> Rescored:
     if task.question != group.question:
         raise RejectedMessage("question_mismatch", "the question text is not the one the task spec rebuilds")
     correctness = tuple(score_completion(task, c, 0.0) for c in group.completions)
-    tagged = tuple(extract_answer(c)[1] for c in group.completions)
+    tagged = tuple(well_formatted(c) for c in group.completions)
     return Rescored(task, correctness, tagged)
 
 

@@ -3,12 +3,13 @@
 A *rollout group* is one question's G completions with their claimed rewards and everything
 a receiver needs to check them: the task spec (so the question and ground truth can be
 rebuilt), the model and policy version that produced them, the sampling parameters, the
-round, a timestamp, a random nonce, and the format bonus the sender's verifier adds for a
-tagged answer (`format_bonus`), so receivers can check every claimed reward exactly.
+round, a timestamp, a random nonce, and the format bonus the sender's verifier adds when a
+completion ends with its tagged answer (`format_bonus`), so receivers can check every
+claimed reward exactly.
 
 On the wire::
 
-    gossip message = msgpack {"v": 2, "kind": "rollouts", "groups": [[body, signature], ...]}
+    gossip message = msgpack {"v": 3, "kind": "rollouts", "groups": [[body, signature], ...]}
     body           = canonical msgpack map of one group (sorted keys, float64, no extensions)
     signature      = Ed25519 over SIGNING_DOMAIN + body, by the key of `body.sender`
 
@@ -37,7 +38,9 @@ import msgpack
 from swarm.errors import RejectedMessage, TaskError
 from swarm.tasks import MAX_SPEC_INDEX, TaskSpec, canonical_config
 
-SCHEMA_VERSION = 2  # 2: groups declare their format bonus
+# 2: groups declare their format bonus; 3: the bonus is earned only by a completion that ends
+# with its tagged answer (`swarm.tasks.well_formatted`), so schema-2 claims no longer match.
+SCHEMA_VERSION = 3
 SIGNING_DOMAIN = b"swarm-node/rollout-group/v1\x00"
 NONCE_BYTES = 16
 
@@ -86,7 +89,7 @@ class RolloutGroup:
     nonce: bytes = field(default_factory=lambda: os.urandom(NONCE_BYTES))
     # The sender's own token ids: only meaningful to peers with the same tokenizer (spot checks).
     token_ids: tuple[tuple[int, ...], ...] = ()
-    # The bonus the sender's verifier adds for an answer inside <answer></answer> (its
+    # The bonus the sender's verifier adds for a completion ending with <answer>...</answer> (its
     # tasks.format_reward): receivers recompute each claimed reward with it.
     format_bonus: float = 0.0
 

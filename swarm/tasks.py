@@ -131,9 +131,21 @@ def extract_answer(completion: str) -> tuple[str, bool]:
     return completion.strip(), False
 
 
+def well_formatted(completion: str) -> bool:
+    """Whether a completion ends with its tagged answer: only whitespace after the last `</answer>`.
+
+    This is what earns the format bonus. Text after the answer is never scored, so without
+    this rule nothing stops it from drifting during RL into each node's own filler
+    (`<answer>7</answer>1</answer>10`); peers then trained on each other's filler, tokens
+    they would never sample themselves, and sharing rollouts did more harm than good.
+    """
+    found = list(_ANSWER_RE.finditer(completion))
+    return bool(found) and not completion[found[-1].end() :].strip()
+
+
 def score_completion(task: Task, completion: str, format_weight: float = 0.0) -> float:
-    """Reward of one completion: dataset correctness in [0, 1] plus `format_weight` if tagged."""
-    answer, tagged = extract_answer(completion)
+    """Reward of one completion: dataset correctness in [0, 1] plus `format_weight` if well formatted."""
+    answer, _ = extract_answer(completion)
     dataset = _dataset(task.spec.dataset, task.spec.config_json, task.spec.seed)
     try:
         correctness = float(dataset.score_answer(answer, task.entry))
@@ -142,7 +154,7 @@ def score_completion(task: Task, completion: str, format_weight: float = 0.0) ->
     if not math.isfinite(correctness):
         correctness = 0.0
     correctness = min(1.0, max(0.0, correctness))
-    return correctness + (format_weight if tagged else 0.0)
+    return correctness + (format_weight if well_formatted(completion) else 0.0)
 
 
 def is_correct(task: Task, completion: str) -> bool:

@@ -111,6 +111,7 @@ def _body(mutate) -> bytes:
     "mutate, reason",
     [
         (lambda r: r.update(v=1), "unknown_schema"),  # the schema before format_bonus
+        (lambda r: r.update(v=2), "unknown_schema"),  # the schema whose format bonus allowed trailing text
         (lambda r: r.pop("nonce"), "malformed"),
         (lambda r: r.update(extra=1), "malformed"),
         (lambda r: r.update(rewards=[float("nan")] * 4), "bad_reward"),

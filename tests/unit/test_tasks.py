@@ -14,6 +14,7 @@ from swarm.tasks import (
     sample_specs,
     score_completion,
     validate_mix,
+    well_formatted,
 )
 
 
@@ -43,6 +44,17 @@ def test_verifier_extracts_the_last_tagged_answer_and_adds_format_bonus():
     assert score_completion(task, right, format_weight=0.1) == pytest.approx(1.0)
     assert score_completion(task, f"<answer>{wrong}</answer>", format_weight=0.1) == pytest.approx(0.1)
     assert score_completion(task, "", format_weight=0.1) == 0.0
+
+
+def test_format_bonus_needs_the_answer_to_end_the_completion():
+    task = build_task(TaskSpec.make("chain_sum", dict(EASY_MIX[0].config), 1, 0))
+    right = task.answer
+    assert well_formatted(f"<answer>{right}</answer>") and well_formatted(f"think <answer>{right}</answer> \n")
+    assert well_formatted(f"<answer>1</answer> no: <answer>{right}</answer>")  # restating is fine
+    for trailing in (f"<answer>{right}</answer>1</answer>10", f"<answer>{right}</answer>-1", f"<answer>{right}</answer><answer>"):
+        assert not well_formatted(trailing)
+        assert score_completion(task, trailing, format_weight=0.1) == pytest.approx(1.0)  # still correct, no bonus
+    assert not well_formatted(f"<answer>{right}") and not well_formatted(right)
 
 
 @pytest.mark.parametrize(
