@@ -107,3 +107,27 @@ def test_heterogeneous_models_use_each_others_groups(tmp_path, tiny_model_path):
     assert [n.policy.tokenizer.decode(list(i)) for n, i in zip(nodes, ids)] == [text, text]
     for node in nodes:
         node.close()
+
+
+def test_experiment_quick_mode_writes_the_table(tmp_path, tiny_model_path):
+    """`scripts/sapo_experiment.py --quick` on a small swarm: both configurations run, only 4/4 uses peers' groups."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "sapo_experiment.py"
+    spec = importlib.util.spec_from_file_location("sapo_experiment", script)
+    experiment = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(experiment)
+    out = tmp_path / "sapo.json"
+    args = ["--quick", "--nodes", "3", "--configs", "4/0,2/2", "--questions", "4", "--completions", "4", "--out", str(out)]
+    assert experiment.main(args) == 0
+    payload = json.loads(out.read_text())
+    assert payload["setup"]["questions_per_round"] == 4 and payload["setup"]["rounds"] == 3
+    assert "MemoryTransport" in payload["setup"]["transport"]  # says honestly how the nodes ran
+    solo, sharing = payload["results"]
+    assert solo["config"] == "4/0" and solo["shared_groups_used"] == 0 and solo["ratio_to_no_sharing"] == 1.0
+    assert sharing["config"] == "2/2" and sharing["shared_groups_used"] > 0
+    assert 0 < sharing["shared_groups_per_update"] <= 2 and sharing["local_groups_per_update"] <= 2
+    assert sharing["ratio_to_no_sharing"] == sharing["cumulative_reward"] / solo["cumulative_reward"]
+    assert all(len(r["mean_reward_per_round"]) == 3 for r in payload["results"])
+    assert out.with_suffix(".png").stat().st_size > 0
