@@ -13,7 +13,7 @@ measures for each completion:
   it than A (which trains on it). Near 0: as good as A's own sample.
 
     python scripts/sapo_drift.py                    # 30 rounds, lr 1e-4
-    python scripts/sapo_drift.py --rounds 10 --lr 3e-4
+    python scripts/sapo_drift.py --max-new-tokens 8 --lr 3e-4
 
 Prints a table and writes JSON. Deliberately not a training benchmark: rewards are not
 compared here (see `scripts/sapo_experiment.py`).
@@ -38,6 +38,7 @@ def parse_args(argv=None):
     parser.add_argument("--measure-every", type=int, default=5, help="measure after every this many rounds")
     parser.add_argument("--lr", type=float, default=1e-4, help="learning rate of both nodes")
     parser.add_argument("--questions", type=int, default=9, help="questions per round (and per measurement)")
+    parser.add_argument("--max-new-tokens", type=int, default=10, help="longest completion, in tokens")
     parser.add_argument("--out", default="runs/sapo_drift.json", help="JSON results")
     return parser.parse_args(argv)
 
@@ -56,7 +57,7 @@ def make_nodes(args, tmp: str):
             {
                 "node": {"name": f"node-{i}", "seed": i, "run_dir": f"{tmp}/node-{i}", "checkpoint_every": 10_000},
                 "policy": {"device": "cpu", "dtype": "float32"},
-                "generation": {"questions_per_round": args.questions, "completions_per_question": 8, "max_new_tokens": 10},
+                "generation": {"questions_per_round": args.questions, "completions_per_question": 8, "max_new_tokens": args.max_new_tokens},
                 "training": {"lr": args.lr, "local_groups": 4, "shared_groups": 4, "micro_batch_size": 256},
                 "tasks": {"eval_size": 0},
             },
