@@ -46,11 +46,11 @@ class Rescored:
 
     task: Task
     correctness: tuple[float, ...]  # dataset score in [0, 1], without any format bonus
-    tagged: tuple[bool, ...]  # whether the completion ends with its answer in <answer></answer>
+    well_formatted: tuple[bool, ...]  # whether the completion ends with its answer (earns the bonus)
 
     def rewards(self, format_weight: float) -> tuple[float, ...]:
         """The rewards with a given format bonus (ours for training, the sender's for its claims)."""
-        return tuple(c + (format_weight if t else 0.0) for c, t in zip(self.correctness, self.tagged, strict=True))
+        return tuple(c + (format_weight if ok else 0.0) for c, ok in zip(self.correctness, self.well_formatted, strict=True))
 
 
 def rescore_group(group: RolloutGroup) -> Rescored:
@@ -66,8 +66,8 @@ def rescore_group(group: RolloutGroup) -> Rescored:
     if task.question != group.question:
         raise RejectedMessage("question_mismatch", "the question text is not the one the task spec rebuilds")
     correctness = tuple(score_completion(task, c, 0.0) for c in group.completions)
-    tagged = tuple(well_formatted(c) for c in group.completions)
-    return Rescored(task, correctness, tagged)
+    formatted = tuple(well_formatted(c) for c in group.completions)
+    return Rescored(task, correctness, formatted)
 
 
 def rescore(group: RolloutGroup, format_weight: float) -> tuple[Task, tuple[float, ...]]:
