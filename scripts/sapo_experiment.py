@@ -68,6 +68,7 @@ def parse_args(argv=None):
     # 3e-4 (the solo preset's rate, made for 32 groups an update) learns nothing from ~8 groups an
     # update: measured 32.0 % -> 32.9 % held-out after 30 rounds; 1e-4 reaches ~55 %.
     parser.add_argument("--lr", type=float, default=1e-4, help="learning rate of every node")
+    parser.add_argument("--minibatch-size", type=int, default=0, help="completions per optimizer step (0: one step per update, however many groups it holds)")
     parser.add_argument("--max-version-gap", type=int, default=1, help="skip shared groups more than this many versions behind (-1: no bound)")
     parser.add_argument("--per-peer-cap", type=int, default=2, help="at most this many shared groups per peer per update (0: no cap)")
     parser.add_argument("--seed", type=int, default=0, help="base seed: node i uses seed+i (and a matching identity)")
@@ -98,7 +99,7 @@ def run_config(local: int, shared: int, args, console: Console) -> dict:
                     "node": {"name": f"node-{i}", "seed": args.seed + i, "run_dir": f"{tmp}/node-{i}", "checkpoint_every": 10_000},
                     "policy": {"device": "cpu", "dtype": "float32"},
                     "generation": {"questions_per_round": args.questions, "completions_per_question": args.completions, "max_new_tokens": args.max_new_tokens},
-                    "training": {"lr": args.lr, "local_groups": local, "shared_groups": shared, "micro_batch_size": 256,
+                    "training": {"lr": args.lr, "local_groups": local, "shared_groups": shared, "micro_batch_size": 256, "minibatch_size": args.minibatch_size,
                                  "max_version_gap": args.max_version_gap, "per_peer_cap": args.per_peer_cap},
                     "tasks": {"eval_size": args.eval_size, "eval_every": 10_000, **TASK_MIXES[args.tasks]},
                 },
@@ -110,7 +111,7 @@ def run_config(local: int, shared: int, args, console: Console) -> dict:
             nodes.append(node)
         initial = [node.evaluate().accuracy for node in nodes]
         rewards = [[] for _ in nodes]
-        shared_used = local_used = 0
+        shared_used = local_used = steps = 0
         start = time.perf_counter()
         for r in range(args.rounds):
             for k, node in enumerate(nodes):
@@ -118,6 +119,7 @@ def run_config(local: int, shared: int, args, console: Console) -> dict:
                 rewards[k].append(report.mean_reward)
                 shared_used += report.shared_groups
                 local_used += report.trained_groups
+                steps += report.optimizer_steps
             console.print(
                 f"  {local}/{shared} round {r + 1}/{args.rounds}: mean reward {sum(x[-1] for x in rewards) / len(nodes):.3f}",
                 highlight=False,
@@ -137,6 +139,7 @@ def run_config(local: int, shared: int, args, console: Console) -> dict:
         "shared_groups_used": shared_used,
         "local_groups_per_update": local_used / (args.rounds * args.nodes),
         "shared_groups_per_update": shared_used / (args.rounds * args.nodes),
+        "optimizer_steps_per_update": steps / (args.rounds * args.nodes),
         "held_out_accuracy_start": sum(initial) / len(initial),
         "held_out_accuracy_end": sum(final) / len(final),
         "held_out_accuracy_end_per_node": final,
@@ -182,7 +185,7 @@ def main(argv=None) -> int:
         results.append(run_config(local, shared, args, console))
     base = next((r["cumulative_reward"] for r in results if r["shared_groups"] == 0), None)
     table = Table(title=f"SAPO at CPU scale: {args.nodes} tiny-model nodes in one process (in-memory transport), {args.rounds} rounds, Q={args.questions}, G={args.completions}")
-    for column in ("local/shared", "cumulative reward", "vs no sharing", "held-out acc start → end", "groups per update (own + peers')", "paper (2000 rounds)"):
+    for column in ("local/shared", "cumulative reward", "vs no sharing", "held-out acc start → end", "groups per update (own + peers')", "steps per update", "paper (2000 rounds)"):
         table.add_column(column, justify="right")
     for res in results:
         res["ratio_to_no_sharing"] = None if not base else res["cumulative_reward"] / base
@@ -191,6 +194,7 @@ def main(argv=None) -> int:
             res["config"], f"{res['cumulative_reward']:.2f}", ratio,
             f"{res['held_out_accuracy_start']:.1%} → {res['held_out_accuracy_end']:.1%}",
             f"{res['local_groups_per_update']:.2f} + {res['shared_groups_per_update']:.2f}",
+            f"{res['optimizer_steps_per_update']:.2f}",
             str(PAPER.get(res["config"], "")),
         )
     console.print(table)
@@ -200,7 +204,7 @@ def main(argv=None) -> int:
         "setup": {
             "nodes": args.nodes, "rounds": args.rounds, "questions_per_round": args.questions, "completions_per_question": args.completions, "lr": args.lr,
             "model": "swarm-tiny", "tasks": args.tasks, "task_mix": TASK_MIXES[args.tasks], "max_new_tokens": args.max_new_tokens, "eval_size": args.eval_size, "seed": args.seed,
-            "max_version_gap": args.max_version_gap, "per_peer_cap": args.per_peer_cap,
+            "max_version_gap": args.max_version_gap, "per_peer_cap": args.per_peer_cap, "minibatch_size": args.minibatch_size,
             "transport": "all nodes in one process over MemoryTransport (round-robin), not separate libp2p processes",
             "cumulative_reward": "sum over nodes and rounds of each node's mean reward of its own sampled completions",
         },

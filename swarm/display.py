@@ -40,6 +40,7 @@ class RoundReport:
     received: int = 0
     accepted: int = 0
     rejected: int = 0
+    optimizer_steps: int = 0
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,7 @@ def trainer_settings(config: Config, policy: Policy) -> TrainerSettings:
         kl_coef=t.kl_coef,
         max_grad_norm=t.max_grad_norm,
         micro_batch_size=t.micro_batch_size,
+        minibatch_size=t.minibatch_size,
         epochs=t.epochs,
         autocast_bf16=bf16 and policy.dtype == torch.float32,
     )
@@ -694,7 +695,7 @@ class Node:
             skipped=result.skipped, loss=result.loss, generate_s=times.generate, train_s=times.train,
             total_s=times.total, tokens_generated=tokens, peers=len(self.transport.peers()),
             received=self.sharing.received_groups, accepted=self.sharing.accepted_groups,
-            rejected=self.sharing.rejected_groups,
+            rejected=self.sharing.rejected_groups, optimizer_steps=result.steps,
         )
 
     # -- evaluation and checkpoints ----------------------------------------------------------------

@@ -58,6 +58,7 @@ class UpdateResult:
     kl: float = 0.0
     tokens: int = 0
     seconds: float = 0.0
+    steps: int = 0  # optimizer steps taken (epochs x mini-batches)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class TrainerSettings:
     kl_coef: float = 0.0
     max_grad_norm: float = 1.0
     micro_batch_size: int = 32
+    minibatch_size: int = 0  # completions per optimizer step; 0: the whole batch in one step
     epochs: int = 1
     autocast_bf16: bool = False
 
@@ -95,37 +97,59 @@ class GRPOTrainer:
                 p.requires_grad_(False)
 
     def update(self, samples: list[TrainSample]) -> UpdateResult:
-        """One optimizer update per epoch over `samples`; skipped if no sample carries signal."""
+        """Optimizer steps over `samples`: per epoch, one per mini-batch; skipped if none carries signal.
+
+        With `minibatch_size` 0 the whole batch is one step, so a round makes one step however
+        many groups it holds. With a fixed mini-batch size the number of steps grows with the
+        completions that carry signal, as in PPO-style trainers. Every step after the first is
+        off-policy, so the ratio is then taken against the log-probs from before the update.
+        """
         start = time.perf_counter()
         useful = [s for s in samples if s.advantage != 0.0 and s.completion_ids]
         if not useful:
             return UpdateResult(skipped=True, skip_reason="zero_advantage" if samples else "empty_batch")
-        batches = [useful[i : i + self.settings.micro_batch_size] for i in range(0, len(useful), self.settings.micro_batch_size)]
-        tokens = sum(len(s.completion_ids) for s in useful)
-        old = [self._logprobs(b, grad=False)[0] for b in batches] if self.settings.epochs > 1 else None
+        size = self.settings.minibatch_size or len(useful)
+        minibatches = [useful[i : i + size] for i in range(0, len(useful), size)]
+        multi_step = self.settings.epochs > 1 or len(minibatches) > 1
+        old = [self._old_logprobs(mb) for mb in minibatches] if multi_step else [None] * len(minibatches)
         self.model.train()
-        for _ in range(self.settings.epochs):
-            loss_sum, clip_sum, kl_sum = 0.0, 0.0, 0.0
-            self.optimizer.zero_grad(set_to_none=True)
-            for i, batch in enumerate(batches):
-                parts = self._batch_loss(batch, None if old is None else old[i], tokens)
-                parts.loss.backward()
-                weight = sum(len(s.completion_ids) for s in batch) / tokens
-                loss_sum += float(parts.loss.item())
-                clip_sum += parts.clip_fraction * weight
-                kl_sum += parts.kl * weight
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
-            self.optimizer.step()
+        steps = [self._step(mb, mb_old) for _ in range(self.settings.epochs) for mb, mb_old in zip(minibatches, old, strict=True)]
         self.model.eval()
+        tokens = sum(len(s.completion_ids) for s in useful)
+        last = steps[-1]
         return UpdateResult(
             skipped=False,
-            loss=loss_sum,
-            grad_norm=float(grad_norm),
-            clip_fraction=clip_sum,
-            kl=kl_sum,
+            loss=last.loss,
+            grad_norm=last.grad_norm,
+            clip_fraction=last.clip_fraction,
+            kl=last.kl,
             tokens=tokens,
             seconds=time.perf_counter() - start,
+            steps=len(steps),
         )
+
+    def _old_logprobs(self, minibatch: list[TrainSample]) -> list:
+        return [self._logprobs(b, grad=False)[0] for b in self._micro_batches(minibatch)]
+
+    def _micro_batches(self, minibatch: list[TrainSample]) -> list[list[TrainSample]]:
+        n = self.settings.micro_batch_size
+        return [minibatch[i : i + n] for i in range(0, len(minibatch), n)]
+
+    def _step(self, minibatch: list[TrainSample], old: list | None) -> UpdateResult:
+        """One optimizer step over a mini-batch, accumulating gradients over its micro-batches."""
+        tokens = sum(len(s.completion_ids) for s in minibatch)
+        loss_sum, clip_sum, kl_sum = 0.0, 0.0, 0.0
+        self.optimizer.zero_grad(set_to_none=True)
+        for i, batch in enumerate(self._micro_batches(minibatch)):
+            parts = self._batch_loss(batch, None if old is None else old[i], tokens)
+            parts.loss.backward()
+            weight = sum(len(s.completion_ids) for s in batch) / tokens
+            loss_sum += float(parts.loss.item())
+            clip_sum += parts.clip_fraction * weight
+            kl_sum += parts.kl * weight
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
+        self.optimizer.step()
+        return UpdateResult(skipped=False, loss=loss_sum, grad_norm=float(grad_norm), clip_fraction=clip_sum, kl=kl_sum, tokens=tokens)
 
     def _batch_loss(self, batch: list[TrainSample], old_logprobs, total_tokens: int):
         logprobs, mask, input_ids, attention = self._logprobs(batch, grad=True)

@@ -102,6 +102,28 @@ def test_kl_reference_and_gradient_accumulation(policy):
     assert not any(p.requires_grad for p in trainer.reference.parameters())
 
 
+def test_minibatches_make_one_step_each_and_later_steps_are_off_policy(policy):
+    samples = [TrainSample((10, 11, 12), (13 + i, 14), a) for i, a in enumerate((1.0, -1.0, 0.5, -0.5, 1.0))]
+    start = copy.deepcopy(policy.model.state_dict())
+    whole = GRPOTrainer(policy.model, policy.tokenizer.pad_token_id, TrainerSettings(lr=1e-3))
+    assert whole.update(samples).steps == 1
+    one_step = copy.deepcopy(policy.model.state_dict())
+
+    # A mini-batch as large as the batch is the same single step.
+    policy.model.load_state_dict(start)
+    same = GRPOTrainer(policy.model, policy.tokenizer.pad_token_id, TrainerSettings(lr=1e-3, minibatch_size=5))
+    assert same.update(samples).steps == 1
+    assert all(torch.allclose(v, one_step[k]) for k, v in policy.model.state_dict().items())
+
+    # Mini-batches of 2: three steps per pass; the ratio after the first step is against the
+    # log-probs from before the update, so a large step shows up as clipped tokens.
+    policy.model.load_state_dict(start)
+    settings = TrainerSettings(lr=0.3, minibatch_size=2, epochs=2, max_grad_norm=100.0)
+    result = GRPOTrainer(policy.model, policy.tokenizer.pad_token_id, settings).update(samples)
+    assert result.steps == 6
+    assert result.clip_fraction > 0.0
+
+
 def test_bf16_autocast_update_keeps_fp32_master_weights(policy):
     samples = [TrainSample((10, 11, 12), (13 + i, 14), a) for i, a in enumerate((1.0, -1.0))]
     trainer = GRPOTrainer(policy.model, policy.tokenizer.pad_token_id, TrainerSettings(lr=1e-4, autocast_bf16=True))
