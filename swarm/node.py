@@ -306,6 +306,8 @@ class Node:
         return self.state
 
     def close(self) -> None:
+        if self.publisher is not None:
+            self._record_deltas(self.publisher.served_events())  # fetches since the last update
         self.generator.close()
         self.ledger.close()
 
@@ -519,7 +521,8 @@ class Node:
     def _publish_delta(self) -> None:
         """Trainer: announce the bf16 change of this update to followers."""
         if self.publisher is not None:
-            self._record_deltas(self.publisher.publish(bf16_state_dict(self.policy.model), self.state.policy_version))
+            events = self.publisher.publish(bf16_state_dict(self.policy.model), self.state.policy_version)
+            self._record_deltas(events + self.publisher.served_events())
 
     def _follow(self) -> None:
         """Generator: apply what the followed trainer published since the last round."""

@@ -32,7 +32,14 @@ import blake3
 import torch
 
 from swarm.errors import RejectedMessage, TransportError
-from swarm.p2p.transport import InboundMessage, PeerInfo, Transport, TransportStats, Validator
+from swarm.p2p.transport import (
+    BlobServed,
+    InboundMessage,
+    PeerInfo,
+    Transport,
+    TransportStats,
+    Validator,
+)
 from swarm.policy.delta import DeltaError, apply_delta, encode_anchor, encode_delta, read_header
 from swarm.rollout import (
     DeltaManifest,
@@ -74,7 +81,7 @@ class DeltaEvent:
     to_version: int  # -1 when unknown (a message that did not decode)
     nbytes: int
     seconds: float
-    status: str  # "published" | "applied" | "rejected"
+    status: str  # "published" | "served" (fetched in full by `peer`) | "applied" | "rejected"
     reason: str = ""  # rejection reason code
     detail: str = ""  # for logs; the ledger keeps the code
 
@@ -204,6 +211,9 @@ class DeltaPublisher:
         self._version = -1
         self._deltas: collections.deque[_Served] = collections.deque()
         self._anchor: _Served | None = None
+        # Payload keys of recent deltas and anchors, so a fetch that completes after its blob
+        # was rotated out still counts as served.
+        self._recent: collections.OrderedDict[str, DeltaManifest] = collections.OrderedDict()
 
     @property
     def version(self) -> int:
@@ -245,6 +255,19 @@ class DeltaPublisher:
         self._announce(fresh)
         return events
 
+    def served_events(self) -> list[DeltaEvent]:
+        """Deltas and anchors that followers fetched in full since the last call.
+
+        Fetches of the manifest index, and of keys this publisher never served, are not
+        deliveries of weights and are left out.
+        """
+        events = []
+        for fetch in self.transport.served_blobs():
+            m = self._recent.get(fetch.key)
+            if m is not None:
+                events.append(DeltaEvent("sent", fetch.peer_id, m.kind, m.from_version, m.to_version, fetch.nbytes, 0.0, "served"))
+        return events
+
     def served(self) -> list[DeltaManifest]:
         """Manifests of what is being served now (the latest anchor first, then the deltas)."""
         return [s.manifest for s in ([self._anchor] if self._anchor else []) + list(self._deltas)]
@@ -277,6 +300,9 @@ class DeltaPublisher:
             created_at=self.clock(),
         )
         self.transport.serve_blob(manifest.key, blob)
+        self._recent[manifest.key] = manifest
+        while len(self._recent) > 4 * (self.keep_deltas + 1):
+            self._recent.popitem(last=False)
         return _Served(manifest, sign_manifest(manifest, self.key_pair))
 
     def _announce(self, fresh: list[_Served]) -> None:
@@ -602,6 +628,9 @@ class TopicTap(Transport):
 
     def fetch_blob(self, peer_id: str, key: str, timeout: float = 30.0) -> bytes:
         return self.inner.fetch_blob(peer_id, key, timeout)
+
+    def served_blobs(self) -> list[BlobServed]:
+        return self.inner.served_blobs()
 
     def stats(self) -> TransportStats:
         return self.inner.stats()

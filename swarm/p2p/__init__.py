@@ -6,6 +6,7 @@ imported only when a node really goes on the network (it pulls in trio and libp2
 """
 
 from swarm.p2p.transport import (
+    BlobServed,
     InboundMessage,
     MemoryHub,
     MemoryTransport,
@@ -16,6 +17,7 @@ from swarm.p2p.transport import (
 )
 
 __all__ = [
+    "BlobServed",
     "InboundMessage",
     "MemoryHub",
     "MemoryTransport",

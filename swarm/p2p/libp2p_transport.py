@@ -95,9 +95,11 @@ from libp2p.tools.anyio_service import background_trio_service
 from swarm.errors import TransportError
 from swarm.p2p.identity import create_identity, load_or_create_identity, peer_id_of
 from swarm.p2p.transport import (
+    BlobServed,
     BoundedInbox,
     InboundMessage,
     PeerInfo,
+    ServedBlobLog,
     Transport,
     TransportStats,
     Validator,
@@ -692,6 +694,7 @@ class Libp2pTransport(Transport):
         self._stats_lock = threading.Lock()
         self._blobs: dict[str, bytes] = {}
         self._blobs_lock = threading.Lock()
+        self._served = ServedBlobLog()
         self._peer_strs: dict[bytes, str] = {}
         self._subscribed: set[str] = set()
         self._known: dict[ID, _KnownPeer] = {}
@@ -1052,6 +1055,7 @@ class Libp2pTransport(Transport):
                     await stream.write(_BLOB_HEADER.pack(_BLOB_MISSING, 0))
             else:
                 await _write_chunked(stream, _BLOB_HEADER.pack(_BLOB_OK, len(data)), data)
+                self._served.note(str(stream.muxed_conn.peer_id), key, len(data))
             await _close_quietly(stream)
         except Exception as exc:  # noqa: BLE001 - a peer's request must never stop the host
             self._count_handler_error("blob_serve", exc)
@@ -1417,6 +1421,9 @@ class Libp2pTransport(Transport):
         except ValueError as exc:
             raise TransportError(f"not a peer ID: {peer_id!r}") from exc
         return self._call(self._fetch_blob, target, key, float(timeout))
+
+    def served_blobs(self) -> list[BlobServed]:
+        return self._served.drain()
 
     def stats(self) -> Libp2pStats:
         """A consistent snapshot of the counters (not a live view)."""

@@ -45,6 +45,41 @@ class PeerInfo:
     addrs: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class BlobServed:
+    """A blob this node served in full to a peer: what the ledger counts as a delta served."""
+
+    peer_id: str
+    key: str
+    nbytes: int
+    at: float
+
+
+class ServedBlobLog:
+    """Thread-safe record of blobs served, drained by whoever accounts for them.
+
+    Bounded: a node that never drains it (nothing it serves is accounted) keeps the newest
+    `capacity` entries and counts the rest in `dropped`.
+    """
+
+    def __init__(self, capacity: int = 4096):
+        self._entries: collections.deque[BlobServed] = collections.deque(maxlen=capacity)
+        self._lock = threading.Lock()
+        self.dropped = 0
+
+    def note(self, peer_id: str, key: str, nbytes: int) -> None:
+        with self._lock:
+            if len(self._entries) == self._entries.maxlen:
+                self.dropped += 1
+            self._entries.append(BlobServed(peer_id, key, nbytes, time.time()))
+
+    def drain(self) -> list[BlobServed]:
+        with self._lock:
+            entries = list(self._entries)
+            self._entries.clear()
+        return entries
+
+
 @dataclass
 class TransportStats:
     """Counters a transport keeps so that nothing is dropped silently."""
@@ -151,6 +186,10 @@ class Transport(ABC):
         """Fetch a blob a peer serves. Raises `TransportError` if it is missing or times out."""
 
     @abstractmethod
+    def served_blobs(self) -> list[BlobServed]:
+        """Blobs served in full to peers since the last call (drains the record)."""
+
+    @abstractmethod
     def stats(self) -> TransportStats:
         """Counters of what was sent, received, rejected and dropped."""
 
@@ -200,6 +239,7 @@ class MemoryTransport(Transport):
         self._inbox = BoundedInbox(inbox_capacity)
         self._validators: dict[str, Validator | None] = {}
         self._blobs: dict[str, bytes] = {}
+        self._served = ServedBlobLog()
         self._stats = TransportStats()
         self._started = False
 
@@ -255,9 +295,14 @@ class MemoryTransport(Transport):
         if member is None:
             raise TransportError(f"peer {peer_id} is not connected")
         try:
-            return member._blobs[key]
+            data = member._blobs[key]
         except KeyError:
             raise TransportError(f"peer {peer_id} serves no blob {key!r}") from None
+        member._served.note(self.peer_id, key, len(data))
+        return data
+
+    def served_blobs(self) -> list[BlobServed]:
+        return self._served.drain()
 
     def stats(self) -> TransportStats:
         self._stats.inbox_dropped = self._inbox.dropped

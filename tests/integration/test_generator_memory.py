@@ -103,6 +103,11 @@ def test_generator_follows_a_trainer_bit_for_bit(tmp_path, tiny_model_path):
     for node in (trainer, again):
         node.close()
 
+    # What the generator applied, the trainer's ledger counts as served to it (fetches after
+    # the trainer's last update are recorded when it closes).
+    served = {(r.peer, r.kind, r.to_version) for r in _rows(trainer, DeltaRow) if r.status == "served"}
+    assert served >= {(peer_id_of(GEN_KEY), r.kind, r.to_version) for r in applied}
+
 
 def test_generator_config_mistakes_are_one_clear_line(tmp_path, tiny_model_path):
     with pytest.raises(ConfigError, match="needs sync.follow"):

@@ -4,6 +4,7 @@ import pytest
 
 from swarm.errors import TransportError
 from swarm.p2p import MemoryHub, MemoryTransport
+from swarm.p2p.transport import ServedBlobLog
 
 
 def _pair(**kw):
@@ -68,3 +69,20 @@ def test_solo_transport_has_no_peers():
         solo.subscribe("t")
         solo.publish("t", b"x")
         assert solo.peers() == [] and solo.receive() == []
+
+
+def test_served_blobs_are_recorded_once_and_the_record_is_bounded():
+    hub = MemoryHub()
+    a, b = MemoryTransport("a", hub), MemoryTransport("b", hub)
+    a.start(), b.start()
+    a.serve_blob("k", b"12345")
+    assert b.fetch_blob("a", "k") == b"12345"
+    with pytest.raises(TransportError):
+        b.fetch_blob("a", "missing")  # a failed fetch serves nothing
+    assert [(s.peer_id, s.key, s.nbytes) for s in a.served_blobs()] == [("b", "k", 5)]
+    assert a.served_blobs() == [] and b.served_blobs() == []
+
+    log = ServedBlobLog(capacity=2)
+    for i in range(5):
+        log.note("p", f"k{i}", i)
+    assert [s.key for s in log.drain()] == ["k3", "k4"] and log.dropped == 3

@@ -135,6 +135,32 @@ def test_a_follower_that_missed_versions_pulls_the_chain_from_the_index():
     assert same_bits(s.follower.weights, s.weights) and result.version == 5
 
 
+def test_the_publisher_counts_what_followers_fetched_in_full():
+    s = Swarm(subscribe=False)
+    s.train(3)
+    assert s.publisher.served_events() == []  # announced, not yet fetched
+    s.sync()  # pulls the index (not a delivery of weights) and the three deltas
+    served = s.publisher.served_events()
+    assert [(e.direction, e.peer, e.kind, e.from_version, e.to_version, e.status) for e in served] == [
+        ("sent", "follower", "delta", i, i + 1, "served") for i in range(3)
+    ]
+    sizes = {m.to_version: m.size for m in s.publisher.served()}
+    assert all(e.nbytes == sizes[e.to_version] for e in served)
+    assert s.publisher.served_events() == []  # drained
+
+
+def test_a_fetch_that_outlives_its_blob_still_counts_and_unknown_keys_do_not():
+    s = Swarm(keep_deltas=1)
+    s.train(1)
+    key = s.publisher.served()[0].key
+    blob = s.follower_t.fetch_blob(TRAINER, key)
+    s.train(2)  # the fetched delta is rotated out of what is served
+    s.trainer_t.serve_blob("someone-elses-key", b"x")
+    s.follower_t.fetch_blob(TRAINER, "someone-elses-key")
+    served = s.publisher.served_events()
+    assert [(e.to_version, e.nbytes) for e in served] == [(1, len(blob))]
+
+
 def test_a_late_joiner_starts_from_the_latest_anchor():
     s = Swarm(anchor_every=3, keep_deltas=3)
     s.train(7)  # anchors at 3 and 6 (only 6 still served); deltas 4->5, 5->6, 6->7 served
