@@ -356,6 +356,18 @@ def group_known(session: Session, content_hash: str) -> bool:
     return session.scalar(stmt) is not None
 
 
+def recent_accepted_bodies(session: Session, since: float, limit: int = 200_000) -> list[tuple[bytes, str, float]]:
+    """(signed body, content hash, recorded at) of the newest groups accepted since `since`, oldest first."""
+    stmt = (
+        select(GroupRow.body, GroupRow.content_hash, GroupRow.recorded_at)
+        .where(GroupRow.direction == "received", GroupRow.status == "accepted", GroupRow.recorded_at >= since)
+        .where(GroupRow.body.is_not(None))
+        .order_by(GroupRow.recorded_at.desc())
+        .limit(limit)
+    )
+    return [(bytes(body), digest, at) for body, digest, at in reversed(session.execute(stmt).all())]
+
+
 def group_counts(session: Session) -> dict[str, int]:
     """Groups by status: sent, accepted, rejected."""
     rows = session.execute(select(GroupRow.status, func.count()).group_by(GroupRow.status)).all()

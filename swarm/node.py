@@ -46,6 +46,7 @@ from swarm.ledger import (
     banned_peers,
     get_meta,
     group_known,
+    recent_accepted_bodies,
     set_meta,
     supersede_after,
     touch_peer,
@@ -70,7 +71,7 @@ from swarm.policy.trainer import (
     UpdateResult,
     retokenized_samples,
 )
-from swarm.rollout import RolloutGroup, Sampling, SignedGroup, pack_messages, sign_group
+from swarm.rollout import RolloutGroup, Sampling, SignedGroup, decode_group, pack_messages, sign_group
 from swarm.sampling import BatchChoice, Candidate, Staleness, choose_batch
 from swarm.sync import DeltaEvent, DeltaFollower, DeltaPublisher, Expectation, TopicTap, load_into
 from swarm.tasks import (
@@ -238,6 +239,7 @@ class Node:
             completions=config.verify.spot_check_completions, min_prob=config.verify.spot_check_min_prob))
         self.eval_tasks = [build_task(s) for s in eval_specs(self.mix, config.tasks.eval_seed, config.tasks.eval_size)]
         self._resume()
+        self._restore_verifier_memory()
         self.publisher, self.follower = self._make_sync()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -271,6 +273,19 @@ class Node:
             self.state.round, self.state.policy_version = state.round, state.policy_version
             supersede_after(session, state.round - 1)
         self.generator.sync_weights(self.policy.model)
+
+    def _restore_verifier_memory(self) -> None:
+        """Feed the verifier the groups accepted within its age limit, oldest first."""
+        max_age = self.config.verify.max_age_s
+        since = time.time() - max_age if max_age > 0 else 0.0
+        with self.ledger.reader() as session:
+            rows = recent_accepted_bodies(session, since)
+        for body, content_hash, recorded_at in rows:
+            try:
+                group = decode_group(body)
+            except RejectedMessage:
+                continue  # stored under an older rollout schema: its sender must resend anyway
+            self.verifier.remember(group.sender, group.nonce, content_hash, group.policy_version, recorded_at)
 
     def run(self) -> NodeState:
         """Run rounds until `node.rounds` rounds exist in total, or until stopped."""

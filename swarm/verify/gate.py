@@ -146,6 +146,17 @@ class Verifier:
         while len(self._versions) > 100_000:
             self._versions.popitem(last=False)
 
+    def remember(self, sender: str, nonce: bytes, content_hash: str, policy_version: int, seen_at: float) -> None:
+        """Restore what an accepted group taught the checks (its nonce, its sender's version).
+
+        A node calls this on start for groups its ledger accepted within the age limit, so a
+        restart does not reopen the window for replayed nonces or version rollbacks.
+        """
+        with self._lock:
+            self._nonces.add(sender, bytes(nonce), content_hash, seen_at)
+            self._versions[sender] = max(self._versions.get(sender, -1), policy_version)
+            self._versions.move_to_end(sender)
+
     # -- 2. draining the inbox ---------------------------------------------------------------------
 
     def recheck(self, data: bytes, source: str) -> tuple[list[Accepted], list[Rejection]]:

@@ -82,3 +82,27 @@ def test_nodes_exchange_signed_groups_and_record_forgeries(tmp_path, tiny_model_
     assert a.transport.stats().rejected == {"bad_signature": 2, "undecodable": 1}
     for node in (a, b):
         node.close()
+
+
+def test_a_restarted_node_still_refuses_replayed_nonces(tmp_path, tiny_model_path):
+    hub = MemoryHub()
+    a, b = _node(tmp_path, hub, "a", 1), _node(tmp_path, hub, "b", 2)
+    for node in (a, b):
+        node.transport.subscribe(node.topic, node._validate)
+        node.transport.start()
+    a.run_round()
+    b.run_round()  # b accepts a's round-0 groups and records them
+    accepted = [r for r in _rows(b) if r.status == "accepted"]
+    assert accepted
+    b.transport.close()
+    b.close()
+
+    again = _node(tmp_path, MemoryHub(), "b", 2)  # same run folder: a restart
+    reused = dataclasses.replace(decode_group(accepted[0].body), round=999)  # a's own nonce, new content
+    data = pack_messages([sign_group(reused, a.key_pair)])[0]
+    replay = accepted[0]
+    same = pack_messages([SignedGroup(replay.body, replay.signature)])[0]
+    assert again.verifier.admit(data, a.peer_id)[1][0].reason == "replayed_nonce"
+    assert again.verifier.admit(same, a.peer_id)[1][0].reason == "duplicate"
+    again.close()
+    a.close()

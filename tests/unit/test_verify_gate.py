@@ -97,6 +97,18 @@ def test_duplicates_and_replayed_nonces():
     assert v.admit(message(honest(key=OTHER)), THEM)[1] == []  # nonces are per sender
 
 
+def test_remembered_groups_count_as_seen_after_a_restart():
+    first, newer = honest(), honest(index=4, policy_version=50)
+    v = verifier(max_version_lag=10)  # a fresh verifier, as after a restart
+    for g in (first, newer):
+        signed = sign_group(g, KEY)
+        v.remember(g.sender, g.nonce, signed.content_hash, g.policy_version, NOW)
+    assert reasons(v.admit(message(first), ME)[1]) == ["duplicate"]
+    assert reasons(v.admit(message(honest(round=99)), ME)[1]) == ["replayed_nonce"]
+    assert reasons(v.admit(message(honest(index=5, policy_version=39)), ME)[1]) == ["stale_version"]
+    assert v.admit(message(honest(index=6, policy_version=45)), ME)[1] == []
+
+
 def test_version_staleness_is_per_sender():
     v = verifier(max_version_lag=10)
     assert v.admit(message(honest(policy_version=50)), ME)[1] == []
