@@ -71,7 +71,14 @@ from swarm.policy.trainer import (
     UpdateResult,
     retokenized_samples,
 )
-from swarm.rollout import RolloutGroup, Sampling, SignedGroup, decode_group, pack_messages, sign_group
+from swarm.rollout import (
+    RolloutGroup,
+    Sampling,
+    SignedGroup,
+    decode_group,
+    pack_messages,
+    sign_group,
+)
 from swarm.sampling import BatchChoice, Candidate, Staleness, choose_batch
 from swarm.sync import DeltaEvent, DeltaFollower, DeltaPublisher, Expectation, TopicTap, load_into
 from swarm.tasks import (
