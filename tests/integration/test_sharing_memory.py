@@ -20,6 +20,17 @@ def _node(tmp_path, hub, name, seed):
     return Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
 
 
+def _a_round_each(tmp_path, hub):
+    """Nodes a and b, both subscribed before either publishes; a runs a round, then b (which drains a's)."""
+    a, b = _node(tmp_path, hub, "a", 1), _node(tmp_path, hub, "b", 2)
+    for node in (a, b):
+        node.transport.subscribe(node.topic, node._validate)
+        node.transport.start()
+    a.run_round()
+    b.run_round()
+    return a, b
+
+
 def _rows(node) -> list[GroupRow]:
     ledger = Ledger(node.config.ledger_url)
     with ledger.reader() as s:
@@ -28,13 +39,7 @@ def _rows(node) -> list[GroupRow]:
 
 def test_nodes_exchange_signed_groups_and_record_forgeries(tmp_path, tiny_model_path):
     hub = MemoryHub()
-    a, b = _node(tmp_path, hub, "a", 1), _node(tmp_path, hub, "b", 2)
-    # Both must be subscribed before either publishes: start them, run a round each in turn.
-    for node in (a, b):
-        node.transport.subscribe(node.topic, node._validate)
-        node.transport.start()
-    a.run_round()
-    b.run_round()  # b drains a's round-0 groups here
+    a, b = _a_round_each(tmp_path, hub)
     # Both were at policy version 0 with the same model: b spot-checked a's tokens, and they passed.
     assert b.spot_checker.checked > 0
 
@@ -85,13 +90,7 @@ def test_nodes_exchange_signed_groups_and_record_forgeries(tmp_path, tiny_model_
 
 
 def test_a_restarted_node_still_refuses_replayed_nonces(tmp_path, tiny_model_path):
-    hub = MemoryHub()
-    a, b = _node(tmp_path, hub, "a", 1), _node(tmp_path, hub, "b", 2)
-    for node in (a, b):
-        node.transport.subscribe(node.topic, node._validate)
-        node.transport.start()
-    a.run_round()
-    b.run_round()  # b accepts a's round-0 groups and records them
+    a, b = _a_round_each(tmp_path, MemoryHub())  # b accepts a's round-0 groups and records them
     accepted = [r for r in _rows(b) if r.status == "accepted"]
     assert accepted
     b.transport.close()
