@@ -392,12 +392,43 @@ def add_ban(session: Session, peer_id: str, source: str, reason: str, banned_at:
     return True
 
 
-def remove_ban(session: Session, peer_id: str) -> BanRow | None:
-    """Lift a peer's ban; the removed row, or None if it was not banned."""
+def remove_ban(session: Session, peer_id: str, lifted_at: float | None = None) -> BanRow | None:
+    """Lift a peer's ban; the removed row, or None if it was not banned.
+
+    The time is kept (`unbanned_at`): the peer starts afresh, and what it sent before no
+    longer counts against it when a node rebuilds reputations from the ledger.
+    """
     row = session.get(BanRow, peer_id)
     if row is not None:
         session.delete(row)
+        set_meta(session, _UNBANNED + peer_id, repr(time.time() if lifted_at is None else lifted_at))
     return row
+
+
+_UNBANNED = "unbanned_at:"
+
+
+def unbanned_at(session: Session) -> dict[str, float]:
+    """When each peer's last ban was lifted."""
+    rows = session.scalars(select(Meta).where(Meta.key.startswith(_UNBANNED)))
+    return {row.key[len(_UNBANNED) :]: float(row.value) for row in rows}
+
+
+def received_outcomes(session: Session) -> list[tuple[str, str, str, str, int]]:
+    """(source, sender, status, reason, count) of every received group, for rebuilding reputations.
+
+    A peer's groups from before its last unban are left out: it started afresh then.
+    """
+    lifted = unbanned_at(session)
+    columns = (GroupRow.source, GroupRow.sender, GroupRow.status, GroupRow.reason)
+    # The peer a group counts for: the transport-authenticated source, else the claimed sender.
+    blamed = func.coalesce(func.nullif(GroupRow.source, ""), GroupRow.sender)
+    received = select(*columns, func.count()).where(GroupRow.direction == "received")
+    out = [tuple(row) for row in session.execute(received.where(blamed.not_in(lifted)).group_by(*columns)).all()]
+    for peer, at in lifted.items():
+        since = received.where(blamed == peer, GroupRow.recorded_at > at).group_by(*columns)
+        out += [tuple(row) for row in session.execute(since).all()]
+    return out
 
 
 def rejections_by_reason(session: Session, sender: str | None = None) -> dict[str, int]:

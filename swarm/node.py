@@ -46,6 +46,7 @@ from swarm.ledger import (
     banned_peers,
     get_meta,
     group_known,
+    received_outcomes,
     recent_accepted_bodies,
     set_meta,
     supersede_after,
@@ -282,11 +283,13 @@ class Node:
         self.generator.sync_weights(self.policy.model)
 
     def _restore_verifier_memory(self) -> None:
-        """Feed the verifier the groups accepted within its age limit, oldest first."""
+        """Feed the verifier what the ledger remembers: peers' reputations, and the groups
+        accepted within its age limit (their nonces and versions), oldest first."""
         max_age = self.config.verify.max_age_s
         since = time.time() - max_age if max_age > 0 else 0.0
         with self.ledger.reader() as session:
             rows = recent_accepted_bodies(session, since)
+            self.verifier.restore_reputation(received_outcomes(session))
         for body, content_hash, recorded_at in rows:
             try:
                 group = decode_group(body)

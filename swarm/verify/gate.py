@@ -44,6 +44,11 @@ UNSIGNED_REASONS = frozenset(
 )
 
 
+def blamed_peer(source: str, sender: str, reason: str = "") -> str:
+    """Whom a group counts for: the publishing peer, else a claimed sender its signature proved."""
+    return source or ("" if reason in UNSIGNED_REASONS else sender)
+
+
 @dataclass(frozen=True)
 class VerifySettings:
     """What the verifier enforces (built from the config's [verify] and [p2p] sections)."""
@@ -201,10 +206,9 @@ class Verifier:
         to_ban: dict[str, str] = {}
         with self._lock:
             for item in accepted:
-                peer = item.source or item.group.sender
-                self.reputation.accepted(peer, item.group.finished)
+                self.reputation.accepted(blamed_peer(item.source, item.group.sender), item.group.finished)
             for r in rejected:
-                peer = r.source or ("" if r.reason in UNSIGNED_REASONS else r.sender)
+                peer = blamed_peer(r.source, r.sender, r.reason)
                 if not peer or peer == self.own_peer_id:
                     continue
                 self.reputation.rejected(peer, r.reason)
@@ -214,6 +218,22 @@ class Verifier:
             if to_ban:
                 self._banned = self._banned | frozenset(to_ban)
         return list(to_ban.items())
+
+    def restore_reputation(self, outcomes: Iterable[tuple[str, str, str, str, int]]) -> None:
+        """Rebuild reputations from (source, sender, status, reason, count) rows of the ledger.
+
+        Restores counts only: whether accepted groups' completions terminated is not kept
+        apart in the ledger, and bans come back from the ledger's own table.
+        """
+        with self._lock:
+            for source, sender, status, reason, n in outcomes:
+                peer = blamed_peer(source, sender, reason if status == "rejected" else "")
+                if not peer or peer == self.own_peer_id:
+                    continue
+                if status == "accepted":
+                    self.reputation.record(peer).accepted += n
+                elif status == "rejected":
+                    self.reputation.record(peer).rejected[reason] += n
 
     def set_bans(self, peers: Iterable[str]) -> None:
         """Replace the ban set (as read from the ledger); a peer whose ban was lifted starts afresh."""

@@ -101,6 +101,7 @@ def test_a_restarted_node_still_refuses_replayed_nonces(tmp_path, tiny_model_pat
     data = pack_messages([sign_group(reused, a.key_pair)])[0]
     replay = accepted[0]
     same = pack_messages([SignedGroup(replay.body, replay.signature)])[0]
+    assert again.verifier.reputation.snapshot()[a.peer_id]["accepted"] == len(accepted)
     assert again.verifier.admit(data, a.peer_id)[1][0].reason == "replayed_nonce"
     assert again.verifier.admit(same, a.peer_id)[1][0].reason == "duplicate"
     again.close()

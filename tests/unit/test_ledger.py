@@ -8,12 +8,16 @@ from swarm.errors import LedgerError
 from swarm.ledger import (
     SCHEMA_VERSION,
     EvalRow,
+    GroupRow,
     Ledger,
     RoundRow,
     UpdateRow,
+    add_ban,
     get_meta,
     last_round,
     latest_rounds,
+    received_outcomes,
+    remove_ban,
     set_meta,
     supersede_after,
     update_totals,
@@ -109,6 +113,35 @@ def test_queries_and_supersede(tmp_path):
     with ledger.reader() as s:
         assert last_round(s) == 2
         assert update_totals(s) == {"applied": 2, "skipped_zero_advantage": 1}
+
+
+def _received(source, sender, status, reason, at):
+    return GroupRow(content_hash=f"{source}{sender}{at}", direction="received", status=status, reason=reason,
+                    source=source, sender=sender, recorded_at=at)
+
+
+def test_received_outcomes_count_per_peer_and_forget_what_came_before_an_unban(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
+    with ledger.transaction() as s:
+        s.add_all([
+            _received("good", "good", "accepted", "", 1.0),
+            _received("good", "good", "accepted", "", 2.0),
+            _received("bad", "bad", "rejected", "reward_mismatch", 1.0),
+            _received("bad", "bad", "rejected", "reward_mismatch", 5.0),
+            _received("", "relayed", "rejected", "reward_mismatch", 1.0),  # no source: counts for the sender
+            _received("sent-good", "", "rejected", "malformed", 1.0),
+        ])
+        s.add(GroupRow(content_hash="mine", direction="sent", status="sent", recorded_at=1.0))
+        add_ban(s, "bad", "auto", "score", 2.0)
+    with ledger.transaction() as s:
+        remove_ban(s, "bad", lifted_at=3.0)
+    with ledger.reader() as s:
+        assert sorted(received_outcomes(s)) == sorted([
+            ("good", "good", "accepted", "", 2),
+            ("bad", "bad", "rejected", "reward_mismatch", 1),  # the one after the unban
+            ("", "relayed", "rejected", "reward_mismatch", 1),
+            ("sent-good", "", "rejected", "malformed", 1),
+        ])
 
 
 def test_bad_url_is_a_ledger_error(tmp_path):

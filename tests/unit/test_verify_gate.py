@@ -109,6 +109,21 @@ def test_remembered_groups_count_as_seen_after_a_restart():
     assert v.admit(message(honest(index=6, policy_version=45)), ME)[1] == []
 
 
+def test_reputations_rebuilt_from_ledger_counts_throttle_but_do_not_ban_by_themselves():
+    v = Verifier(VerifySettings(swarm_id="swarm-test"), clock=Clock(), own_peer_id=ME)
+    v.restore_reputation([
+        (THEM, THEM, "accepted", "", 3),
+        (THEM, THEM, "rejected", "reward_mismatch", 60),
+        ("", "someone", "rejected", "bad_signature", 9),  # unsigned and no source: nobody to blame
+        (ME, ME, "rejected", "reward_mismatch", 9),  # our own groups never count
+    ])
+    record = v.reputation.snapshot()
+    assert set(record) == {THEM}
+    assert record[THEM]["accepted"] == 3 and record[THEM]["rejected"] == {"reward_mismatch": 60}
+    assert v.reputation.rate_factor(THEM) < 0.1
+    assert v.admit(message(honest(key=OTHER)), THEM)[1] == []  # throttled, not banned
+
+
 def test_version_staleness_is_per_sender():
     v = verifier(max_version_lag=10)
     assert v.admit(message(honest(policy_version=50)), ME)[1] == []
