@@ -356,16 +356,17 @@ def group_known(session: Session, content_hash: str) -> bool:
     return session.scalar(stmt) is not None
 
 
-def recent_accepted_bodies(session: Session, since: float, limit: int = 200_000) -> list[tuple[bytes, str, float]]:
-    """(signed body, content hash, recorded at) of the newest groups accepted since `since`, oldest first."""
+def recent_accepted(session: Session, since: float, limit: int) -> list[tuple[bytes, str, str, int, float]]:
+    """(signed body, sender, content hash, policy version, recorded at) of the newest groups
+    accepted since `since`, at most `limit`, oldest first."""
     stmt = (
-        select(GroupRow.body, GroupRow.content_hash, GroupRow.recorded_at)
+        select(GroupRow.body, GroupRow.sender, GroupRow.content_hash, GroupRow.policy_version, GroupRow.recorded_at)
         .where(GroupRow.direction == "received", GroupRow.status == "accepted", GroupRow.recorded_at >= since)
         .where(GroupRow.body.is_not(None))
         .order_by(GroupRow.recorded_at.desc())
         .limit(limit)
     )
-    return [(bytes(body), digest, at) for body, digest, at in reversed(session.execute(stmt).all())]
+    return [(bytes(body), *rest) for body, *rest in reversed(session.execute(stmt).all())]
 
 
 def group_counts(session: Session) -> dict[str, int]:

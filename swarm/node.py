@@ -47,7 +47,7 @@ from swarm.ledger import (
     get_meta,
     group_known,
     received_outcomes,
-    recent_accepted_bodies,
+    recent_accepted,
     set_meta,
     supersede_after,
     touch_peer,
@@ -76,9 +76,9 @@ from swarm.rollout import (
     RolloutGroup,
     Sampling,
     SignedGroup,
-    decode_group,
     pack_messages,
     sign_group,
+    stored_nonce,
 )
 from swarm.sampling import BatchChoice, Candidate, Staleness, choose_batch
 from swarm.sync import DeltaEvent, DeltaFollower, DeltaPublisher, Expectation, TopicTap, load_into
@@ -94,6 +94,7 @@ from swarm.tasks import (
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.message import Accepted, Rejection
 from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings
+from swarm.verify.state import NONCE_MEMORY
 
 MAX_PENDING_REJECTIONS = 10_000  # rejections noted by the validator, waiting for the ledger
 
@@ -288,14 +289,14 @@ class Node:
         max_age = self.config.verify.max_age_s
         since = time.time() - max_age if max_age > 0 else 0.0
         with self.ledger.reader() as session:
-            rows = recent_accepted_bodies(session, since)
+            rows = recent_accepted(session, since, NONCE_MEMORY)
             self.verifier.restore_reputation(received_outcomes(session))
-        for body, content_hash, recorded_at in rows:
+        for body, sender, content_hash, policy_version, recorded_at in rows:
             try:
-                group = decode_group(body)
+                nonce = stored_nonce(body)
             except RejectedMessage:
-                continue  # stored under an older rollout schema: its sender must resend anyway
-            self.verifier.remember(group.sender, group.nonce, content_hash, group.policy_version, recorded_at)
+                continue  # cannot happen to a body this node stored; never worth failing a start
+            self.verifier.remember(sender, nonce, content_hash, policy_version, recorded_at)
 
     def run(self) -> NodeState:
         """Run rounds until `node.rounds` rounds exist in total, or until stopped."""

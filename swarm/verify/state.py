@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from swarm.tasks import TaskSpec
 
+NONCE_MEMORY = 200_000  # (sender, nonce) pairs a verifier remembers at most
+
 
 class NonceCache:
     """(sender, nonce) -> content hash of the group that first used it, for `ttl_s` seconds.
@@ -22,7 +24,7 @@ class NonceCache:
     that long is enough to catch every replay of an acceptable group.
     """
 
-    def __init__(self, ttl_s: float, capacity: int = 200_000):
+    def __init__(self, ttl_s: float, capacity: int = NONCE_MEMORY):
         self.ttl_s = ttl_s
         self.capacity = capacity
         self._seen: collections.OrderedDict[tuple[str, bytes], tuple[str, float]] = collections.OrderedDict()

@@ -21,6 +21,7 @@ from swarm.rollout import (
     encode_group,
     pack_messages,
     sign_group,
+    stored_nonce,
     unpack_message,
     verify_signed,
 )
@@ -179,3 +180,8 @@ def test_random_bytes_never_raise_anything_but_rejection(data):
             verify_signed(signed)
     except RejectedMessage:
         pass
+
+
+def test_stored_nonce_reads_a_body_without_decoding_the_group():
+    group = make_group(KEY)
+    assert stored_nonce(sign_group(group, KEY).body) == group.nonce
