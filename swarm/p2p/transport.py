@@ -52,7 +52,6 @@ class BlobServed:
     peer_id: str
     key: str
     nbytes: int
-    at: float
 
 
 class ServedBlobLog:
@@ -71,7 +70,7 @@ class ServedBlobLog:
         with self._lock:
             if len(self._entries) == self._entries.maxlen:
                 self.dropped += 1
-            self._entries.append(BlobServed(peer_id, key, nbytes, time.time()))
+            self._entries.append(BlobServed(peer_id, key, nbytes))
 
     def drain(self) -> list[BlobServed]:
         with self._lock:
