@@ -330,7 +330,7 @@ def tiny_training_pairs(steps: int, lr: float, seed: int = 0) -> list[tuple[dict
 def bench_transfer(payload: bytes, repeat: int = 3) -> dict:
     """MB/s of `fetch_blob` of `payload` from one Libp2pTransport to another on 127.0.0.1."""
     from swarm.p2p.identity import create_identity
-    from swarm.p2p.libp2p_transport import Libp2pTransport
+    from swarm.p2p.libp2p import Libp2pTransport
 
     server = Libp2pTransport(key_pair=create_identity(), listen_addr="/ip4/127.0.0.1/tcp/0")
     server.start()

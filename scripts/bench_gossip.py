@@ -119,7 +119,7 @@ def _publish(transport, index: int, cmd: dict) -> dict:
 
 def worker_main(args: argparse.Namespace) -> int:
     from swarm.errors import TransportError
-    from swarm.p2p.libp2p_transport import Libp2pTransport
+    from swarm.p2p.libp2p import Libp2pTransport
 
     transport = Libp2pTransport(
         bootstrap=args.bootstrap,
@@ -454,7 +454,7 @@ def print_table(rows: list[dict]) -> None:
 def driver_main(args: argparse.Namespace) -> int:
     import libp2p
 
-    from swarm.p2p.libp2p_transport import DEFAULT_MESH_DEGREE
+    from swarm.p2p.libp2p import DEFAULT_MESH_DEGREE
 
     nodes = args.nodes or ((2, 4) if args.quick else DEFAULT_NODES)
     sizes = args.sizes or ((1024, 16 * 1024) if args.quick else DEFAULT_SIZES)

@@ -45,6 +45,10 @@ class TransportError(SwarmError):
     """The peer-to-peer transport failed (listen, dial, publish, stream)."""
 
 
+class Libp2pVersionError(TransportError):
+    """The installed py-libp2p is not the version whose internals the transport patches."""
+
+
 class RejectedMessage(SwarmError):
     """A message from a peer was rejected. `reason` is a short stable code stored in the ledger."""
 

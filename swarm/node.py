@@ -151,7 +151,7 @@ def rollout_topic(swarm_id: str) -> str:
 
 def make_transport(config: Config, key_pair) -> Transport:
     """The libp2p transport this config describes (imported lazily: it pulls in trio and libp2p)."""
-    from swarm.p2p.libp2p_transport import Libp2pTransport
+    from swarm.p2p.libp2p import Libp2pTransport
 
     return Libp2pTransport(
         key_pair=key_pair,

@@ -1,8 +1,8 @@
 """Peer-to-peer transport: the `Transport` interface and its implementations.
 
 `transport.py` holds the interface and the in-memory implementation used by tests and by
-single-process experiments; the libp2p implementation lives in `libp2p_transport.py` and is
-imported only when a node really goes on the network (it pulls in trio and libp2p).
+single-process experiments; the libp2p implementation is the package `libp2p/`, imported
+only when a node really goes on the network (it pulls in trio and libp2p).
 """
 
 from swarm.p2p.transport import (

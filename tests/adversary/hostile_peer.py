@@ -23,7 +23,7 @@ import threading
 import time
 
 from swarm.errors import TransportError
-from swarm.p2p.libp2p_transport import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport
 from tests.integration.libp2p_peer import emit, read_commands
 
 

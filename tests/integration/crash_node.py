@@ -53,7 +53,7 @@ def main() -> None:
     args = parser.parse_args()
     signal.alarm(int(args.max_lifetime))  # the launcher ends by itself whatever happens
     import swarm.node  # noqa: F401 - the point: pay for torch/transformers/libp2p imports once
-    import swarm.p2p.libp2p_transport  # noqa: F401
+    import swarm.p2p.libp2p  # noqa: F401
 
     print(json.dumps({"ready": True, "threads": threading.active_count()}), flush=True)
     for line in sys.stdin:

@@ -33,7 +33,7 @@ import threading
 import time
 
 from swarm.errors import TransportError
-from swarm.p2p.libp2p_transport import MAX_MESSAGE_SIZE, Libp2pTransport
+from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, Libp2pTransport
 from swarm.p2p.transport import InboundMessage
 
 

@@ -16,7 +16,7 @@ import os
 import time
 
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.p2p.libp2p_transport import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport
 from swarm.rollout import RolloutGroup, Sampling, pack_messages, sign_group
 from swarm.tasks import PRESET_MIXES, build_task, sample_specs, score_completion
 

@@ -22,19 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import trio
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.rpc_queue import RpcQueue
 
 from swarm.errors import TransportError
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.p2p.libp2p_transport import (
-    MAX_MESSAGE_SIZE,
-    SEND_STALL_S,
-    Libp2pTransport,
-    _coalesce,
-)
+from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, SEND_STALL_S, Libp2pTransport
+from swarm.p2p.libp2p.patches import coalesce
 
 HELPER = Path(__file__).with_name("libp2p_peer.py")
 TOPIC = "test"
@@ -367,11 +362,8 @@ def test_garbage_on_the_pubsub_stream_is_contained(started: Callable[..., Libp2p
     rogue = started(bootstrap=victim.listen_addrs())
     assert rogue.wait_for_topic_peers(TOPIC, 1, timeout=10) == 1
 
-    async def send_garbage() -> None:
-        stream = await rogue._host.new_stream(victim._my_id, [PROTOCOL_ID_V11])
-        await stream.write(b"\x05" + b"\xff" * 5)  # a length-prefixed frame that is no RPC
-
-    trio.from_thread.run(send_garbage, trio_token=rogue._trio_token)
+    # A length-prefixed frame that is no RPC, on a pubsub stream of its own.
+    rogue.write_raw_stream(victim.peer_id, PROTOCOL_ID_V11, b"\x05" + b"\xff" * 5)
     assert wait_until(lambda: any("DecodeError" in k for k in victim.stats().handler_errors), 10)
     # The victim is alive, and the rogue (which bootstraps from it) reconnects and is heard.
     assert wait_until(lambda: _publish_and_hear(rogue, victim, b"after garbage"), 20)
@@ -424,10 +416,10 @@ def test_queued_rpcs_are_batched_in_order_up_to_the_limit() -> None:
     queue = RpcQueue()
     for rpc in rpcs[1:]:
         queue.push(rpc)
-    batch, carry = _coalesce(rpcs[0], queue, limit=2500)
+    batch, carry = coalesce(rpcs[0], queue, limit=2500)
     assert [m.data[0] for m in batch.publish] == [0, 1]  # two fit, in order
     assert carry is not None and carry.publish[0].data[0] == 2  # the next one is kept, not lost
-    batch, carry = _coalesce(carry, queue, limit=10_000)
+    batch, carry = coalesce(carry, queue, limit=10_000)
     assert [m.data[0] for m in batch.publish] == [2, 3, 4] and carry is None and len(queue) == 0
 
 

@@ -1,0 +1,43 @@
+"""The libp2p transport: `Libp2pTransport` over py-libp2p 0.8.1 (TCP + Noise + Yamux + GossipSub).
+
+Imported only when a node really goes on the network (it pulls in trio and libp2p). Importing
+it checks the installed py-libp2p version first (patches.py), since the transport changes
+some of that version's internals. One module per concern:
+
+- transport.py: `Libp2pTransport`, the composition of the parts below
+- network_thread.py: trio in a thread of its own, and the calls into it
+- host.py: the host, Noise-only security, PSK, allow-list, address parsing
+- connections.py: dialing bootstrap and discovered peers, with backoff
+- gossip.py: GossipSub and Pubsub tuning, validators, delivery, outbound queue watchdog
+- publish.py: the publish hand-off queue and back-pressure
+- blobs.py: the blob stream protocol (serve and fetch)
+- peer_exchange.py: the peer-exchange stream protocol
+- framing.py: length-prefixed framing shared by our stream protocols
+- stats.py: the counters
+- patches.py: every change to py-libp2p's internals
+
+docs/LIBP2P.md lists the py-libp2p pitfalls and where each is handled.
+"""
+
+from swarm.p2p.libp2p import patches  # noqa: F401 - first: checks the py-libp2p version
+from swarm.p2p.libp2p.blobs import BLOB_PROTOCOL
+from swarm.p2p.libp2p.gossip import (
+    DEFAULT_MESH_DEGREE,
+    MAX_MESSAGE_SIZE,
+    SEND_STALL_S,
+    Libp2pInboundMessage,
+)
+from swarm.p2p.libp2p.peer_exchange import PEER_EXCHANGE_PROTOCOL
+from swarm.p2p.libp2p.stats import Libp2pStats
+from swarm.p2p.libp2p.transport import Libp2pTransport
+
+__all__ = [
+    "BLOB_PROTOCOL",
+    "DEFAULT_MESH_DEGREE",
+    "MAX_MESSAGE_SIZE",
+    "PEER_EXCHANGE_PROTOCOL",
+    "SEND_STALL_S",
+    "Libp2pInboundMessage",
+    "Libp2pStats",
+    "Libp2pTransport",
+]

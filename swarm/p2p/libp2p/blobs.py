@@ -1,0 +1,138 @@
+"""Blob streams (`/swarm/blob/1.0.0`): serve and fetch payloads too large for gossip.
+
+py-libp2p's RequestResponse fails above about 7 MB, so blobs go over a raw stream: the
+fetcher writes the key as one length-prefixed frame; the server answers with a header
+(status byte, 8-byte length) and then the bytes, which the fetcher reads in a loop.
+Every write and read is bounded in time, so a stalled peer ends its own exchange.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+
+import trio
+from libp2p.abc import IHost, INetStream
+from libp2p.custom_types import TProtocol
+from libp2p.peer.id import ID
+
+from swarm.errors import TransportError
+from swarm.p2p.libp2p.framing import (
+    NET_ERRORS,
+    STREAM_IO_TIMEOUT_S,
+    StreamProtocolError,
+    close_quietly,
+    frame,
+    read_exactly,
+    read_frame,
+    reset_quietly,
+)
+from swarm.p2p.libp2p.host import AccessPolicy
+from swarm.p2p.libp2p.stats import Counters
+from swarm.p2p.transport import BlobServed, ServedBlobLog
+
+BLOB_PROTOCOL = TProtocol("/swarm/blob/1.0.0")
+BLOB_CHUNK = 1024 * 1024
+MAX_BLOB_KEY = 1024
+DEFAULT_MAX_BLOB_SIZE = 1024 * 1024 * 1024
+
+_BLOB_OK, _BLOB_MISSING = 0, 1
+_BLOB_HEADER = struct.Struct(">BQ")  # status, total length
+
+
+def check_blob_key(key: str) -> None:
+    if len(key.encode("utf-8")) > MAX_BLOB_KEY:
+        raise TransportError(f"a blob key is at most {MAX_BLOB_KEY} bytes")
+
+
+class BlobServer:
+    """The blobs this node serves (filled from the node thread) and the handler serving them."""
+
+    def __init__(self, policy: AccessPolicy, counters: Counters) -> None:
+        self._policy = policy
+        self._counters = counters
+        self._blobs: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self._served = ServedBlobLog()
+
+    def serve(self, key: str, data: bytes) -> None:
+        check_blob_key(key)
+        with self._lock:
+            self._blobs[key] = bytes(data)
+
+    def unserve(self, key: str) -> None:
+        with self._lock:
+            self._blobs.pop(key, None)
+
+    def served(self) -> list[BlobServed]:
+        """Blobs served in full since the last call."""
+        return self._served.drain()
+
+    def register(self, host: IHost) -> None:
+        """Answer (allowed) peers' requests on `host` from now on."""
+        host.set_stream_handler(BLOB_PROTOCOL, self._handle_stream)
+
+    async def _handle_stream(self, stream: INetStream) -> None:
+        """Serve one blob: read a length-prefixed key; answer with status, length, the bytes."""
+        try:
+            peer_id = stream.muxed_conn.peer_id
+            if not self._policy.allows(peer_id):
+                await reset_quietly(stream)
+                return
+            with trio.fail_after(STREAM_IO_TIMEOUT_S):
+                key = (await read_frame(stream, MAX_BLOB_KEY)).decode("utf-8")
+            with self._lock:
+                data = self._blobs.get(key)
+            if data is None:
+                with trio.fail_after(STREAM_IO_TIMEOUT_S):
+                    await stream.write(_BLOB_HEADER.pack(_BLOB_MISSING, 0))
+            else:
+                await _write_chunked(stream, _BLOB_HEADER.pack(_BLOB_OK, len(data)), data)
+                self._served.note(str(peer_id), key, len(data))
+            await close_quietly(stream)
+        except Exception as exc:  # noqa: BLE001 - a peer's request must never stop the host
+            self._counters.handler_error("blob_serve", exc)
+            await reset_quietly(stream)
+
+
+async def fetch_blob(host: IHost, peer_id: ID, key: str, timeout: float, max_size: int) -> bytes:
+    """Fetch blob `key` from `peer_id` within `timeout` s; every failure is a `TransportError`."""
+    try:
+        with trio.fail_after(timeout):
+            stream = await host.new_stream(peer_id, [BLOB_PROTOCOL])
+            try:
+                data = await _request(stream, peer_id, key, max_size)
+            except BaseException:
+                await reset_quietly(stream)
+                raise
+            await close_quietly(stream)
+            return data
+    except trio.TooSlowError:
+        raise TransportError(
+            f"fetching blob {key!r} from {peer_id} timed out after {timeout} s"
+        ) from None
+    except (*NET_ERRORS, StreamProtocolError) as exc:
+        raise TransportError(f"fetching blob {key!r} from {peer_id} failed: {exc}") from exc
+
+
+async def _request(stream: INetStream, peer_id: ID, key: str, max_size: int) -> bytes:
+    await stream.write(frame(key.encode("utf-8")))
+    status, size = _BLOB_HEADER.unpack(await read_exactly(stream, _BLOB_HEADER.size))
+    if status == _BLOB_MISSING:
+        raise TransportError(f"peer {peer_id} serves no blob {key!r}")
+    if status != _BLOB_OK or size > max_size:
+        raise TransportError(
+            f"peer {peer_id} answered blob {key!r} with status {status}, {size} bytes"
+        )
+    return await read_exactly(stream, size)
+
+
+async def _write_chunked(stream: INetStream, header: bytes, data: bytes) -> None:
+    """Write header then data in BLOB_CHUNK pieces, each bounded in time (a stalled reader
+    ends it)."""
+    view = memoryview(data)
+    with trio.fail_after(STREAM_IO_TIMEOUT_S):
+        await stream.write(header)
+    for offset in range(0, len(data), BLOB_CHUNK):
+        with trio.fail_after(STREAM_IO_TIMEOUT_S):
+            await stream.write(bytes(view[offset : offset + BLOB_CHUNK]))

@@ -1,0 +1,71 @@
+"""Length-prefixed framing for our own stream protocols (blobs, peer exchange), on the trio thread.
+
+A muxed stream hands out whatever bytes it has, so every read loops until it has the size
+it asked for; every frame is a 4-byte big-endian length and the payload. Closing or
+resetting a stream that already failed is best effort and bounded in time.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import trio
+from libp2p.abc import INetStream
+from libp2p.exceptions import BaseLibp2pError
+
+# Library errors we expect on the network (closed streams, failed dials, timeouts, bad data).
+NET_ERRORS = (BaseLibp2pError, OSError, trio.TooSlowError, trio.BrokenResourceError, ValueError)
+
+# Bound on each read or write of one of our streams: a stalled peer ends its own exchange.
+STREAM_IO_TIMEOUT_S = 10.0
+
+_U32 = struct.Struct(">I")
+
+
+class StreamProtocolError(Exception):
+    """The remote end of one of our stream protocols sent something malformed or stopped early."""
+
+
+async def read_exactly(stream: INetStream, size: int) -> bytes:
+    """Read exactly `size` bytes, looping over partial reads (a muxer hands out what it has)."""
+    buffer = bytearray()
+    while len(buffer) < size:
+        try:
+            chunk = await stream.read(size - len(buffer))
+        except EOFError:  # StreamEOF is an EOFError
+            chunk = b""
+        if not chunk:
+            raise StreamProtocolError(f"stream ended after {len(buffer)} of {size} bytes")
+        buffer += chunk
+    return bytes(buffer)
+
+
+async def read_frame(stream: INetStream, max_size: int) -> bytes:
+    """Read one length-prefixed frame of at most `max_size` payload bytes."""
+    (size,) = _U32.unpack(await read_exactly(stream, _U32.size))
+    if size > max_size:
+        raise StreamProtocolError(f"frame of {size} bytes exceeds the limit of {max_size}")
+    return await read_exactly(stream, size)
+
+
+def frame(payload: bytes) -> bytes:
+    """`payload` with its 4-byte length prefix."""
+    return _U32.pack(len(payload)) + payload
+
+
+async def reset_quietly(stream: INetStream) -> None:
+    """Reset a stream that already failed; its own error is what gets reported."""
+    with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+        try:
+            await stream.reset()
+        except NET_ERRORS:
+            pass
+
+
+async def close_quietly(stream: INetStream) -> None:
+    """Close a stream whose exchange is over, bounded in time, ignoring network errors."""
+    with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+        try:
+            await stream.close()
+        except NET_ERRORS:
+            pass

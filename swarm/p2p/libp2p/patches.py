@@ -1,0 +1,315 @@
+"""Every change swarm-node makes to py-libp2p's own behaviour, in one place, pinned to 0.8.1.
+
+Subclasses that override private behaviour, replaced attributes and tuned private fields
+all live here; the rest of the package uses only what py-libp2p offers as configuration.
+Each piece names the failure it fixes, as measured on py-libp2p 0.8.1; docs/LIBP2P.md
+describes each one with its figures. They depend on that version's internals, so importing
+this module with any other version installed raises `Libp2pVersionError`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib.metadata
+import logging
+import time
+import weakref
+from collections.abc import Callable
+
+import trio
+
+from swarm.errors import Libp2pVersionError
+
+PATCHED_VERSION = "0.8.1"
+
+
+def check_libp2p_version() -> None:
+    """Raise `Libp2pVersionError` unless the installed py-libp2p is the one patched here."""
+    try:
+        installed = importlib.metadata.version("libp2p")
+    except importlib.metadata.PackageNotFoundError:
+        raise Libp2pVersionError(
+            f"py-libp2p is not installed; swarm-node needs libp2p=={PATCHED_VERSION}"
+        ) from None
+    if installed != PATCHED_VERSION:
+        raise Libp2pVersionError(
+            f"py-libp2p {installed} is installed, but swarm-node's changes to its internals "
+            f"were written for {PATCHED_VERSION}: install libp2p=={PATCHED_VERSION}"
+        )
+
+
+check_libp2p_version()  # before importing any of the internals below
+
+from libp2p.abc import IHost, INetStream, INetwork  # noqa: E402
+from libp2p.network.config import RetryConfig  # noqa: E402
+from libp2p.peer.id import ID  # noqa: E402
+from libp2p.pubsub.gossipsub import GossipSub  # noqa: E402
+from libp2p.pubsub.pb import rpc_pb2  # noqa: E402
+from libp2p.pubsub.pubsub import Pubsub  # noqa: E402
+from libp2p.pubsub.rpc_queue import RpcQueue  # noqa: E402
+
+from swarm.p2p.libp2p.framing import NET_ERRORS, reset_quietly  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+# Queued RPCs to one peer are sent as one RPC of up to this many bytes (see SwarmPubsub).
+RPC_BATCH_BYTES = 512 * 1024
+# How long closing one connection may take once its socket is closed.
+CONNECTION_CLOSE_S = 3.0
+
+# The peer that handed us a message (not necessarily its origin), for the current pubsub task.
+_FORWARDER: contextvars.ContextVar[ID | None] = contextvars.ContextVar("forwarder", default=None)
+
+
+class TunedQueues(dict):
+    """`Pubsub.peer_queues` replacement: deepens each per-peer RPC queue as pubsub registers it.
+
+    Fixes: each peer's queue holds 32 RPCs and silently drops the rest; a burst of 100
+    messages delivered 16. Pubsub builds every queue with the library defaults (32 RPCs,
+    1 MiB) and hands the same object to that peer's sending task, so the queue must be
+    tuned in place at the moment it is stored, which is this `__setitem__`. Drops and
+    RPCs discarded with a dead peer's queue are counted through the callbacks.
+    """
+
+    def __init__(
+        self,
+        depth: int,
+        max_rpc_size: int,
+        on_drop: Callable[[], None],
+        on_discard: Callable[[int], None],
+    ) -> None:
+        super().__init__()
+        self._depth = depth
+        self._max_rpc_size = max_rpc_size
+        self._on_drop = on_drop
+        self._on_discard = on_discard
+
+    def __setitem__(self, peer_id: ID, queue: RpcQueue) -> None:
+        # RpcQueue exposes no setter for its depth; `_queue.max_size` is its only knob.
+        queue._queue.max_size = self._depth
+        queue.max_message_size = self._max_rpc_size
+        queue.push = self._counting_push(queue)
+        queue.close = self._counting_close(queue)
+        super().__setitem__(peer_id, queue)
+
+    def _counting_close(self, queue: RpcQueue) -> Callable[[], None]:
+        # Pubsub closes a peer's queue when its stream dies; whatever is still in it is lost.
+        original_close = queue.close
+        on_discard = self._on_discard
+
+        def close() -> None:
+            if not queue.closed and len(queue) > 0:
+                on_discard(len(queue))
+            original_close()
+
+        return close
+
+    def _counting_push(self, queue: RpcQueue) -> Callable[..., bool]:
+        original_push = queue.push
+        on_drop = self._on_drop
+
+        def push(rpc: rpc_pb2.RPC, priority: bool = False) -> bool:
+            accepted = original_push(rpc, priority)
+            if not accepted and not queue.closed:  # a closed queue is a departed peer, not a drop
+                on_drop()
+            return accepted
+
+        return push
+
+
+def coalesce(
+    first: rpc_pb2.RPC, queue: RpcQueue, limit: int
+) -> tuple[rpc_pb2.RPC, rpc_pb2.RPC | None]:
+    """Merge RPCs already waiting in `queue` into `first`, up to `limit` bytes.
+
+    Returns the batch and the first RPC that did not fit (to send next), if any. Merging
+    concatenates the publish, subscription and control lists, which is what a GossipSub
+    RPC carrying several messages is; the sender's signed record is the same in all.
+    """
+    if len(queue) == 0:
+        return first, None
+    batch = rpc_pb2.RPC()
+    batch.CopyFrom(first)
+    size = batch.ByteSize()
+    while len(queue) > 0:
+        # RpcQueue has only an async pop; its PriorityQueue pops synchronously.
+        following = queue._queue.pop()
+        if following is None:
+            break
+        following_size = following.ByteSize()
+        if size + following_size > limit:
+            return batch, following
+        batch.MergeFrom(following)
+        size += following_size
+    return batch, None
+
+
+class SwarmGossipSub(GossipSub):
+    """GossipSub without its equivocation record.
+
+    Fixes memory growth: the library keeps the full body of every recent message (trimmed
+    from over 1000 to 500 only at a heartbeat) to spot a sender reusing a sequence number
+    for different content: up to a gigabyte at 1 MiB per message. Nothing is lost by
+    skipping it: message IDs are (sender, sequence number), so the seen-cache already
+    drops a second message with a reused number, and equivocation penalties only feed a
+    score we do not use.
+    """
+
+    def _check_equivocation(self, msg: rpc_pb2.Message) -> bool:
+        return True
+
+
+class SwarmPubsub(Pubsub):
+    """Pubsub with deep outbound queues, batched sends, direct delivery and hardened input.
+
+    What it changes in the library's Pubsub, and the failure each change fixes:
+
+    - `notify_subscriptions`: the library puts each validated message into a 32-slot
+      channel and drops it, silently, when full; here it goes to `deliver` (our bounded,
+      counting inbox). `push_msg` records which peer forwarded the message, for it.
+    - `handle_sending_messages` sends whatever has queued up for a peer as one RPC. The
+      library writes one RPC per message; each write costs a muxer frame, an encryption,
+      a syscall and, at the receiver, a read, a decryption, a parse and a signed-record
+      check (about 1 ms of CPU per message copy at the two ends).
+    - `write_msg` holds a per-stream lock. The library writes to a peer's stream from
+      several tasks (the send loop, the pending-message flush, the recent-message replay)
+      and Yamux interleaves the 64 KiB frames of concurrent writes, which corrupts the
+      stream; the receiver then fails to parse it.
+    - `stream_handler` and `push_msg` contain any error caused by a peer's bytes. In the
+      library an unparsable RPC, or any error in a per-message task, escapes into the
+      swarm's task group and stops the whole host.
+    - A peer whose stream fails gets its *connection* closed. The library only drops the
+      stream and with it the peer's subscriptions, which the peer never re-announces on the
+      connection it still has, so it would be cut off from our messages for good.
+    - Sequence numbers start from the wall clock in nanoseconds. The library seeds them
+      with seconds, so a node restarted within seconds under the same identity reuses
+      numbers its peers still hold as seen (for 120 s) and its messages are dropped.
+    """
+
+    def __init__(
+        self,
+        host: IHost,
+        router: GossipSub,
+        *,
+        deliver: Callable[[rpc_pb2.Message, ID | None], None],
+        on_queue_drop: Callable[[], None],
+        on_queue_discard: Callable[[int], None],
+        on_peer_error: Callable[[str, BaseException], None],
+        queue_depth: int,
+        max_rpc_size: int,
+    ) -> None:
+        super().__init__(host, router, strict_signing=True, max_inbound_rpc_size=max_rpc_size)
+        self._deliver = deliver
+        self._on_peer_error = on_peer_error
+        self.peer_queues = TunedQueues(queue_depth, max_rpc_size, on_queue_drop, on_queue_discard)
+        self._write_locks: weakref.WeakKeyDictionary[INetStream, trio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        # peer -> trio time its send loop last made progress (started, or finished a write)
+        self.send_progress: dict[ID, float] = {}
+        self.counter = time.time_ns()
+
+    def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
+        self._deliver(publish_message, _FORWARDER.get())
+
+    async def write_msg(self, stream: INetStream, rpc_msg: rpc_pb2.RPC) -> bool:
+        lock = self._write_locks.get(stream)
+        if lock is None:
+            lock = self._write_locks[stream] = trio.Lock()
+        async with lock:
+            return await super().write_msg(stream, rpc_msg)
+
+    async def handle_sending_messages(
+        self, peer_id: ID, stream: INetStream, queue: RpcQueue
+    ) -> None:
+        carry: rpc_pb2.RPC | None = None
+        try:
+            while True:
+                self.send_progress[peer_id] = trio.current_time()
+                first = carry if carry is not None else await queue.pop()
+                if first is None:
+                    return  # queue closed: the peer is gone
+                batch, carry = coalesce(first, queue, min(RPC_BATCH_BYTES, queue.max_message_size))
+                if not await self.write_msg(stream, batch):
+                    return
+        except Exception as exc:  # noqa: BLE001 - as in the library: a failed send loop = dead peer
+            self._on_peer_error("send", exc)
+            await self._drop_peer(peer_id)
+
+    async def stream_handler(self, stream: INetStream) -> None:
+        peer_id = stream.muxed_conn.peer_id
+        try:
+            await super().stream_handler(stream)
+        except Exception as exc:  # noqa: BLE001 - a peer's bytes must never stop the host
+            self._on_peer_error("receive", exc)
+            await reset_quietly(stream)
+            await self._drop_peer(peer_id)
+
+    async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+        token = _FORWARDER.set(msg_forwarder)
+        try:
+            await super().push_msg(msg_forwarder, msg)
+        except Exception as exc:  # noqa: BLE001 - a bad message is dropped, never fatal
+            if msg_forwarder == self.my_id:
+                raise  # our own publish: the publisher task counts it
+            self._on_peer_error("message", exc)
+        finally:
+            _FORWARDER.reset(token)
+
+    async def _drop_peer(self, peer_id: ID) -> None:
+        """Forget the peer and close its connection, so that a reconnect starts clean."""
+        self._handle_dead_peer(peer_id)
+        await abort_peer_connections(self.host.get_network(), peer_id)
+
+
+async def abort_peer_connections(network: INetwork, peer_id: ID) -> None:
+    """Close every connection to a peer, sockets first.
+
+    Fixes a close that never finishes: a graceful close writes a GO_AWAY frame behind the
+    connection's write lock, so it queues behind any write that is stuck on a full socket.
+    Closing the socket (the muxer's `secured_conn`) first fails every task blocked on it;
+    the swarm's own close then cleans up.
+    """
+    conns = list(network.get_connections(peer_id))
+    for conn in conns:
+        secured = getattr(conn.muxed_conn, "secured_conn", None)
+        if secured is None:
+            continue
+        with trio.move_on_after(1.0):
+            try:
+                await secured.close()
+            except (*NET_ERRORS, trio.ClosedResourceError) as exc:
+                logger.debug("closing the socket to %s: %s", peer_id, exc)
+    for conn in conns:
+        with trio.move_on_after(CONNECTION_CLOSE_S):
+            try:
+                await conn.close()
+            except (*NET_ERRORS, trio.ClosedResourceError) as exc:
+                logger.debug("closing the connection to %s: %s", peer_id, exc)
+
+
+def keep_dialing_in_one_place(network: INetwork) -> None:
+    """Leave dialing to the transport's own loop, which has its own backoff and allow-list.
+
+    - The swarm's auto-connector would dial anything in the peerstore every 30 s on its
+      own schedule (around the allow-list and our backoff); its `start` is replaced so
+      that it never runs.
+    - The swarm's own dial retries (3 by default) only stretch each failed dial.
+    """
+    network.auto_connector.start = _never_start
+    network.retry_config = RetryConfig(max_retries=0)
+
+
+def lift_dial_block(network: INetwork, peer_id: ID) -> None:
+    """Let the next dial of `peer_id` go out even if its last one failed.
+
+    The swarm refuses, for 60 s, to dial a peer whose last dial failed ("negative cache"),
+    which would hide a restarted peer from us for a minute; our own backoff replaces it.
+    """
+    unblock = getattr(network, "unblock_peer", None)
+    if unblock is not None:
+        unblock(peer_id)
+
+
+async def _never_start() -> None:
+    """Stands in for AutoConnector.start, so the auto-connector never runs."""

@@ -1,0 +1,74 @@
+"""The libp2p transport's counters: one thread-safe place that every part counts into."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from swarm.p2p.transport import TransportStats
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Libp2pStats(TransportStats):
+    """`TransportStats` plus the libp2p-specific counters that show where anything was lost."""
+
+    outbound_dropped: int = 0  # RPCs a full per-peer queue refused
+    outbound_discarded: int = 0  # RPCs still queued for a peer when its stream died
+    backpressure_waits: int = 0  # publishes that had to wait for queues to drain
+    backpressure_timeouts: int = 0  # publishes that gave up waiting and went out anyway
+    publish_errors: int = 0  # queued messages the library failed to publish
+    dial_failures: int = 0
+    refused_peers: int = 0  # connections closed because the peer is not on the allow-list
+    stalled_peers: int = 0  # connections torn down because their outbound queue was stuck
+    handler_errors: collections.Counter = field(default_factory=collections.Counter)  # where -> n
+
+    def as_dict(self) -> dict:
+        base = super().as_dict()
+        base.update(
+            outbound_dropped=self.outbound_dropped,
+            outbound_discarded=self.outbound_discarded,
+            backpressure_waits=self.backpressure_waits,
+            backpressure_timeouts=self.backpressure_timeouts,
+            publish_errors=self.publish_errors,
+            dial_failures=self.dial_failures,
+            refused_peers=self.refused_peers,
+            stalled_peers=self.stalled_peers,
+            handler_errors=dict(self.handler_errors),
+        )
+        return base
+
+
+class Counters:
+    """The live `Libp2pStats` of one transport, behind a lock (the node thread reads it)."""
+
+    def __init__(self) -> None:
+        self._stats = Libp2pStats()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[Libp2pStats]:
+        """The live counters, for the duration of a `with` block: `stats.published += 1`."""
+        with self._lock:
+            yield self._stats
+
+    def handler_error(self, where: str, exc: BaseException) -> None:
+        """Count an error contained in one of our handlers, by place and exception type."""
+        logger.debug("%s: %s: %s", where, type(exc).__name__, exc)
+        with self._lock:
+            self._stats.handler_errors[f"{where}:{type(exc).__name__}"] += 1
+
+    def snapshot(self, inbox_dropped: int) -> Libp2pStats:
+        """A consistent copy of the counters (not a live view)."""
+        with self._lock:
+            snapshot = dataclasses.replace(self._stats)
+            snapshot.rejected = collections.Counter(self._stats.rejected)
+            snapshot.handler_errors = collections.Counter(self._stats.handler_errors)
+        snapshot.inbox_dropped = inbox_dropped
+        return snapshot

@@ -1,0 +1,358 @@
+"""`Libp2pTransport`: the `Transport` contract over py-libp2p 0.8.1, made of this package's parts.
+
+py-libp2p is trio-only, and the node is a plain synchronous program, so the libp2p host runs
+in a daemon thread of its own, inside its own `trio.run`. The node thread calls in through
+`trio.from_thread.run(..., trio_token=...)`, and messages come back out through the
+thread-safe `BoundedInbox`. Nothing from trio or libp2p leaks through the public methods:
+library failures become `TransportError`.
+
+The parts: host.py (host, Noise, PSK, allow-list), gossip.py (GossipSub, validators,
+delivery), publish.py (back-pressure), blobs.py, peer_exchange.py, connections.py (dialing),
+and patches.py (every change to py-libp2p's internals). docs/LIBP2P.md lists the library's
+pitfalls and where each is handled.
+
+What this class deliberately is not: a message decoder or verifier (the node checks
+signatures and the claimed sender against `InboundMessage.source`), a store (gossip
+delivers to peers that are connected now, and only to them), or a rate limiter.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import trio
+from libp2p.abc import IHost
+from libp2p.crypto.keys import KeyPair
+from libp2p.custom_types import TProtocol
+from libp2p.peer.id import ID
+
+from swarm.errors import TransportError
+from swarm.p2p.identity import peer_id_of
+from swarm.p2p.libp2p import host as hosting
+from swarm.p2p.libp2p.blobs import DEFAULT_MAX_BLOB_SIZE, BlobServer, check_blob_key, fetch_blob
+from swarm.p2p.libp2p.connections import DEFAULT_MAX_PEERS, Dialer
+from swarm.p2p.libp2p.framing import NET_ERRORS, STREAM_IO_TIMEOUT_S, close_quietly
+from swarm.p2p.libp2p.gossip import DEFAULT_MESH_DEGREE, MAX_MESSAGE_SIZE, RPC_OVERHEAD, Gossip
+from swarm.p2p.libp2p.network_thread import NetworkThread
+from swarm.p2p.libp2p.peer_exchange import PeerExchange
+from swarm.p2p.libp2p.publish import PUBLISH_WAIT_S, Outbox
+from swarm.p2p.libp2p.stats import Counters, Libp2pStats
+from swarm.p2p.transport import (
+    BlobServed,
+    BoundedInbox,
+    InboundMessage,
+    PeerInfo,
+    Transport,
+    Validator,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_INBOX_CAPACITY = 4096
+START_TIMEOUT_S = 30.0
+CLOSE_GRACE_S = 3.0
+
+
+@dataclass
+class _Network:
+    """The parts that live on the network thread, built there once the host exists."""
+
+    host: IHost
+    gossip: Gossip
+    dialer: Dialer
+    peer_exchange: PeerExchange
+
+
+class Libp2pTransport(Transport):
+    """A `Transport` over libp2p: GossipSub for messages, raw streams for blobs, TCP only.
+
+    Construct with plain values, then `start()` (or use it as a context manager). All public
+    methods are for the node's thread; they block on the network thread for at most their
+    stated bounds and raise `TransportError` on failure. Calling them from inside a
+    validator (which runs on the network thread) is refused.
+
+    Arguments:
+        key_pair / identity_path: the node identity (a key pair, or a key file that is
+            created on first use). Neither: a fresh random identity, for tests.
+        listen_addr: "/ip4/<ip>/tcp/<port>"; port 0 picks a free port (see listen_addrs()).
+        bootstrap: full multiaddrs with /p2p/<peer id>; each is dialed, and re-dialed with
+            backoff whenever the connection drops, forever.
+        topics: topics to subscribe to at start, without a validator.
+        psk: optional private-network key (64 hex characters). Not compatible with go/rust pnet.
+        allow_list: optional peer IDs; connections from any other peer are closed.
+        max_message_size: largest payload publish() accepts. Must be the same on every node.
+        inbox_capacity: received messages kept until receive(); the oldest are dropped
+            (and counted) beyond it.
+        dial_timeout: bound on each dial, in seconds.
+        max_peers: stop dialing peers learned by peer exchange at this many connections.
+        mesh_degree: GossipSub D (mesh peers per topic); D_lo = D*2//3, D_hi = 2*D.
+        peer_exchange: ask connected peers for their peers, so a node bootstrapped from
+            one peer finds the rest.
+        max_blob_size: largest blob fetch_blob() accepts from a peer.
+        publish_wait: bound, in seconds, on publish()'s wait for outbound queues to drain.
+    """
+
+    def __init__(
+        self,
+        *,
+        key_pair: KeyPair | None = None,
+        identity_path: str | os.PathLike[str] | None = None,
+        listen_addr: str = hosting.DEFAULT_LISTEN_ADDR,
+        bootstrap: Sequence[str] = (),
+        topics: Sequence[str] = (),
+        psk: str | None = None,
+        allow_list: Iterable[str] | None = None,
+        max_message_size: int = MAX_MESSAGE_SIZE,
+        inbox_capacity: int = DEFAULT_INBOX_CAPACITY,
+        dial_timeout: float = hosting.DEFAULT_DIAL_TIMEOUT,
+        max_peers: int = DEFAULT_MAX_PEERS,
+        mesh_degree: int = DEFAULT_MESH_DEGREE,
+        peer_exchange: bool = True,
+        max_blob_size: int = DEFAULT_MAX_BLOB_SIZE,
+        publish_wait: float = PUBLISH_WAIT_S,
+    ) -> None:
+        if max_message_size <= 0:
+            raise TransportError("max_message_size must be positive")
+        if dial_timeout <= 0:
+            raise TransportError("dial_timeout must be positive")
+        self._key_pair = hosting.resolve_key_pair(key_pair, identity_path)
+        self.peer_id = peer_id_of(self._key_pair)
+        my_id = ID.from_pubkey(self._key_pair.public_key)
+        self._listen_addr = hosting.parse_listen_addr(listen_addr)
+        self._bootstrap = [i for i in hosting.parse_bootstrap(bootstrap) if i.peer_id != my_id]
+        self._initial_topics = list(dict.fromkeys(topics))
+        self._psk = hosting.parse_psk(psk)
+        self._policy = hosting.AccessPolicy(my_id, hosting.parse_allow_list(allow_list))
+        self._max_message_size = max_message_size
+        self._dial_timeout = float(dial_timeout)
+        self._max_peers = max_peers
+        if mesh_degree < 1:
+            raise TransportError("mesh_degree must be at least 1")
+        self._mesh_degree = mesh_degree
+        self._peer_exchange = peer_exchange
+        self._max_blob_size = max_blob_size
+        try:
+            self._inbox = BoundedInbox(inbox_capacity)
+        except ValueError as exc:
+            raise TransportError(str(exc)) from exc
+        self._counters = Counters()
+        self._blobs = BlobServer(self._policy, self._counters)
+        self._thread = NetworkThread(
+            name=f"libp2p-{self.peer_id[-8:]}",
+            label=f"libp2p host of {self.peer_id}",
+            grace=CLOSE_GRACE_S,
+        )
+        self._outbox = Outbox(self._counters, float(publish_wait), lambda: self._thread.has_stopped)
+        self._listen_addrs: list[str] = []
+        self._net: _Network | None = None  # set on the network thread while it runs
+
+    # ------------------------------------------------------------------ lifecycle (node thread)
+
+    def start(self) -> None:
+        """Start the network thread, listen, subscribe to `topics` and begin dialing.
+
+        Returns once the host listens (the bootstrap peers may not be connected yet; see
+        `wait_for_topic_peers`). A second call on a running transport does nothing.
+        """
+        self._thread.start(self._run_host, START_TIMEOUT_S)
+
+    def close(self) -> None:
+        """Stop the host and its thread: graceful for up to CLOSE_GRACE_S, then cancelled."""
+        self._thread.stop()
+
+    # ------------------------------------------------------------------ the trio side
+
+    async def _run_host(self) -> None:
+        net = self._net = self._build_network()
+        # Pubsub and GossipSub run before the host listens: an inbound pubsub stream that
+        # arrives before Pubsub's service manager exists kills the host.
+        async with net.gossip.running():
+            for topic in self._initial_topics:
+                await net.gossip.subscribe(topic, None)
+            async with net.host.run([self._listen_addr]), trio.open_nursery() as nursery:
+                self._listen_addrs = [
+                    f"{addr}/p2p/{self.peer_id}" for addr in net.host.get_transport_addrs()
+                ]
+                if not self._listen_addrs:
+                    raise TransportError(f"the host is not listening on {self._listen_addr}")
+                self._start_background_tasks(net, nursery)
+                self._thread.mark_ready()
+                await self._thread.wait_for_stop()
+                # Let what was already published leave before the connections close.
+                await self._outbox.flush(net.gossip, CLOSE_GRACE_S / 2)
+                nursery.cancel_scope.cancel()
+
+    def _build_network(self) -> _Network:
+        host = hosting.build_host(self._key_pair, self._listen_addr, self._psk, self._dial_timeout)
+        # Pubsub registers its stream handlers and connection notifee first, as it always has.
+        gossip = Gossip(
+            host,
+            self._policy,
+            self._counters,
+            self._inbox,
+            mesh_degree=self._mesh_degree,
+            max_rpc_size=self._max_message_size + RPC_OVERHEAD,
+        )
+        dialer = Dialer(
+            host,
+            self._policy,
+            self._counters,
+            dial_timeout=self._dial_timeout,
+            max_peers=self._max_peers,
+        )
+        peer_exchange = PeerExchange(host, self._policy, dialer, self._counters)
+        self._blobs.register(host)
+        peer_exchange.register()
+        if self._policy.allow_list is not None:
+            notifee = hosting.AllowListNotifee(self._policy.allows, self._count_refused)
+            host.get_network().register_notifee(notifee)
+        return _Network(host=host, gossip=gossip, dialer=dialer, peer_exchange=peer_exchange)
+
+    def _start_background_tasks(self, net: _Network, nursery: trio.Nursery) -> None:
+        net.dialer.add_bootstrap(self._bootstrap)
+        nursery.start_soon(net.dialer.maintain, nursery)
+        self._outbox.start(nursery, net.gossip)
+        nursery.start_soon(net.gossip.watch_send_queues, nursery)
+        if self._peer_exchange:
+            nursery.start_soon(net.peer_exchange.run)
+
+    def _count_refused(self, peer_id: ID) -> None:
+        logger.info("closing connection from %s: not on the allow-list", peer_id)
+        with self._counters.locked() as stats:
+            stats.refused_peers += 1
+
+    # The network-thread halves of the public calls below.
+
+    async def _subscribe(self, topic: str, validator: Validator | None) -> None:
+        await self._running_net().gossip.subscribe(topic, validator)
+
+    async def _flush(self, timeout: float) -> bool:
+        return await self._outbox.flush(self._running_net().gossip, timeout)
+
+    async def _fetch_blob(self, peer_id: ID, key: str, timeout: float) -> bytes:
+        host = self._running_net().host
+        return await fetch_blob(host, peer_id, key, timeout, self._max_blob_size)
+
+    async def _wait_for_topic_peers(self, topic: str, count: int, timeout: float) -> int:
+        return await self._running_net().gossip.wait_for_topic_peers(topic, count, timeout)
+
+    def _peer_infos(self) -> list[PeerInfo]:
+        host = self._running_net().host
+        return [
+            PeerInfo(
+                peer_id=peer_id.to_base58(),
+                addrs=tuple(str(a) for a in hosting.peer_addrs(host, peer_id)),
+            )
+            for peer_id in hosting.connected_peers(host)
+        ]
+
+    async def _write_raw(self, peer_id: ID, protocol: TProtocol, data: bytes) -> None:
+        host = self._running_net().host
+        try:
+            with trio.fail_after(STREAM_IO_TIMEOUT_S):
+                stream = await host.new_stream(peer_id, [protocol])
+                try:
+                    await stream.write(data)
+                finally:
+                    await close_quietly(stream)
+        except NET_ERRORS as exc:
+            raise TransportError(f"writing to {peer_id} on {protocol} failed: {exc}") from exc
+
+    def _running_net(self) -> _Network:
+        if self._net is None:
+            raise TransportError("the transport is not started")
+        return self._net
+
+    # ------------------------------------------------------------------ public API (node thread)
+
+    def subscribe(self, topic: str, validator: Validator | None = None) -> None:
+        """Receive `topic`. `validator` runs on the network thread for each message: keep it cheap.
+
+        Calling again for a subscribed topic replaces its validator.
+        """
+        if not topic:
+            raise TransportError("a topic name must not be empty")
+        self._thread.call(self._subscribe, topic, validator)
+
+    def publish(self, topic: str, data: bytes) -> None:
+        """Queue `data` for gossip on `topic` and return; delivery happens on the network thread.
+
+        Blocks (at most `publish_wait` s) while the hand-off queue is full, which it is when
+        peers drain slower than the node publishes; raises `TransportError` if it stays full,
+        if `data` exceeds the maximum message size, or if the transport is not running.
+        Messages go out in publish order; `flush()` waits until they have left.
+        """
+        if len(data) > self._max_message_size:
+            raise TransportError(
+                f"message of {len(data)} bytes exceeds the maximum of {self._max_message_size}; "
+                "send large payloads as blobs"
+            )
+        if not topic:
+            raise TransportError("a topic name must not be empty")
+        self._outbox.put(topic, bytes(data), self._thread.running_token())
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every published message has been handed to every peer's connection.
+
+        True if that happened within `timeout` s. (It does not mean peers processed them.)
+        """
+        return self._thread.call(self._flush, float(timeout))
+
+    def receive(
+        self, max_messages: int | None = None, timeout: float = 0.0
+    ) -> list[InboundMessage]:
+        return self._inbox.drain(max_messages, timeout)
+
+    def peers(self) -> list[PeerInfo]:
+        return self._thread.call_sync(self._peer_infos)
+
+    def listen_addrs(self) -> list[str]:
+        if not self._thread.is_ready:
+            raise TransportError("the transport is not started")
+        return list(self._listen_addrs)
+
+    def serve_blob(self, key: str, data: bytes) -> None:
+        """Serve `data` under `key` to any (allowed) peer until `unserve_blob` or close."""
+        self._blobs.serve(key, data)
+
+    def unserve_blob(self, key: str) -> None:
+        """Stop serving `key` (and free its memory). Unknown keys are ignored."""
+        self._blobs.unserve(key)
+
+    def fetch_blob(self, peer_id: str, key: str, timeout: float = 30.0) -> bytes:
+        """Fetch a blob from a peer (dialed from the peerstore if need be), within `timeout` s."""
+        check_blob_key(key)
+        return self._thread.call(self._fetch_blob, _parse_peer_id(peer_id), key, float(timeout))
+
+    def served_blobs(self) -> list[BlobServed]:
+        return self._blobs.served()
+
+    def stats(self) -> Libp2pStats:
+        """A consistent snapshot of the counters (not a live view)."""
+        return self._counters.snapshot(self._inbox.dropped)
+
+    def wait_for_topic_peers(self, topic: str, count: int = 1, timeout: float = 10.0) -> int:
+        """Wait until `count` peers are in this node's gossip mesh for `topic` (or `timeout` s).
+
+        Returns how many there are. Gossip only reaches peers that are meshed when a message
+        is published, so a node (or test) that must not lose its first messages waits here.
+        """
+        return self._thread.call(self._wait_for_topic_peers, topic, count, float(timeout))
+
+    def write_raw_stream(self, peer_id: str, protocol: str, data: bytes) -> None:
+        """Open a stream to `peer_id` for `protocol`, write `data` as is, and close it.
+
+        For tests of how peers treat malformed input; a node never needs it.
+        """
+        target = _parse_peer_id(peer_id)
+        self._thread.call(self._write_raw, target, TProtocol(protocol), bytes(data))
+
+
+def _parse_peer_id(peer_id: str) -> ID:
+    try:
+        return ID.from_base58(peer_id)
+    except ValueError as exc:
+        raise TransportError(f"not a peer ID: {peer_id!r}") from exc
