@@ -2,8 +2,8 @@
 
 Subclasses that override private behaviour, replaced attributes and tuned private fields
 all live here; the rest of the package uses only what py-libp2p offers as configuration.
-Each piece names the failure it fixes, as measured on py-libp2p 0.8.1; docs/LIBP2P.md
-describes each one with its figures. They depend on that version's internals, so importing
+Each piece names the failure it fixes, found on py-libp2p 0.8.1; docs/LIBP2P.md describes
+each one, with its measured figures where we have them. They depend on that version's internals, so importing
 this module with any other version installed raises `Libp2pVersionError`.
 """
 
@@ -291,9 +291,9 @@ async def abort_peer_connections(network: INetwork, peer_id: ID) -> None:
 def keep_dialing_in_one_place(network: INetwork) -> None:
     """Leave dialing to the transport's own loop, which has its own backoff and allow-list.
 
-    - The swarm's auto-connector would dial anything in the peerstore every 30 s on its
-      own schedule (around the allow-list and our backoff); its `start` is replaced so
-      that it never runs.
+    - The swarm's auto-connector would dial peers from the peerstore every 10-30 s while
+      the node has fewer than 100 connections, around the allow-list and our backoff; its
+      `start` is replaced so that it never runs.
     - The swarm's own dial retries (3 by default) only stretch each failed dial.
     """
     network.auto_connector.start = _never_start
