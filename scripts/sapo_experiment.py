@@ -153,7 +153,7 @@ def plot(results: list[dict], path: Path, window: int = 5) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from swarm.demo import moving_average
+    from swarm.ops.demo import moving_average
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for res in results:

@@ -83,8 +83,8 @@ def join(
     )
     if display not in ("auto", "live", "lines", "none"):
         raise SwarmError(f"--display must be auto, live, lines or none, not {display!r}")
-    from swarm.display import make_reporter
     from swarm.node import Node
+    from swarm.ops.display import make_reporter
 
     reporter = make_reporter(display)
     node = Node(cfg, reporter=reporter)
@@ -158,7 +158,7 @@ def demo(
     """
     import time as _time
 
-    from swarm.demo import run_demo
+    from swarm.ops.demo import run_demo
 
     folder = out or Path("runs") / f"demo-{_time.strftime('%Y%m%d-%H%M%S')}"
     summary = run_demo(nodes, rounds, folder, config, list(sets or []), timeout)
@@ -177,7 +177,7 @@ def status(
 ) -> None:
     """Show a node's latest rounds, evaluations and update counts from its ledger."""
     cfg = _load(config, sets, **{"node.run_dir": run_dir})
-    from swarm.status import show_status
+    from swarm.ops.status import show_status
 
     show_status(_ledger_url(cfg, ledger), last=last, as_json=json_out)
 
@@ -211,8 +211,8 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 
 def _ops_data(config, sets, run_dir, ledger, sort, since, until) -> dict:
-    from swarm.contributions import SORT_KEYS, Window, parse_when
-    from swarm.ops_view import collect
+    from swarm.ops.contributions import SORT_KEYS, Window, parse_when
+    from swarm.ops.views import collect
 
     if sort not in SORT_KEYS:
         raise SwarmError(f"--sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
@@ -233,7 +233,7 @@ def peers(
     json_out: JsonOption = False,
 ) -> None:
     """List the peers in a node's ledger: model, first and last seen, groups received, accepted, rejected and used, bans."""
-    from swarm.ops_view import show_peers
+    from swarm.ops.views import show_peers
 
     show_peers(_ops_data(config, sets, run_dir, ledger, sort, since, until), json_out)
 
@@ -252,8 +252,8 @@ def contributions(
 ) -> None:
     """Show what each peer contributed to this node: groups accepted and rejected (by reason), used in updates,
     advantage and reward they carried, deltas exchanged; and this node's own contribution."""
-    from swarm.contributions import Window, parse_when
-    from swarm.ops_view import plot_contributions, show_contributions
+    from swarm.ops.contributions import Window, parse_when
+    from swarm.ops.views import plot_contributions, show_contributions
 
     data = _ops_data(config, sets, run_dir, ledger, sort, since, until)
     show_contributions(data, json_out)
@@ -286,7 +286,7 @@ def replay(
     from rich.console import Console
     from rich.progress import Progress
 
-    from swarm.replay import count_rows, train_offline, verify_ledger, write_jsonl
+    from swarm.ops.replay import count_rows, train_offline, verify_ledger, write_jsonl
 
     cfg = _load(config, sets, **{"node.run_dir": run_dir})
     url = _checked_ledger_url(cfg, ledger)
@@ -306,7 +306,7 @@ def replay(
         if not json_out:
             typer.echo(f"wrote {records} completions of {len(groups)} groups to {export}")
     if train:
-        from swarm.replay import plan_updates
+        from swarm.ops.replay import plan_updates
 
         updates = passes * len(plan_updates(groups))
         with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
@@ -340,7 +340,7 @@ def doctor(
     """
     import json
 
-    from swarm.doctor import diagnose, healthy
+    from swarm.ops.doctor import diagnose, healthy
 
     cfg = _load(config, sets, **{"node.run_dir": run_dir})
     url = _ledger_url(cfg, ledger)  # a file that is no ledger at all is a finding here, not a usage error
@@ -375,7 +375,7 @@ def cluster_init(
     Start member i with `swarm-node join --config OUT/member-i/config.toml`. Members refuse peers
     without the key or not on the allow-list.
     """
-    from swarm.cluster import init_cluster
+    from swarm.ops.cluster import init_cluster
 
     members = init_cluster(out, nodes, list(host or []), base_port, swarm_id)
     typer.echo(f"wrote a private cluster of {len(members)} members to {out.resolve()} (swarm key: {out.resolve() / 'swarm.key'})")

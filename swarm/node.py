@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from swarm.config import Config, task_mix
-from swarm.display import EvalReport, Reporter, RoundReport, RunInfo, SilentReporter
+from swarm.ops.display import EvalReport, Reporter, RoundReport, RunInfo, SilentReporter
 from swarm.errors import CheckpointError, ConfigError, RejectedMessage, TransportError
 from swarm.experience import ExperiencePool, SharedGroup
 from swarm.ledger import (

@@ -6,7 +6,7 @@ start (mostly while it starts or resumes), in the other half a random instant af
 committed a new round (mid-round, mid-checkpoint); then check what is on disk. Every row committed
 before an earlier kill must still be there, unchanged but for `superseded` (which a resume may
 set, never clear); live round numbers must be unique and contiguous from 0; and
-`swarm.doctor` must find no problem. At the end the node runs to its target cleanly.
+`swarm.ops.doctor` must find no problem. At the end the node runs to its target cleanly.
 
 Nodes are forked from a launcher that has already imported torch (see crash_node.py), so a
 trial costs the kill delay plus the node's own start, not five seconds of imports.
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from swarm.doctor import diagnose, healthy
 from swarm.ledger import EvalRow, GroupRow, Ledger, RoundRow, UpdateRow
+from swarm.ops.doctor import diagnose, healthy
 
 TRIALS = 20
 SEED = 20250607

@@ -15,9 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from swarm.demo import free_ports
 from swarm.errors import LedgerError
 from swarm.ledger import DeltaRow, Ledger
+from swarm.ops.demo import free_ports
 from swarm.p2p.identity import create_identity, peer_id_of, save_identity
 from swarm.policy.checkpoint import list_checkpoints, load_checkpoint, read_state
 from swarm.policy.delta import bf16_state_dict, weights_hash

@@ -6,18 +6,18 @@ import json
 
 import pytest
 
-from swarm.cluster import Member, member_config, plan_hosts, plan_ports
 from swarm.config import load_config
-from swarm.contributions import (
+from swarm.errors import SwarmError
+from swarm.ledger import BanRow, DeltaRow, GroupRow, GroupUseRow, Ledger, PeerRow, RoundRow
+from swarm.ops.cluster import Member, member_config, plan_hosts, plan_ports
+from swarm.ops.contributions import (
     Window,
     contribution_timeline,
     own_contribution,
     parse_when,
     peer_contributions,
 )
-from swarm.doctor import checkpoint_vs_ledger, round_findings
-from swarm.errors import SwarmError
-from swarm.ledger import BanRow, DeltaRow, GroupRow, GroupUseRow, Ledger, PeerRow, RoundRow
+from swarm.ops.doctor import checkpoint_vs_ledger, round_findings
 
 ALICE = "12D3KooWAlice"
 BOB = "12D3KooWBob"

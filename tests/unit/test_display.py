@@ -5,7 +5,14 @@ import re
 
 from rich.console import Console
 
-from swarm.display import EvalReport, LineReporter, LiveReporter, RoundReport, RunInfo, sparkline
+from swarm.ops.display import (
+    EvalReport,
+    LineReporter,
+    LiveReporter,
+    RoundReport,
+    RunInfo,
+    sparkline,
+)
 
 
 def _report(i, reward):

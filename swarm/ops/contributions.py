@@ -12,7 +12,7 @@ the claimed sender: a forged signature must count against the forger, not agains
 peer it pretended to be. Uses in skipped updates and superseded uses (rounds lost to a
 restart) do not count as contributions.
 
-Deliberately not here: drawing tables or plots (`swarm.ops_view`), or deciding to ban
+Deliberately not here: drawing tables or plots (`swarm.ops.views`), or deciding to ban
 anyone (the node's reputation logic).
 """
 

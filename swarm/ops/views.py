@@ -1,10 +1,10 @@
 """`swarm-node peers` and `swarm-node contributions`: the ledger's per-peer figures, shown.
 
-Reads a ledger (never writes: a running node may own it), asks `swarm.contributions` for
+Reads a ledger (never writes: a running node may own it), asks `swarm.ops.contributions` for
 plain data and presents it as rich tables for people, JSON for scripts, or a plot of
 contribution over time.
 
-Deliberately not here: the queries themselves (`swarm.contributions`).
+Deliberately not here: the queries themselves (`swarm.ops.contributions`).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from swarm.contributions import (
+from swarm.ledger import Ledger, get_meta
+from swarm.ops.contributions import (
     Window,
     contribution_timeline,
     group_count,
     own_contribution,
     peer_contributions,
 )
-from swarm.ledger import Ledger, get_meta
 
 
 def collect(url: str, window: Window, sort: str) -> dict:
