@@ -64,8 +64,7 @@ def make_nodes(args, tmp: str):
             "sapo drift",
         )
         node = Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
-        node.transport.start()
-        node.transport.subscribe(node.topic, node._validate)
+        node.start()
         nodes.append(node)
     return nodes
 
@@ -76,17 +75,16 @@ def completion_logprobs(node, prompt: str, completions) -> list[list[float]]:
 
     texts = [c.text for c in completions]
     samples = retokenized_samples(node.policy.tokenizer, prompt, texts, [c.finished for c in completions], [1.0] * len(texts), 64)
-    logprobs, mask, *_ = node.trainer._logprobs(samples, grad=False)
+    logprobs, mask = node.trainer.logprobs(samples)
     return [logprobs[i, : int(mask[i].sum())].tolist() for i in range(len(samples))]
 
 
 def measure(receiver, sender) -> dict:
     """Sample fresh groups at the sender and compare log-probs as described in the module docstring."""
-    from swarm.node import RoundTimes
     from swarm.policy.prompts import build_prompt
 
     path_gaps, log_ratios = [], []
-    for group in sender._generate_groups(RoundTimes()):
+    for group in sender.generate_groups():
         completions = [c for c in group.completions if c.token_ids]
         if not completions:
             continue
@@ -123,7 +121,6 @@ def main(argv=None) -> int:
                 for node in nodes:
                     node.run_round()
         for node in nodes:
-            node.transport.close()
             node.close()
     table = Table(title=f"Peer completions under the receiver's policy (2 tiny-model nodes, 4/4, lr {args.lr:g})")
     for column in ("round", "completions", "shared path max |Δ log p|", "mean log(μ_B/π_A)", "p90 log(μ_B/π_A)"):

@@ -106,8 +106,7 @@ def run_config(local: int, shared: int, args, console: Console) -> dict:
                 f"sapo {local}/{shared}",
             )
             node = Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
-            node.transport.start()
-            node.transport.subscribe(node.topic, node._validate)
+            node.start()
             nodes.append(node)
         initial = [node.evaluate().accuracy for node in nodes]
         rewards = [[] for _ in nodes]
@@ -127,7 +126,6 @@ def run_config(local: int, shared: int, args, console: Console) -> dict:
         final = [node.evaluate().accuracy for node in nodes]
         elapsed = time.perf_counter() - start
         for node in nodes:
-            node.transport.close()
             node.close()
     return {
         "config": f"{local}/{shared}",

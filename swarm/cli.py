@@ -91,7 +91,7 @@ def join(
     previous = signal.getsignal(signal.SIGINT)
 
     def on_interrupt(signum, frame):
-        if node._stop.is_set():  # second Ctrl-C: give up on a clean stop
+        if node.stop_requested:  # second Ctrl-C: give up on a clean stop
             signal.signal(signal.SIGINT, previous)
             raise KeyboardInterrupt
         reporter.message("stopping after the current round (Ctrl-C again to abort)...")

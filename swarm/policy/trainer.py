@@ -128,6 +128,12 @@ class GRPOTrainer:
             steps=len(steps),
         )
 
+    def logprobs(self, samples: list[TrainSample]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs of each completion under the current model (no gradient), and
+        the mask of its real tokens: row i, column j is completion i's token j."""
+        logprobs, mask, _, _ = self._logprobs(samples, grad=False)
+        return logprobs, mask
+
     def _old_logprobs(self, minibatch: list[TrainSample]) -> list:
         return [self._logprobs(b, grad=False)[0] for b in self._micro_batches(minibatch)]
 

@@ -133,3 +133,8 @@ class SpotChecker:
             self.model.train(was_training)
         # The logits at position j predict token j + 1.
         return logits[len(prompt_ids) - 1 : len(prompt_ids) - 1 + len(tokens)]
+
+    def logits(self, prompt_ids: list[int], tokens: list[int]) -> torch.Tensor:
+        """The model's logits at each position of `tokens` after `prompt_ids` (row j scores
+        token j), as the check sees them."""
+        return self._logits(prompt_ids, tokens)

@@ -27,8 +27,7 @@ def test_forger_is_banned_automatically_then_unbanned_by_the_user(tmp_path, tiny
     config = small_config(tmp_path / "a", tasks={"eval_size": 0}, verify={"ban_after": 3, "ban_below": 0.5},
                           generation={"questions_per_round": 2})
     node = Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
-    node.transport.subscribe(node.topic, node._validate)
-    node.transport.start()
+    node.start()
     mallory = MemoryTransport(ME, hub)
     mallory.start()
     topic = rollout_topic("swarm-local")

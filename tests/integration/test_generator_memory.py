@@ -57,9 +57,7 @@ def test_generator_follows_a_trainer_bit_for_bit(tmp_path, tiny_model_path):
     )
     assert generator.trainer is None
     for node in (trainer, generator):
-        node.transport.start()
-        node.transport.subscribe(node.topic, node._validate)
-        node._start_sync()
+        node.start()
     for _ in range(3):
         trainer.run_round()
         generator.run_round()  # syncs first, then generates at the trainer's version

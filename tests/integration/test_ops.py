@@ -174,8 +174,7 @@ def sharing_run(tmp_path_factory, tiny_model_path) -> Path:
             tasks={"eval_size": REPLAY_EVAL, "eval_every": 1000},
         )
         node = Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
-        node.transport.start()
-        node.transport.subscribe(node.topic, node._validate)
+        node.start()
         nodes.append(node)
     for node in nodes:
         node.evaluate()
@@ -184,7 +183,6 @@ def sharing_run(tmp_path_factory, tiny_model_path) -> Path:
             node.run_round()
     for node in nodes:
         node.evaluate()
-        node.transport.close()
         node.close()
         write_toml(Path(node.config.run_dir) / "config.toml", node.config.to_dict())  # what replay --config reads
     return root

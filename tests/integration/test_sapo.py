@@ -26,8 +26,7 @@ def _swarm(tmp_path, n=3, **training):
         )
         nodes.append(Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key))
     for node in nodes:
-        node.transport.start()
-        node.transport.subscribe(node.topic, node._validate)
+        node.start()
     return nodes
 
 
@@ -85,8 +84,7 @@ def test_heterogeneous_models_use_each_others_groups(tmp_path, tiny_model_path):
             training={"local_groups": 4, "shared_groups": 4, "per_peer_cap": 4}, tasks={"eval_size": 0},
         )
         node = Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
-        node.transport.start()
-        node.transport.subscribe(node.topic, node._validate)
+        node.start()
         nodes.append(node)
     char_node, bpe_node = nodes
     assert len(char_node.policy.tokenizer) != len(bpe_node.policy.tokenizer)

@@ -24,8 +24,7 @@ def _a_round_each(tmp_path, hub):
     """Nodes a and b, both subscribed before either publishes; a runs a round, then b (which drains a's)."""
     a, b = _node(tmp_path, hub, "a", 1), _node(tmp_path, hub, "b", 2)
     for node in (a, b):
-        node.transport.subscribe(node.topic, node._validate)
-        node.transport.start()
+        node.start()
     a.run_round()
     b.run_round()
     return a, b
@@ -93,7 +92,6 @@ def test_a_restarted_node_still_refuses_replayed_nonces(tmp_path, tiny_model_pat
     a, b = _a_round_each(tmp_path, MemoryHub())  # b accepts a's round-0 groups and records them
     accepted = [r for r in _rows(b) if r.status == "accepted"]
     assert accepted
-    b.transport.close()
     b.close()
 
     again = _node(tmp_path, MemoryHub(), "b", 2)  # same run folder: a restart

@@ -59,7 +59,7 @@ def test_trainer_logprobs_match_the_generators(policy):
     completions = [c for g in gen.generate(prompts, 2, SamplingParams(max_new_tokens=8)) for c in g]
     trainer = GRPOTrainer(policy.model, policy.tokenizer.pad_token_id, TrainerSettings())
     samples = [TrainSample(c.prompt_ids, c.token_ids, 1.0) for c in completions]
-    logprobs, mask, _, _ = trainer._logprobs(samples, grad=False)
+    logprobs, mask = trainer.logprobs(samples)
     for row, c in enumerate(completions):
         n = len(c.token_ids)
         assert torch.allclose(logprobs[row, :n], torch.tensor(c.logprobs), atol=1e-4)
@@ -74,9 +74,9 @@ def test_update_raises_rewarded_and_lowers_punished_completions(policy):
     # A small step: one Adam step at 1e-3 overshoots and moves mass to other digits.
     trainer = GRPOTrainer(policy.model, tok.pad_token_id, TrainerSettings(lr=1e-4))
     samples = [TrainSample(prompt, good, 1.0), TrainSample(prompt, bad, -1.0)]
-    before = trainer._logprobs(samples, grad=False)[0].sum(-1)
+    before = trainer.logprobs(samples)[0].sum(-1)
     result = trainer.update(samples)
-    after = trainer._logprobs(samples, grad=False)[0].sum(-1)
+    after = trainer.logprobs(samples)[0].sum(-1)
     assert not result.skipped and result.tokens == len(good) + len(bad)
     assert after[0] > before[0] and after[1] < before[1]
 

@@ -99,7 +99,7 @@ def test_a_hand_written_token_is_caught(sampled, tiny_policy):
     i = max(range(len(group.token_ids)), key=lambda k: len(group.token_ids[k]))
     tokens = list(group.token_ids[i])
     prompt_ids = tiny_policy.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    logits = checker._logits(prompt_ids, tokens)
+    logits = checker.logits(prompt_ids, tokens)
     tokens[0] = int(torch.argmin(logits[0]))  # the least likely first token: never inside top-k 20
     text = tiny_policy.tokenizer.decode(tokens, skip_special_tokens=False)
     tampered = dataclasses.replace(

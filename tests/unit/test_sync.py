@@ -16,7 +16,7 @@ from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.transport import InboundMessage, MemoryHub, MemoryTransport
 from swarm.policy.delta import bf16_state_dict, weights_hash
 from swarm.rollout import DeltaManifest, pack_manifests, sign_manifest
-from swarm.sync import (
+from swarm.node.sync import (
     DeltaFollower,
     DeltaPublisher,
     Expectation,

@@ -1,0 +1,57 @@
+"""The node daemon: wires the round loop to the policy, tasks, transport and ledger.
+
+One round (no global barrier; peers never wait for each other):
+
+1. draw Q task specs from this node's task stream and rebuild the tasks;
+2. generate G completions per question and score them with the local verifier;
+3. (with peers) publish the groups and drain the inbox into the experience pool;
+4. choose the batch (I local + J shared groups with learning signal) and apply one GRPO
+   update, which bumps the policy version unless it was skipped;
+5. record the round and the update in the ledger in one transaction; evaluate and
+   checkpoint when due.
+
+With `sync.publish_deltas` a trainer also publishes a sparse bf16 delta after each update
+(`swarm.node.sync`). A generator-role node (`node.role = "generator"`) has no optimizer:
+each round it first applies what the trainer named in `sync.follow` published, then
+generates and shares at that policy version, and skips step 4.
+
+A solo node is this same loop with a transport that has no peers. Stopping (Ctrl-C or
+`request_stop`) takes effect at the next round boundary and always leaves a checkpoint.
+
+One module per concern; `Node` is their composition:
+
+- `lifecycle`: `Node`: start, run, stop, close; resuming from a checkpoint; node.json;
+- `assembly`: building the parts from the config (transport, generator, trainer,
+  verifier, spot checker, the sync parts);
+- `rounds`: one round: generate and score, choose the batch, train, report;
+- `sharing`: publishing this node's groups; receiving peers' (validator, inbox, storing,
+  spot check);
+- `following`: a generator's following of its trainer, a trainer's delta publishing;
+- `records`: the ledger rows of rounds, updates, groups, deltas and evaluations;
+- `sync`: the delta publisher and follower over a transport (no ledger, no model).
+"""
+
+from swarm.node.assembly import (
+    make_generator,
+    make_transport,
+    read_psk,
+    rollout_topic,
+    trainer_settings,
+)
+from swarm.node.lifecycle import Node
+from swarm.node.rounds import LocalGroup, NodeState, RoundTimes, evaluate_policy
+from swarm.node.sharing import SharingStats
+
+__all__ = [
+    "LocalGroup",
+    "Node",
+    "NodeState",
+    "RoundTimes",
+    "SharingStats",
+    "evaluate_policy",
+    "make_generator",
+    "make_transport",
+    "read_psk",
+    "rollout_topic",
+    "trainer_settings",
+]

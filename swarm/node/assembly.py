@@ -1,0 +1,180 @@
+"""Building a node's parts from its config.
+
+Plain functions, one per part: the transport, the generator, the trainer (none for the
+generator role), the verifier and the spot checker, the sampling settings, the evaluation
+questions, and the sync parts (a trainer's delta publisher or a generator's follower).
+`Node` calls them in a fixed order; the seed is set before the policy is loaded, so a
+node's start is reproducible. Nothing here runs a round or touches the ledger.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from swarm.config import Config
+from swarm.errors import ConfigError, TransportError
+from swarm.node.sync import DeltaFollower, DeltaPublisher, Expectation, TopicTap
+from swarm.p2p.identity import public_key_from_peer_id
+from swarm.p2p.transport import Transport
+from swarm.policy.delta import bf16_state_dict
+from swarm.policy.generator import Generator, SamplingParams, TransformersGenerator
+from swarm.policy.model import Policy
+from swarm.policy.trainer import GRPOTrainer, TrainerSettings
+from swarm.tasks import Task, build_task, eval_specs
+from swarm.verify.gate import Verifier, VerifySettings
+from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings
+
+ROLES = ("trainer", "generator")
+
+
+def check_role(config: Config) -> None:
+    """Refuse a role this version does not have."""
+    if config.node.role not in ROLES:
+        raise ConfigError(
+            f"node.role = {config.node.role!r} is not available in this version; "
+            "use 'trainer' or 'generator'"
+        )
+
+
+def rollout_topic(swarm_id: str) -> str:
+    """The gossip topic of a swarm's rollout groups."""
+    return f"swarm/{swarm_id}/rollouts/v1"
+
+
+def make_transport(config: Config, key_pair) -> Transport:
+    """The libp2p transport this config describes (imported lazily: it pulls in trio and libp2p)."""
+    from swarm.p2p.libp2p import Libp2pTransport
+
+    return Libp2pTransport(
+        key_pair=key_pair,
+        listen_addr=config.p2p.listen,
+        bootstrap=list(config.p2p.bootstrap),
+        psk=read_psk(config.p2p.psk_file) if config.p2p.psk_file else None,
+        allow_list=list(config.p2p.allow_list) or None,
+    )
+
+
+def read_psk(path: str) -> str:
+    """The private swarm key in `path` (64 hex characters, surrounding whitespace ignored)."""
+    try:
+        text = Path(path).read_text().strip()
+    except OSError as e:
+        raise ConfigError(f"p2p.psk_file: cannot read {path}: {e.strerror or e}") from None
+    if len(text) != 64 or any(c not in "0123456789abcdefABCDEF" for c in text):
+        raise ConfigError(f"p2p.psk_file: {path} must hold exactly 64 hex characters (a 32-byte key)")
+    return text.lower()
+
+
+def make_generator(config: Config, policy: Policy) -> Generator:
+    """The configured generator backend for `policy`."""
+    if config.generation.backend == "vllm":
+        from swarm.policy.vllm_generator import VLLMGenerator
+
+        return VLLMGenerator(policy, gpu_memory_utilization=config.generation.gpu_memory_utilization)
+    return TransformersGenerator(policy.model, policy.tokenizer, policy.stop_token_ids, config.generation.batch_size)
+
+
+def trainer_settings(config: Config, policy: Policy) -> TrainerSettings:
+    t = config.training
+    bf16 = t.precision == "bf16" or (t.precision == "auto" and policy.device.type == "cuda")
+    return TrainerSettings(
+        lr=t.lr,
+        weight_decay=t.weight_decay,
+        clip_low=t.clip_low,
+        clip_high=t.clip_high,
+        kl_coef=t.kl_coef,
+        max_grad_norm=t.max_grad_norm,
+        micro_batch_size=t.micro_batch_size,
+        minibatch_size=t.minibatch_size,
+        epochs=t.epochs,
+        autocast_bf16=bf16 and policy.dtype == torch.float32,
+    )
+
+
+def make_trainer(config: Config, policy: Policy) -> GRPOTrainer | None:
+    """The GRPO trainer; none for a generator, which has no optimizer: the trainer it
+    follows makes its new versions."""
+    if config.node.role == "generator":
+        return None
+    return GRPOTrainer(
+        policy.model, policy.tokenizer.pad_token_id, trainer_settings(config, policy)
+    )
+
+
+def make_verifier(config: Config, peer_id: str) -> Verifier:
+    """Every check on peers' groups, with this node's own ID (its groups are never a peer's)."""
+    return Verifier(VerifySettings.from_config(config), own_peer_id=peer_id)
+
+
+def sampling_params(config: Config) -> SamplingParams:
+    """How this node samples its completions (also what it declares on the wire)."""
+    g = config.generation
+    return SamplingParams(
+        temperature=g.temperature, top_p=g.top_p, top_k=g.top_k, max_new_tokens=g.max_new_tokens
+    )
+
+
+def make_spot_checker(config: Config, policy: Policy) -> SpotChecker:
+    """The token spot check on peers' groups that claim this node's model and version."""
+    settings = SpotCheckSettings(
+        completions=config.verify.spot_check_completions,
+        min_prob=config.verify.spot_check_min_prob,
+    )
+    return SpotChecker(policy.model, policy.tokenizer, settings)
+
+
+def make_eval_tasks(config: Config, mix) -> list[Task]:
+    """The fixed held-out questions of this node's task mix."""
+    specs = eval_specs(mix, config.tasks.eval_seed, config.tasks.eval_size)
+    return [build_task(s) for s in specs]
+
+
+def make_sync(
+    config: Config, transport: Transport, key_pair, peer_id: str, policy: Policy, version: int
+) -> tuple[DeltaPublisher | None, DeltaFollower | None, Transport]:
+    """The trainer's delta publisher (with sync.publish_deltas) or the generator's follower,
+    and the transport the node uses from then on."""
+    if config.node.role == "generator":
+        follower = make_follower(config, transport, peer_id, policy, version)
+        # Delta manifests go to the follower, never into the rollout inbox.
+        return None, follower, TopicTap(transport, follower.topic, follower.offer)
+    if config.sync.publish_deltas:
+        return make_publisher(config, transport, key_pair, peer_id, policy), None, transport
+    return None, None, transport
+
+
+def make_follower(
+    config: Config, transport: Transport, peer_id: str, policy: Policy, version: int
+) -> DeltaFollower:
+    """A generator's follower of the trainer named in sync.follow, from policy `version`."""
+    sync = config.sync
+    try:
+        public_key_from_peer_id(sync.follow)
+    except TransportError:
+        raise ConfigError(f"sync.follow = {sync.follow!r} is not an Ed25519 peer ID") from None
+    if sync.follow == peer_id:
+        raise ConfigError("sync.follow names this node itself; give the peer ID of a trainer")
+    if policy.dtype == torch.float16:  # bf16 values do not all fit in fp16
+        raise ConfigError("a generator holds the trainer's bf16 weights exactly only with policy.dtype float32 or bfloat16")
+    expect = Expectation(
+        provider=sync.follow, swarm_id=config.p2p.swarm_id, model=config.policy.model,
+        base_hash=policy.base_hash, max_bytes=sync.max_blob_mb * 1024 * 1024,
+    )
+    return DeltaFollower(
+        transport, expect, bf16_state_dict(policy.model), version,
+        fetch_timeout=sync.fetch_timeout_s,
+    )
+
+
+def make_publisher(
+    config: Config, transport: Transport, key_pair, peer_id: str, policy: Policy
+) -> DeltaPublisher:
+    """A trainer's publisher of its updates' deltas (started by `Following.publish_base`)."""
+    sync = config.sync
+    return DeltaPublisher(
+        transport, key_pair, peer_id=peer_id, swarm_id=config.p2p.swarm_id,
+        model=config.policy.model, base_hash=policy.base_hash, anchor_every=sync.anchor_every,
+        keep_deltas=sync.keep_deltas, level=sync.zstd_level,
+    )

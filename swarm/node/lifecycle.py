@@ -1,0 +1,249 @@
+"""The node's life: built from its parts, started, run round after round, stopped, closed.
+
+`Node` composes the parts (`swarm.node.assembly` builds them from the config) and owns
+what spans rounds: resuming from the newest checkpoint, node.json in the run folder,
+evaluating and checkpointing when due, and stopping cleanly. Stopping (Ctrl-C or
+`request_stop`) takes effect at the next round boundary and always leaves a checkpoint.
+
+Driving a node by hand (tests, experiments) uses the same public calls `run()` does:
+`start()`, then `run_round()` as often as wanted, `evaluate()`, and `close()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import torch
+
+from swarm.config import Config, task_mix
+from swarm.errors import CheckpointError, ConfigError
+from swarm.experience import ExperiencePool
+from swarm.ledger import Ledger, get_meta, set_meta, supersede_after
+from swarm.node.assembly import (
+    check_role,
+    make_eval_tasks,
+    make_generator,
+    make_spot_checker,
+    make_sync,
+    make_trainer,
+    make_transport,
+    make_verifier,
+    rollout_topic,
+    sampling_params,
+)
+from swarm.node.following import Following
+from swarm.node.records import Records
+from swarm.node.rounds import LocalGroup, NodeState, RoundLoop, evaluate_policy
+from swarm.node.sharing import Sharing
+from swarm.node.sync import DeltaFollower, DeltaPublisher
+from swarm.ops.display import EvalReport, Reporter, RoundReport, RunInfo, SilentReporter
+from swarm.p2p.identity import load_or_create_identity, peer_id_of
+from swarm.p2p.transport import Transport
+from swarm.policy.checkpoint import (
+    CheckpointState,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from swarm.policy.model import load_policy
+from swarm.tasks import validate_mix
+
+
+class Node:
+    """A swarm node. Build with a config (and optionally a transport and a reporter), then `run()`."""
+
+    def __init__(
+        self,
+        config: Config,
+        transport: Transport | None = None,
+        reporter: Reporter | None = None,
+        key_pair=None,
+    ):
+        """`transport` defaults to libp2p as configured; `key_pair` to the run folder's identity."""
+        check_role(config)
+        self.config = config
+        self.reporter = reporter or SilentReporter()
+        config.run_dir.mkdir(parents=True, exist_ok=True)
+        self.key_pair = key_pair or load_or_create_identity(config.run_dir / "identity.key")
+        self.peer_id = peer_id_of(self.key_pair)
+        self.transport = transport or make_transport(config, self.key_pair)
+        if self.transport.peer_id != self.peer_id:
+            raise ConfigError("the transport's peer ID differs from the node's identity")
+        self.topic = rollout_topic(config.p2p.swarm_id)
+        self.pool = ExperiencePool(config.training.pool_size)  # peers' groups, re-scored, awaiting training
+        self.verifier = make_verifier(config, self.peer_id)
+        self.mix = validate_mix(task_mix(config))
+        self.sampling = sampling_params(config)
+        self.state = NodeState()
+        self._stop = threading.Event()
+        self._started = False
+        self.ledger = Ledger(config.ledger_url)
+        torch.manual_seed(config.node.seed)
+        self.policy = load_policy(config.policy.model, config.policy.device, config.policy.dtype)
+        self.generator = make_generator(config, self.policy)
+        self.trainer = make_trainer(config, self.policy)
+        self.spot_checker = make_spot_checker(config, self.policy)
+        self.eval_tasks = make_eval_tasks(config, self.mix)
+        self.records = Records(self.ledger, self.state, self.reporter)
+        self._resume()
+        publisher, follower, self.transport = make_sync(
+            config, self.transport, self.key_pair, self.peer_id, self.policy, self.state.policy_version
+        )
+        self.following = Following(
+            transport=self.transport, policy=self.policy, generator=self.generator, state=self.state,
+            records=self.records, publisher=publisher, follower=follower,
+        )
+        self.sharing = Sharing(
+            config=config, key_pair=self.key_pair, peer_id=self.peer_id, topic=self.topic,
+            transport=self.transport, verifier=self.verifier, pool=self.pool,
+            spot_checker=self.spot_checker, policy=self.policy, sampling=self.sampling,
+            state=self.state, ledger=self.ledger, records=self.records, reporter=self.reporter,
+        )
+        self.sharing.restore_memory()
+        self.following.publish_base()
+        self.rounds = RoundLoop(
+            config=config, state=self.state, mix=self.mix, sampling=self.sampling,
+            policy=self.policy, generator=self.generator, trainer=self.trainer, pool=self.pool,
+            transport=self.transport, sharing=self.sharing, following=self.following,
+            records=self.records, reporter=self.reporter,
+        )
+
+    @property
+    def publisher(self) -> DeltaPublisher | None:
+        """The trainer's delta publisher (with sync.publish_deltas)."""
+        return self.following.publisher
+
+    @property
+    def follower(self) -> DeltaFollower | None:
+        """The generator role's follower of its trainer."""
+        return self.following.follower
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def checkpoint_dir(self):
+        return self.config.run_dir / "checkpoints"
+
+    def request_stop(self) -> None:
+        """Finish the current round, checkpoint, and return from `run()`."""
+        self._stop.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether `request_stop` was called."""
+        return self._stop.is_set()
+
+    def start(self) -> None:
+        """Join the swarm: start the transport, validate peers' groups as they arrive, and (a
+        generator) listen for the followed trainer's manifests. A second call does nothing."""
+        if self._started:
+            return
+        self.transport.start()
+        self.transport.subscribe(self.topic, self.sharing.validate)
+        self.following.start()
+        self._started = True
+
+    def stop(self) -> None:
+        """Leave the swarm: close the transport (a closed libp2p transport cannot start again)."""
+        self._started = False
+        self.transport.close()
+
+    def _resume(self) -> None:
+        """Load the newest checkpoint, if any; mark ledger rounds after it as superseded."""
+        path = latest_checkpoint(self.checkpoint_dir)
+        with self.ledger.transaction() as session:
+            model = get_meta(session, "model")
+            if model is not None and model != self.config.policy.model:
+                raise ConfigError(
+                    f"{self.config.run_dir} belongs to a node of model {model!r}, not {self.config.policy.model!r}: "
+                    "use another node.run_dir"
+                )
+            set_meta(session, "model", self.config.policy.model)
+            set_meta(session, "node_name", self.config.node.name)
+            if path is None:
+                supersede_after(session, -1)
+                return
+            state = load_checkpoint(path, self.policy.model, self.trainer.optimizer if self.trainer else None)
+            if state.model_name != self.config.policy.model:
+                raise CheckpointError(f"{path} is a checkpoint of {state.model_name!r}, not {self.config.policy.model!r}")
+            self.state.round, self.state.policy_version = state.round, state.policy_version
+            supersede_after(session, state.round - 1)
+        self.generator.sync_weights(self.policy.model)
+
+    def run(self) -> NodeState:
+        """Run rounds until `node.rounds` rounds exist in total, or until stopped."""
+        target = self.config.node.rounds
+        self.start()
+        self._write_node_info()
+        self.reporter.start(
+            RunInfo(
+                name=self.config.node.name, model=self.config.policy.model, device=str(self.policy.device),
+                run_dir=str(self.config.run_dir), peer_id=self.peer_id,
+                start_round=self.state.round, target_rounds=target,
+                notes=[f"resumed from round {self.state.round}, policy v{self.state.policy_version}"] if self.state.round else [],
+            )
+        )
+        try:
+            if self.state.round == 0:
+                self.evaluate()
+            while not self._stop.is_set() and (target == 0 or self.state.round < target):
+                self.run_round()
+                if self.state.round % self.config.tasks.eval_every == 0:
+                    self.evaluate()
+                if self.state.round % self.config.node.checkpoint_every == 0:
+                    self.checkpoint()
+            self.sharing.final_drain()
+            if self.state.round % self.config.tasks.eval_every != 0:
+                self.evaluate()
+            self.checkpoint()
+        finally:
+            self.reporter.stop()
+            self.stop()
+        return self.state
+
+    def close(self) -> None:
+        """Stop (if not stopped yet) and release the generator and the ledger."""
+        self.stop()
+        self.following.close()  # fetches of the trainer's deltas since the last update
+        self.generator.close()
+        self.ledger.close()
+
+    def _write_node_info(self) -> None:
+        """node.json in the run folder: how other nodes (and `swarm-node demo`) reach this one."""
+        info = {"peer_id": self.peer_id, "addrs": self.transport.listen_addrs(), "pid": os.getpid(), "name": self.config.node.name}
+        path = self.config.run_dir / "node.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(info, indent=2))
+        os.replace(tmp, path)
+
+    # -- rounds, evaluation and checkpoints --------------------------------------------------------
+
+    def run_round(self) -> RoundReport:
+        """One round (`swarm.node.rounds`); it shares with peers once the node is started."""
+        return self.rounds.run_round()
+
+    def generate_groups(self) -> list[LocalGroup]:
+        """This round's groups, generated and scored, without sharing or training on them."""
+        return self.rounds.generate_groups()
+
+    def evaluate(self) -> EvalReport | None:
+        """Greedy accuracy on the fixed held-out questions; recorded in the ledger."""
+        if not self.eval_tasks:
+            return None
+        accuracy, mean_reward = evaluate_policy(self.policy, self.generator, self.eval_tasks, self.config)
+        self.records.record_eval(len(self.eval_tasks), accuracy, mean_reward)
+        report = EvalReport(self.state.round, self.state.policy_version, accuracy, len(self.eval_tasks))
+        self.reporter.evaluation(report)
+        return report
+
+    def checkpoint(self):
+        state = CheckpointState(
+            policy_version=self.state.policy_version, round=self.state.round,
+            model_name=self.config.policy.model, base_hash=self.policy.base_hash,
+        )
+        return save_checkpoint(
+            self.checkpoint_dir, self.policy.model, self.trainer.optimizer if self.trainer else None, state,
+            keep=self.config.node.keep_checkpoints,
+        )

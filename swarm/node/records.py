@@ -1,0 +1,145 @@
+"""The node's ledger rows: rounds, updates, groups, uses of shared groups, deltas, evaluations.
+
+`Records` writes what the other parts report, each call in one transaction: a round with
+its update, its sent groups and the shared groups it trained on; the weight-delta events
+of the sync parts; an evaluation. `group_row` only builds a group's row, for the sharing
+part to add within the transaction in which it stores what it received.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from swarm.ledger import (
+    DeltaRow,
+    EvalRow,
+    GroupRow,
+    GroupUseRow,
+    Ledger,
+    RoundRow,
+    UpdateRow,
+    touch_peer,
+)
+from swarm.node.sync import DeltaEvent
+from swarm.ops.display import Reporter, RoundReport
+from swarm.p2p.transport import PeerInfo
+from swarm.policy.trainer import UpdateResult
+from swarm.tasks import is_correct
+
+if TYPE_CHECKING:
+    from swarm.node.rounds import NodeState
+    from swarm.node.sharing import SharingStats
+
+
+class Records:
+    """Writes the node's rows to its ledger; `state` gives the round and version they belong to."""
+
+    def __init__(self, ledger: Ledger, state: NodeState, reporter: Reporter):
+        self.ledger = ledger
+        self.state = state
+        self.reporter = reporter
+
+    def record_round(
+        self, groups, trained, result: UpdateResult, version_before, started, times, shared=(), shared_advantages=(),
+        *, peers: Sequence[PeerInfo], sharing: SharingStats,
+    ) -> RoundReport:
+        """One transaction: the shared groups used, the `peers` seen, the groups sent, the round
+        and its update. Returns the round's report (with `sharing`'s totals so far)."""
+        rewards = [r for g in groups for r in g.rewards]
+        completions = [c for g in groups for c in g.completions]
+        correct = sum(is_correct(g.task, c.text) for g in groups for c in g.completions)
+        mean_reward = sum(rewards) / max(len(rewards), 1)
+        accuracy = correct / max(len(completions), 1)
+        tokens = sum(len(c.token_ids) for c in completions)
+        trained_rewards = [r for g in list(trained) + list(shared) for r in g.rewards]
+        with self.ledger.transaction() as session:
+            for group, advantages in zip(shared, shared_advantages, strict=True):
+                session.add(
+                    GroupUseRow(
+                        group_id=group.row_id, content_hash=group.content_hash, sender=group.sender,
+                        round=self.state.round, version_after=self.state.policy_version, skipped_update=result.skipped,
+                        advantages=json.dumps([round(a, 6) for a in advantages]),
+                        advantage_abs_sum=sum(abs(a) for a in advantages),
+                        mean_reward=sum(group.rewards) / len(group.rewards),
+                    )
+                )
+            for peer in peers:  # connected peers and where they are reachable
+                touch_peer(session, peer.peer_id, time.time(), addrs=json.dumps(list(peer.addrs)))
+            for g in groups:
+                session.add(self.group_row(g.signed, g.wire, "sent", "sent"))
+            session.add(
+                RoundRow(
+                    round=self.state.round, policy_version=self.state.policy_version, started_at=started,
+                    questions=len(groups), completions=len(completions), mean_reward=mean_reward,
+                    accuracy=accuracy, tokens_generated=tokens, generate_s=times.generate,
+                    score_s=times.score, train_s=times.train, other_s=times.other, total_s=times.total,
+                )
+            )
+            session.add(
+                UpdateRow(
+                    round=self.state.round, version_before=version_before,
+                    version_after=self.state.policy_version, skipped=result.skipped,
+                    skip_reason=result.skip_reason, local_groups=len(trained), shared_groups=len(shared),
+                    samples=len(trained_rewards), tokens=result.tokens,
+                    mean_reward=sum(trained_rewards) / max(len(trained_rewards), 1), loss=result.loss,
+                    grad_norm=result.grad_norm, clip_fraction=result.clip_fraction, kl=result.kl,
+                    seconds=result.seconds, created_at=time.time(),
+                )
+            )
+        self.state.rewards.append(mean_reward)
+        return RoundReport(
+            round=self.state.round, policy_version=self.state.policy_version, mean_reward=mean_reward,
+            accuracy=accuracy, groups=len(groups), trained_groups=len(trained), shared_groups=len(shared),
+            skipped=result.skipped, loss=result.loss, generate_s=times.generate, train_s=times.train,
+            total_s=times.total, tokens_generated=tokens, peers=len(peers),
+            received=sharing.received_groups, accepted=sharing.accepted_groups,
+            rejected=sharing.rejected_groups, optimizer_steps=result.steps,
+        )
+
+    def group_row(self, signed, group, direction, status, source="", reason="", detail="", content_hash="", sender=""):
+        """A group's row (sent, or received and accepted or rejected), for the caller's transaction."""
+        row = GroupRow(
+            content_hash=content_hash or signed.content_hash, direction=direction, status=status, reason=reason,
+            detail=detail, sender=sender or (group.sender if group else ""), source=source,
+            recorded_at=time.time(), local_round=self.state.round,
+            body=signed.body if signed else None, signature=signed.signature if signed else None,
+        )
+        if group is not None:
+            row.swarm_id, row.dataset, row.model = group.swarm_id, group.task.dataset, group.model
+            row.task = json.dumps(group.task.as_dict(), sort_keys=True)
+            row.policy_version, row.round, row.created_at = group.policy_version, group.round, group.created_at
+            row.completions = len(group.completions)
+            row.mean_reward = sum(group.rewards) / len(group.rewards)
+        return row
+
+    def record_deltas(self, events: list[DeltaEvent]) -> None:
+        """The sync parts' events; a refused delta or anchor is also reported."""
+        if not events:
+            return
+        now = time.time()
+        with self.ledger.transaction() as session:
+            for e in events:
+                session.add(
+                    DeltaRow(
+                        direction=e.direction, peer=e.peer, kind=e.kind, from_version=e.from_version,
+                        to_version=e.to_version, bytes=e.nbytes, seconds=e.seconds, status=e.status,
+                        reason=e.reason, recorded_at=now,
+                    )
+                )
+        for e in events:
+            if e.status == "rejected":
+                self.reporter.message(f"{e.kind} v{e.from_version}->v{e.to_version} from {e.peer[:16]} rejected: {e.reason}: {e.detail[:200]}")
+
+    def record_eval(self, questions: int, accuracy: float, mean_reward: float) -> None:
+        """An evaluation on `questions` held-out questions at the current round and version."""
+        with self.ledger.transaction() as session:
+            session.add(
+                EvalRow(
+                    round=self.state.round, policy_version=self.state.policy_version,
+                    questions=questions, accuracy=accuracy, mean_reward=mean_reward,
+                    created_at=time.time(),
+                )
+            )

@@ -1,0 +1,196 @@
+"""One round of the node (no global barrier; peers never wait for each other).
+
+1. (generator role) apply what the followed trainer published since the last round;
+2. draw Q task specs from this node's task stream, rebuild the tasks, generate G
+   completions per question and score them with the local verifier;
+3. publish the groups and receive peers' into the experience pool;
+4. choose the batch (I local + J shared groups with learning signal) and apply one GRPO
+   update, which bumps the policy version unless it was skipped (a generator skips this);
+5. record the round and the update in the ledger in one transaction, and report it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from swarm.config import Config
+from swarm.experience import ExperiencePool, SharedGroup
+from swarm.ops.display import Reporter, RoundReport
+from swarm.p2p.transport import Transport
+from swarm.policy.generator import Completion, Generator, SamplingParams
+from swarm.policy.grpo import group_advantages
+from swarm.policy.model import Policy
+from swarm.policy.prompts import build_prompt
+from swarm.policy.trainer import GRPOTrainer, TrainSample, UpdateResult, retokenized_samples
+from swarm.rollout import RolloutGroup, SignedGroup
+from swarm.sampling import BatchChoice, Candidate, Staleness, choose_batch
+from swarm.tasks import Task, build_task, is_correct, sample_specs, score_completion
+
+if TYPE_CHECKING:
+    from swarm.node.following import Following
+    from swarm.node.records import Records
+    from swarm.node.sharing import Sharing
+
+
+@dataclass
+class LocalGroup:
+    """One question's group as this node generated and scored it."""
+
+    task: Task
+    completions: list[Completion]
+    rewards: tuple[float, ...]
+    signed: SignedGroup | None = None
+    wire: RolloutGroup | None = None
+
+
+@dataclass
+class RoundTimes:
+    generate: float = 0.0
+    score: float = 0.0
+    train: float = 0.0
+    total: float = 0.0
+
+    @property
+    def other(self) -> float:
+        return max(0.0, self.total - self.generate - self.score - self.train)
+
+
+@dataclass
+class NodeState:
+    """Where the node is: rounds completed and updates applied since the base model."""
+
+    round: int = 0
+    policy_version: int = 0
+    rewards: list[float] = field(default_factory=list)  # mean reward per round, this run
+
+
+class RoundLoop:
+    """Runs the node's rounds over its parts (see the module docstring)."""
+
+    def __init__(
+        self, *, config: Config, state: NodeState, mix, sampling: SamplingParams,
+        policy: Policy, generator: Generator, trainer: GRPOTrainer | None, pool: ExperiencePool,
+        transport: Transport, sharing: Sharing, following: Following, records: Records,
+        reporter: Reporter,
+    ):
+        self.config = config
+        self.state = state
+        self.mix = mix
+        self.sampling = sampling
+        self.policy = policy
+        self.generator = generator
+        self.trainer = trainer
+        self.pool = pool
+        self.transport = transport
+        self.sharing = sharing
+        self.following = following
+        self.records = records
+        self.reporter = reporter
+
+    def run_round(self) -> RoundReport:
+        times = RoundTimes()
+        self.sharing.new_round()
+        started = time.time()
+        t0 = time.perf_counter()
+        if self.following.follows:
+            self.following.follow()
+        groups = self.generate_groups(times)
+        self.sharing.publish(groups)
+        self.sharing.receive()
+        if self.trainer is None:  # generator role: nothing to train, the followed trainer does it
+            batch, shared_advantages = BatchChoice(local=[], shared=[]), []
+            result = UpdateResult(skipped=True, skip_reason="generator role: follows a trainer")
+        else:
+            batch = self._choose_batch(groups)
+            local_samples = self._train_samples(batch.local)
+            shared_samples, shared_advantages = self._shared_samples(batch.shared)
+            t = time.perf_counter()
+            result = self.trainer.update(local_samples + shared_samples)
+            times.train = time.perf_counter() - t
+        self.pool.take(batch.shared)
+        version_before = self.state.policy_version
+        if not result.skipped:
+            self.state.policy_version += 1
+            self.generator.sync_weights(self.policy.model)
+            self.following.publish_delta()
+        times.total = time.perf_counter() - t0
+        report = self.records.record_round(
+            groups, batch.local, result, version_before, started, times, batch.shared, shared_advantages,
+            peers=self.transport.peers(), sharing=self.sharing.stats,
+        )
+        self.state.round += 1
+        self.reporter.round(report)
+        return report
+
+    def generate_groups(self, times: RoundTimes | None = None) -> list[LocalGroup]:
+        """This round's questions, G completions each, scored; `times` gets the time spent."""
+        times = times if times is not None else RoundTimes()
+        specs = sample_specs(self.mix, self.config.task_seed, self.state.round, self.config.generation.questions_per_round)
+        tasks = [build_task(spec) for spec in specs]
+        prompts = [build_prompt(self.policy.tokenizer, task.question, self.config.policy.system_prompt) for task in tasks]
+        t = time.perf_counter()
+        completions = self.generator.generate(prompts, self.config.generation.completions_per_question, self.sampling)
+        times.generate = time.perf_counter() - t
+        t = time.perf_counter()
+        groups = []
+        for task, group in zip(tasks, completions, strict=True):
+            rewards = tuple(score_completion(task, c.text, self.config.tasks.format_reward) for c in group)
+            groups.append(LocalGroup(task, group, rewards))
+        times.score = time.perf_counter() - t
+        return groups
+
+    def _choose_batch(self, groups: list[LocalGroup]):
+        t = self.config.training
+        staleness = Staleness(
+            max_version_gap=None if t.max_version_gap < 0 else t.max_version_gap,
+            max_age_s=None if t.max_age_s == 0 else t.max_age_s,
+        )
+        return choose_batch(
+            [Candidate(g, g.rewards) for g in groups],
+            self.pool.candidates() if t.shared_groups else [],
+            t.local_groups,
+            t.shared_groups,
+            seed=f"{self.config.node.seed}:batch:{self.state.round}",
+            local_version=self.state.policy_version,
+            now=time.time(),
+            staleness=staleness,
+            per_peer_cap=t.per_peer_cap or None,
+        )
+
+    def _shared_samples(self, groups: list[SharedGroup]) -> tuple[list[TrainSample], list[list[float]]]:
+        """Re-tokenize peers' completions with our tokenizer; advantages from our own rewards.
+
+        Completions longer than 4x our own generation budget are left out (`retokenized_samples`).
+        """
+        tok = self.policy.tokenizer
+        limit = 4 * self.config.generation.max_new_tokens
+        samples, advantages_per_group = [], []
+        for group in groups:
+            prompt = build_prompt(tok, group.task.question, self.config.policy.system_prompt)
+            advantages = group_advantages(group.rewards, scale_by_std=self.config.training.scale_advantages)
+            advantages_per_group.append(advantages)
+            samples += retokenized_samples(tok, prompt, group.completions, group.finished, advantages, limit)
+        return samples, advantages_per_group
+
+    def _train_samples(self, groups: list[LocalGroup]) -> list[TrainSample]:
+        """Turn groups into per-completion samples; the stop token is trained when it was produced."""
+        eos = self.policy.tokenizer.eos_token_id
+        samples = []
+        for group in groups:
+            advantages = group_advantages(group.rewards, scale_by_std=self.config.training.scale_advantages)
+            for completion, advantage in zip(group.completions, advantages, strict=True):
+                ids = completion.token_ids + ((eos,) if completion.finished and eos is not None else ())
+                samples.append(TrainSample(completion.prompt_ids, ids, advantage))
+        return samples
+
+
+def evaluate_policy(policy: Policy, generator: Generator, tasks: list[Task], config: Config) -> tuple[float, float]:
+    """(accuracy, mean reward) of greedy completions on `tasks`."""
+    prompts = [build_prompt(policy.tokenizer, t.question, config.policy.system_prompt) for t in tasks]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=config.generation.max_new_tokens)
+    outputs = generator.generate(prompts, 1, greedy)
+    correct = [is_correct(t, out[0].text) for t, out in zip(tasks, outputs, strict=True)]
+    rewards = [score_completion(t, out[0].text, config.tasks.format_reward) for t, out in zip(tasks, outputs, strict=True)]
+    return sum(correct) / len(tasks), sum(rewards) / len(tasks)

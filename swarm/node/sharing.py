@@ -1,0 +1,249 @@
+"""Sharing: publishing this node's groups, and receiving its peers'.
+
+Publishing signs a round's groups and sends them in batches; a failure is counted, never
+fatal. Receiving has two halves. The gossip validator (`validate`, on the transport's
+thread) runs the verifier's cheap checks and notes the rejections. Once a round, `receive`
+drains the inbox, gives each group that passed the expensive checks (copycat, task
+rebuild, question, every claimed reward, and the token spot check on groups of this
+node's exact model and version), records every group in the ledger, and pools the good
+ones for training. Outcomes feed the peers' reputations; a peer they condemn is banned.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from swarm.config import Config
+from swarm.errors import RejectedMessage, TransportError
+from swarm.experience import ExperiencePool, SharedGroup
+from swarm.ledger import (
+    Ledger,
+    add_ban,
+    banned_peers,
+    group_known,
+    received_outcomes,
+    recent_accepted,
+    touch_peer,
+)
+from swarm.ops.display import Reporter
+from swarm.p2p.transport import InboundMessage, Transport
+from swarm.policy.model import Policy
+from swarm.policy.prompts import build_prompt
+from swarm.rollout import RolloutGroup, Sampling, pack_messages, sign_group, stored_nonce
+from swarm.tasks import Task
+from swarm.verify.gate import Verifier
+from swarm.verify.message import Accepted, Rejection
+from swarm.verify.spotcheck import SpotChecker
+from swarm.verify.state import NONCE_MEMORY
+
+if TYPE_CHECKING:
+    from swarm.node.records import Records
+    from swarm.node.rounds import LocalGroup, NodeState
+
+MAX_PENDING_REJECTIONS = 10_000  # rejections noted by the validator, waiting for the ledger
+
+
+@dataclass
+class SharingStats:
+    """What this node exchanged with the swarm during this run."""
+
+    published_groups: int = 0
+    publish_failures: int = 0
+    received_groups: int = 0
+    accepted_groups: int = 0
+    rejected_groups: int = 0
+    duplicates: int = 0
+    rejections_dropped: int = 0  # validator rejections lost because the pending queue was full
+
+
+class Sharing:
+    """Publishes this node's groups and receives its peers' (see the module docstring)."""
+
+    def __init__(
+        self, *, config: Config, key_pair, peer_id: str, topic: str, transport: Transport,
+        verifier: Verifier, pool: ExperiencePool, spot_checker: SpotChecker, policy: Policy,
+        sampling, state: NodeState, ledger: Ledger, records: Records, reporter: Reporter,
+    ):
+        self.config = config
+        self.key_pair = key_pair
+        self.peer_id = peer_id
+        self.topic = topic
+        self.transport = transport
+        self.verifier = verifier
+        self.pool = pool  # peers' groups, re-scored, awaiting training
+        self.spot_checker = spot_checker
+        self.policy = policy
+        self.sampling = sampling
+        self.state = state
+        self.ledger = ledger
+        self.records = records
+        self.reporter = reporter
+        self.stats = SharingStats()
+        self._pending_rejections: collections.deque[Rejection] = collections.deque()
+        self._pending_lock = threading.Lock()
+        self._spot_checks_left = config.verify.spot_check_groups_per_round
+
+    def restore_memory(self) -> None:
+        """Feed the verifier what the ledger remembers: peers' reputations, and the groups
+        accepted within its age limit (their nonces and versions), oldest first."""
+        max_age = self.config.verify.max_age_s
+        since = time.time() - max_age if max_age > 0 else 0.0
+        with self.ledger.reader() as session:
+            rows = recent_accepted(session, since, NONCE_MEMORY)
+            self.verifier.restore_reputation(received_outcomes(session))
+        for body, sender, content_hash, policy_version, recorded_at in rows:
+            try:
+                nonce = stored_nonce(body)
+            except RejectedMessage:
+                continue  # cannot happen to a body this node stored; never worth failing a start
+            self.verifier.remember(sender, nonce, content_hash, policy_version, recorded_at)
+
+    def new_round(self) -> None:
+        """A new round: its budget of spot checks."""
+        self._spot_checks_left = self.config.verify.spot_check_groups_per_round
+
+    def validate(self, message: InboundMessage) -> str | None:
+        """Gossip validator (runs on the transport's thread): cheap checks, rejections noted."""
+        _, rejected = self.verifier.admit(message.data, message.source)
+        if not rejected:
+            return None
+        with self._pending_lock:
+            room = MAX_PENDING_REJECTIONS - len(self._pending_rejections)
+            self._pending_rejections.extend(rejected[: max(room, 0)])
+            self.stats.rejections_dropped += max(0, len(rejected) - max(room, 0))
+        return rejected[0].reason
+
+    def publish(self, groups: list[LocalGroup]) -> None:
+        """Sign this round's groups and publish them in batches; failures are counted, not fatal."""
+        for group in groups:
+            group.wire = self._wire_group(group)
+            group.signed = sign_group(group.wire, self.key_pair)
+            self.verifier.note_own(group.wire)  # a peer re-signing it is then a copycat
+        for message in pack_messages([g.signed for g in groups]):
+            try:
+                self.transport.publish(self.topic, message)
+            except TransportError as e:
+                self.stats.publish_failures += 1
+                self.reporter.message(f"publish failed: {e}")
+        self.stats.published_groups += len(groups)
+
+    def _wire_group(self, group: LocalGroup) -> RolloutGroup:
+        return RolloutGroup(
+            swarm_id=self.config.p2p.swarm_id,
+            sender=self.peer_id,
+            task=group.task.spec,
+            question=group.task.question,
+            completions=tuple(c.text for c in group.completions),
+            rewards=tuple(group.rewards),
+            finished=tuple(c.finished for c in group.completions),
+            model=self.config.policy.model,
+            base_hash=self.policy.base_hash,
+            policy_version=self.state.policy_version,
+            sampling=Sampling(
+                temperature=float(self.sampling.temperature), top_p=float(self.sampling.top_p),
+                top_k=int(self.sampling.top_k), max_new_tokens=int(self.sampling.max_new_tokens),
+            ),
+            round=self.state.round,
+            created_at=time.time(),
+            token_ids=tuple(tuple(c.token_ids) for c in group.completions),
+            format_bonus=float(self.config.tasks.format_reward),
+        )
+
+    def receive(self) -> None:
+        """Drain the inbox and store what arrived (accepted or rejected) in one transaction."""
+        accepted, rejected = self._drain_inbox()
+        if accepted or rejected:
+            with self.ledger.transaction() as session:
+                self._store_received(session, accepted, rejected)
+
+    def final_drain(self, wait_s: float = 1.0) -> None:
+        """Record what peers sent during the last round, so nothing received goes unrecorded."""
+        if self.transport.peers():
+            time.sleep(wait_s)  # messages of the last round may still be in flight
+        self.receive()
+
+    def _drain_inbox(self) -> tuple[list[Accepted], list[Rejection]]:
+        """Everything received since the last round: accepted groups and all noted rejections."""
+        accepted: list[Accepted] = []
+        rejected: list[Rejection] = []
+        with self.ledger.reader() as session:  # bans set or lifted by `swarm-node ban/unban`
+            self.verifier.set_bans(banned_peers(session))
+        for message in self.transport.receive():
+            ok, bad = self.verifier.recheck(message.data, message.source)
+            accepted += ok
+            rejected += bad  # normally empty: the validator already refused such messages
+        with self._pending_lock:
+            rejected += list(self._pending_rejections)
+            self._pending_rejections.clear()
+        return accepted, rejected
+
+    def _store_received(self, session, accepted: list[Accepted], rejected: list[Rejection]) -> list[Accepted]:
+        """Record received groups in the ledger and pool the good ones; return the new accepted ones.
+
+        A group that passed the cheap checks gets the expensive ones here (copycat, task
+        rebuild, question, every claimed reward); a failing one is rejected like any other.
+        Outcomes feed the peers' reputation; a peer it condemns is banned in the ledger.
+        """
+        now = time.time()
+        fresh, seen = [], set()
+        for item in accepted:
+            digest = item.signed.content_hash
+            if digest in seen or group_known(session, digest):
+                rejected.append(Rejection("duplicate", "already received", item.source, digest, item.group.sender, item.signed, item.group))
+                continue
+            seen.add(digest)
+            try:
+                task, rewards = self.verifier.verify_content(item.group, self.config.tasks.format_reward)
+                self._spot_check(item)
+            except RejectedMessage as e:
+                rejected.append(Rejection(e.reason, e.detail, item.source, digest, item.group.sender, item.signed, item.group))
+                continue
+            touch_peer(session, item.group.sender, now, model=item.group.model)
+            row = self.records.group_row(item.signed, item.group, "received", "accepted", source=item.source)
+            session.add(row)
+            session.flush()  # assigns row.id, which records of its later use refer to
+            self.pool.add(self._shared_group(row.id, item, task, rewards, now))
+            fresh.append(item)
+        for r in rejected:
+            if r.sender:
+                touch_peer(session, r.sender, now)
+            session.add(
+                self.records.group_row(r.signed, r.group, "received", "rejected", source=r.source, reason=r.reason,
+                                       detail=r.detail[:500], content_hash=r.content_hash, sender=r.sender)
+            )
+        for peer, reason in self.verifier.record(fresh, rejected):
+            add_ban(session, peer, "auto", reason, now)
+            self.reporter.message(f"banned {peer}: {reason}")
+        self.stats.received_groups += len(accepted) + len([r for r in rejected if r.reason != "duplicate"])
+        self.stats.accepted_groups += len(fresh)
+        self.stats.rejected_groups += len([r for r in rejected if r.reason != "duplicate"])
+        self.stats.duplicates += len([r for r in rejected if r.reason == "duplicate"])
+        return fresh
+
+    def _spot_check(self, item: Accepted) -> None:
+        """Re-score a sample of the group's tokens if it claims our exact model and version.
+
+        At most `verify.spot_check_groups_per_round` groups a round: each costs a forward pass.
+        """
+        group = item.group
+        if self._spot_checks_left <= 0 or (group.model, group.base_hash, group.policy_version) != (
+            self.config.policy.model, self.policy.base_hash, self.state.policy_version
+        ):
+            return
+        self._spot_checks_left -= 1
+        prompt = build_prompt(self.policy.tokenizer, group.question, self.config.policy.system_prompt)
+        self.spot_checker.check(group, item.signed.content_hash, prompt)
+
+    def _shared_group(self, row_id: int, item: Accepted, task: Task, rewards, received_at: float) -> SharedGroup:
+        group = item.group
+        same_model = group.model == self.config.policy.model and group.base_hash == self.policy.base_hash
+        return SharedGroup(
+            row_id=row_id, content_hash=item.signed.content_hash, sender=group.sender, task=task,
+            completions=group.completions, finished=group.finished, rewards=rewards,
+            claimed_rewards=group.rewards, policy_version=group.policy_version, same_model=same_model,
+            received_at=received_at,
+        )
