@@ -12,10 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.p2p.transport import InboundMessage, MemoryHub, MemoryTransport
-from swarm.policy.delta import bf16_state_dict, weights_hash
-from swarm.rollout import DeltaManifest, pack_manifests, sign_manifest
 from swarm.node.sync import (
     DeltaFollower,
     DeltaPublisher,
@@ -25,6 +21,10 @@ from swarm.node.sync import (
     load_into,
     plan_catch_up,
 )
+from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.p2p.transport import InboundMessage, MemoryHub, MemoryTransport
+from swarm.policy.delta import bf16_state_dict, weights_hash
+from swarm.rollout import DeltaManifest, pack_manifests, sign_manifest
 
 SWARM = "swarm-test"
 TRAINER_KEY = create_identity(b"\x11" * 32)
