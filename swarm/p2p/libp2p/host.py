@@ -35,7 +35,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from swarm.errors import TransportError
 from swarm.p2p.identity import create_identity, load_or_create_identity
 from swarm.p2p.libp2p.framing import NET_ERRORS
-from swarm.p2p.libp2p.patches import keep_dialing_in_one_place
+from swarm.p2p.libp2p.patches import keep_dialing_in_one_place, use_spec_private_networks
 
 logger = logging.getLogger(__name__)
 
@@ -196,6 +196,8 @@ def build_host(
     key_pair: KeyPair, listen_addr: multiaddr.Multiaddr, psk: str | None, dial_timeout: float
 ) -> IHost:
     """A host over TCP with Noise only, Yamux only, no mDNS; dialing is left to the transport."""
+    if psk is not None:
+        use_spec_private_networks()
     noise = NoiseTransport(key_pair, noise_privkey=create_new_x25519_key_pair().private_key)
     host = new_host(
         key_pair=key_pair,

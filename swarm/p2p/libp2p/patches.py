@@ -40,6 +40,7 @@ def check_libp2p_version() -> None:
 
 check_libp2p_version()  # before importing any of the internals below
 
+import libp2p.network.swarm as libp2p_swarm  # noqa: E402
 from libp2p.abc import IHost, INetStream, INetwork  # noqa: E402
 from libp2p.network.config import RetryConfig  # noqa: E402
 from libp2p.peer.id import ID  # noqa: E402
@@ -48,6 +49,7 @@ from libp2p.pubsub.pb import rpc_pb2  # noqa: E402
 from libp2p.pubsub.pubsub import Pubsub  # noqa: E402
 from libp2p.pubsub.rpc_queue import RpcQueue  # noqa: E402
 
+from swarm.p2p.libp2p import pnet  # noqa: E402
 from swarm.p2p.libp2p.framing import NET_ERRORS, reset_quietly  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -313,3 +315,14 @@ def lift_dial_block(network: INetwork, peer_id: ID) -> None:
 
 async def _never_start() -> None:
     """Stands in for AutoConnector.start, so the auto-connector never runs."""
+
+
+def use_spec_private_networks() -> None:
+    """Protect PSK connections the way the libp2p pnet spec says (XSalsa20, 24-byte nonces).
+
+    Fixes: py-libp2p's pnet uses Salsa20 with an 8-byte nonce (and reads that nonce with a
+    single unchecked read), so a private swarm-node network could not admit go, js or rust
+    libp2p nodes holding the same key. The swarm calls the module-level
+    `new_protected_conn` on every raw connection, both ways, when it has a PSK.
+    """
+    libp2p_swarm.new_protected_conn = pnet.protect

@@ -81,7 +81,8 @@ class Libp2pTransport(Transport):
         bootstrap: full multiaddrs with /p2p/<peer id>; each is dialed, and re-dialed with
             backoff whenever the connection drops, forever.
         topics: topics to subscribe to at start, without a validator.
-        psk: optional private-network key (64 hex characters). Not compatible with go/rust pnet.
+        psk: optional private-network key (64 hex characters; see swarm.p2p.swarm_key for
+            key files). Spoken as the libp2p pnet spec says, like go, js and rust libp2p.
         allow_list: optional peer IDs; connections from any other peer are closed.
         max_message_size: largest payload publish() accepts. Must be the same on every node.
         inbox_capacity: received messages kept until receive(); the oldest are dropped
