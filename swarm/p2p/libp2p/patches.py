@@ -41,16 +41,32 @@ def check_libp2p_version() -> None:
 check_libp2p_version()  # before importing any of the internals below
 
 import libp2p.network.swarm as libp2p_swarm  # noqa: E402
+import libp2p.pubsub.pubsub as libp2p_pubsub  # noqa: E402
 from libp2p.abc import IHost, INetStream, INetwork  # noqa: E402
+from libp2p.io.exceptions import IOException  # noqa: E402
 from libp2p.network.config import RetryConfig  # noqa: E402
+from libp2p.network.connection.exceptions import RawConnError  # noqa: E402
+from libp2p.network.stream.exceptions import StreamError  # noqa: E402
 from libp2p.peer.id import ID  # noqa: E402
 from libp2p.pubsub.gossipsub import GossipSub  # noqa: E402
 from libp2p.pubsub.pb import rpc_pb2  # noqa: E402
 from libp2p.pubsub.pubsub import Pubsub  # noqa: E402
 from libp2p.pubsub.rpc_queue import RpcQueue  # noqa: E402
+from libp2p.pubsub.utils import maybe_consume_signed_record  # noqa: E402
+from libp2p.pubsub.validators import signature_validator  # noqa: E402
 
 from swarm.p2p.libp2p import pnet  # noqa: E402
-from swarm.p2p.libp2p.framing import NET_ERRORS, reset_quietly  # noqa: E402
+from swarm.p2p.libp2p.framing import (  # noqa: E402
+    NET_ERRORS,
+    STREAM_IO_TIMEOUT_S,
+    StreamProtocolError,
+    discard_exactly,
+    read_exactly,
+    read_uvarint,
+    reset_quietly,
+)
+from swarm.p2p.libp2p.inbound import InboundBudget  # noqa: E402
+from swarm.p2p.transport import PeerRejectReason  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +77,15 @@ CONNECTION_CLOSE_S = 3.0
 
 # The peer that handed us a message (not necessarily its origin), for the current pubsub task.
 _FORWARDER: contextvars.ContextVar[ID | None] = contextvars.ContextVar("forwarder", default=None)
+# The message whose signature this pubsub task has just verified (see SwarmPubsub.push_msg).
+_VERIFIED: contextvars.ContextVar[rpc_pb2.Message | None] = contextvars.ContextVar(
+    "verified", default=None
+)
+# An RPC above the inbound limit is read and dropped up to this size; beyond it, the stream
+# is reset and the peer's connection closed (it reconnects clean).
+OVERSIZE_DISCARD_LIMIT = 64 * 1024 * 1024
+# Called with (peer, reason, detail, message or None) for everything refused from a peer.
+Refuse = Callable[[ID, PeerRejectReason, str, "rpc_pb2.Message | None"], None]
 
 
 class TunedQueues(dict):
@@ -197,12 +222,20 @@ class SwarmPubsub(Pubsub):
         on_queue_drop: Callable[[], None],
         on_queue_discard: Callable[[int], None],
         on_peer_error: Callable[[str, BaseException], None],
+        refuse: Refuse,
         queue_depth: int,
         max_rpc_size: int,
+        max_message_size: int,
+        inbound_rpc_limit: int,
     ) -> None:
-        super().__init__(host, router, strict_signing=True, max_inbound_rpc_size=max_rpc_size)
+        super().__init__(
+            host, router, strict_signing=True, max_inbound_rpc_size=inbound_rpc_limit
+        )
         self._deliver = deliver
         self._on_peer_error = on_peer_error
+        self._refuse = refuse
+        self.max_message_size = max_message_size
+        self.inbound = InboundBudget()
         self.peer_queues = TunedQueues(queue_depth, max_rpc_size, on_queue_drop, on_queue_discard)
         self._write_locks: weakref.WeakKeyDictionary[INetStream, trio.Lock] = (
             weakref.WeakKeyDictionary()
@@ -249,19 +282,107 @@ class SwarmPubsub(Pubsub):
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
         token = _FORWARDER.set(msg_forwarder)
+        verified = None
         try:
+            if msg_forwarder != self.my_id and not self._is_msg_seen(msg):
+                # The library drops a message whose signature fails without a trace.
+                if not signature_validator(msg):
+                    self._refuse(
+                        msg_forwarder, PeerRejectReason.BAD_SIGNATURE, "signature fails", msg
+                    )
+                    return
+                verified = _VERIFIED.set(msg)
             await super().push_msg(msg_forwarder, msg)
         except Exception as exc:  # noqa: BLE001 - a bad message is dropped, never fatal
             if msg_forwarder == self.my_id:
                 raise  # our own publish: the publisher task counts it
             self._on_peer_error("message", exc)
         finally:
+            if verified is not None:
+                _VERIFIED.reset(verified)
             _FORWARDER.reset(token)
+
+    async def continuously_read_stream(self, stream: INetStream) -> None:
+        """The library's read loop, refusing oversize input per message instead of per peer.
+
+        Fixes: an RPC above the inbound limit made the library reset the stream and forget
+        the peer's subscriptions while the connection stayed up, so that peer was cut off
+        in both directions without a trace; unsigned messages vanished without a record;
+        and every received message became a task of its own, without limit.
+        """
+        peer_id = stream.muxed_conn.peer_id
+        try:
+            while self.manager.is_running:
+                size = await read_uvarint(stream)
+                if size is None:
+                    return  # the peer closed its stream between RPCs
+                if size > self.max_inbound_rpc_size:
+                    await self._skip_oversize_rpc(stream, peer_id, size)
+                    continue
+                rpc = rpc_pb2.RPC()
+                rpc.ParseFromString(await read_exactly(stream, size))
+                await self._handle_inbound_rpc(peer_id, rpc)
+        except (StreamError, IOException, RawConnError) as exc:
+            # As in the library: the stream or connection closed under us; nothing to count.
+            logger.debug("pubsub stream from %s ended: %s", peer_id, exc)
+
+    async def _skip_oversize_rpc(self, stream: INetStream, peer_id: ID, size: int) -> None:
+        detail = f"RPC of {size} bytes, limit {self.max_inbound_rpc_size}"
+        self._refuse(peer_id, PeerRejectReason.OVERSIZE, detail, None)
+        if size > OVERSIZE_DISCARD_LIMIT:
+            raise StreamProtocolError(detail)  # stream_handler resets and reconnects
+        with trio.fail_after(STREAM_IO_TIMEOUT_S + size / 1_000_000):
+            await discard_exactly(stream, size)
+
+    async def _handle_inbound_rpc(self, peer_id: ID, rpc: rpc_pb2.RPC) -> None:
+        if not maybe_consume_signed_record(rpc, self.host, peer_id):
+            self._on_peer_error("signed_record", ValueError("invalid signed peer record"))
+            return
+        for msg in rpc.publish:
+            if self._is_subscribed_to_msg(msg) and self._admissible(peer_id, msg):
+                nbytes = msg.ByteSize()
+                await self.inbound.acquire(peer_id, nbytes)
+                self.manager.run_task(self._push_and_release, peer_id, msg, nbytes)
+        if rpc.subscriptions:
+            if len(rpc.subscriptions) > self.max_subscriptions_per_rpc:
+                self._on_peer_error("subscriptions", ValueError("too many subscriptions"))
+            else:
+                for subscription in rpc.subscriptions:
+                    self.handle_subscription(peer_id, subscription)
+        if rpc.HasField("control"):
+            await self.router.handle_rpc(rpc, peer_id)
+
+    def _admissible(self, peer_id: ID, msg: rpc_pb2.Message) -> bool:
+        if len(msg.data) > self.max_message_size:
+            detail = f"message of {len(msg.data)} bytes, limit {self.max_message_size}"
+            self._refuse(peer_id, PeerRejectReason.OVERSIZE, detail, msg)
+            return False
+        if not msg.signature:
+            self._refuse(peer_id, PeerRejectReason.UNSIGNED, "no signature", msg)
+            return False
+        return True
+
+    async def _push_and_release(self, peer_id: ID, msg: rpc_pb2.Message, nbytes: int) -> None:
+        try:
+            await self.push_msg(peer_id, msg)
+        finally:
+            self.inbound.release(peer_id, nbytes)
 
     async def _drop_peer(self, peer_id: ID) -> None:
         """Forget the peer and close its connection, so that a reconnect starts clean."""
         self._handle_dead_peer(peer_id)
         await abort_peer_connections(self.host.get_network(), peer_id)
+
+
+def _verified_or_check(msg: rpc_pb2.Message) -> bool:
+    """`signature_validator`, except for the message this task has just verified itself."""
+    return _VERIFIED.get() is msg or signature_validator(msg)
+
+
+# SwarmPubsub.push_msg verifies each message's signature before the library does, to record
+# failures; the library's own check then skips that one message instead of verifying it twice
+# (about 95 us per message). Pubsub calls the module-level name.
+libp2p_pubsub.signature_validator = _verified_or_check
 
 
 async def abort_peer_connections(network: INetwork, peer_id: ID) -> None:
@@ -326,3 +447,14 @@ def use_spec_private_networks() -> None:
     `new_protected_conn` on every raw connection, both ways, when it has a PSK.
     """
     libp2p_swarm.new_protected_conn = pnet.protect
+
+
+def ignore_flow_control(stream: INetStream) -> None:
+    """For adversary tests only: let `stream` write past the receiver's Yamux window.
+
+    An honest muxer stops at the window the receiver granted; a hostile one does not.
+    Yamux streams keep what they may still send in `send_window` (there is no setter).
+    """
+    muxed = getattr(stream, "muxed_stream", stream)
+    if hasattr(muxed, "send_window"):
+        muxed.send_window = 1 << 40

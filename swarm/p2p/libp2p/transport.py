@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import trio
-from libp2p.abc import IHost
+from libp2p.abc import IHost, INetStream
 from libp2p.crypto.keys import KeyPair
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
@@ -35,16 +35,19 @@ from swarm.p2p.libp2p import host as hosting
 from swarm.p2p.libp2p.blobs import DEFAULT_MAX_BLOB_SIZE, BlobServer, check_blob_key, fetch_blob
 from swarm.p2p.libp2p.connections import DEFAULT_MAX_PEERS, Dialer
 from swarm.p2p.libp2p.framing import NET_ERRORS, STREAM_IO_TIMEOUT_S, close_quietly
-from swarm.p2p.libp2p.gossip import DEFAULT_MESH_DEGREE, MAX_MESSAGE_SIZE, RPC_OVERHEAD, Gossip
+from swarm.p2p.libp2p.gossip import DEFAULT_MESH_DEGREE, MAX_MESSAGE_SIZE, Gossip
 from swarm.p2p.libp2p.network_thread import NetworkThread
 from swarm.p2p.libp2p.peer_exchange import PeerExchange
 from swarm.p2p.libp2p.publish import PUBLISH_WAIT_S, Outbox
+from swarm.p2p.libp2p.rejections import RejectionRecorder
 from swarm.p2p.libp2p.stats import Counters, Libp2pStats
+from swarm.p2p.libp2p.testing import RawStream
 from swarm.p2p.transport import (
     BlobServed,
     BoundedInbox,
     InboundMessage,
     PeerInfo,
+    RejectionHook,
     Transport,
     Validator,
 )
@@ -140,6 +143,7 @@ class Libp2pTransport(Transport):
         except ValueError as exc:
             raise TransportError(str(exc)) from exc
         self._counters = Counters()
+        self._rejections = RejectionRecorder(self._counters)
         self._blobs = BlobServer(self._policy, self._counters)
         self._thread = NetworkThread(
             name=f"libp2p-{self.peer_id[-8:]}",
@@ -194,8 +198,9 @@ class Libp2pTransport(Transport):
             self._policy,
             self._counters,
             self._inbox,
+            self._rejections,
             mesh_degree=self._mesh_degree,
-            max_rpc_size=self._max_message_size + RPC_OVERHEAD,
+            max_message_size=self._max_message_size,
         )
         dialer = Dialer(
             host,
@@ -251,16 +256,29 @@ class Libp2pTransport(Transport):
         ]
 
     async def _write_raw(self, peer_id: ID, protocol: TProtocol, data: bytes) -> None:
+        stream = await self._open_raw(peer_id, protocol)
+        try:
+            with trio.fail_after(STREAM_IO_TIMEOUT_S):
+                await stream.write(data)
+        except NET_ERRORS as exc:
+            raise TransportError(f"writing to {peer_id} on {protocol} failed: {exc}") from exc
+        finally:
+            await close_quietly(stream)
+
+    async def _open_raw(self, peer_id: ID, protocol: TProtocol) -> INetStream:
         host = self._running_net().host
         try:
             with trio.fail_after(STREAM_IO_TIMEOUT_S):
-                stream = await host.new_stream(peer_id, [protocol])
-                try:
-                    await stream.write(data)
-                finally:
-                    await close_quietly(stream)
+                return await host.new_stream(peer_id, [protocol])
         except NET_ERRORS as exc:
-            raise TransportError(f"writing to {peer_id} on {protocol} failed: {exc}") from exc
+            raise TransportError(f"opening {protocol} to {peer_id} failed: {exc}") from exc
+
+    def _peer_scores(self) -> dict[str, float]:
+        net = self._running_net()
+        return {
+            peer_id.to_base58(): net.gossip.score(peer_id)
+            for peer_id in hosting.connected_peers(net.host)
+        }
 
     def _running_net(self) -> _Network:
         if self._net is None:
@@ -335,6 +353,14 @@ class Libp2pTransport(Transport):
         """A consistent snapshot of the counters (not a live view)."""
         return self._counters.snapshot(self._inbox.dropped)
 
+    def set_rejection_hook(self, hook: RejectionHook | None) -> None:
+        """Hand every `PeerRejection` to `hook` (on the network thread; see `Transport`)."""
+        self._rejections.set_hook(hook)
+
+    def peer_scores(self) -> dict[str, float]:
+        """GossipSub's score of each connected peer (negative: penalised)."""
+        return self._thread.call_sync(self._peer_scores)
+
     def wait_for_topic_peers(self, topic: str, count: int = 1, timeout: float = 10.0) -> int:
         """Wait until `count` peers are in this node's gossip mesh for `topic` (or `timeout` s).
 
@@ -350,6 +376,15 @@ class Libp2pTransport(Transport):
         """
         target = _parse_peer_id(peer_id)
         self._thread.call(self._write_raw, target, TProtocol(protocol), bytes(data))
+
+    def open_raw_stream(self, peer_id: str, protocol: str) -> RawStream:
+        """Open a stream to `peer_id` for `protocol` and hand it over as is.
+
+        For adversary tests (a peer that never reads, or writes what it should not);
+        a node never needs it.
+        """
+        target = _parse_peer_id(peer_id)
+        return RawStream(self._thread, self._thread.call(self._open_raw, target, TProtocol(protocol)))
 
 
 def _parse_peer_id(peer_id: str) -> ID:
