@@ -12,7 +12,10 @@ It exits when stdin closes or after --max-lifetime seconds.
 from __future__ import annotations
 
 import argparse
+import os
 import queue
+import socket
+import struct
 import threading
 import time
 
@@ -23,12 +26,29 @@ from tests.integration.libp2p_peer import Recorder, emit, handle, read_commands
 
 
 def bytes_written() -> int:
-    """Bytes this process has written (sockets included): what an amplification attack costs."""
-    with open("/proc/self/io") as io:
-        for line in io:
-            if line.startswith("wchar:"):
-                return int(line.split()[1])
-    return 0
+    """TCP bytes this process has sent (acknowledged by peers), over all its open sockets.
+
+    What an amplification attack costs the victim; read from each socket's TCP_INFO
+    (tcpi_bytes_acked, at byte 120), so it counts exactly what went on the wire.
+    """
+    total = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=os.dup(int(fd)))
+        except OSError:
+            continue
+        try:
+            if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
+                info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+                if len(info) >= 128:
+                    total += struct.unpack_from("Q", info, 120)[0]
+        except OSError:
+            pass
+        finally:
+            sock.close()
+    return total
 
 
 def rss_mb() -> float:

@@ -141,6 +141,8 @@ class Gossip:
             max_message_size=max_message_size,
             inbound_rpc_limit=INBOUND_RPC_LIMIT,
         )
+        self.gossipsub.refuse = self.refuse
+        self.gossipsub.count = self._count
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -295,6 +297,11 @@ class Gossip:
             scorer.penalize_behavior(peer_id, PENALTY[reason])
 
     # ------------------------------------------------------------------ counting callbacks
+
+    def _count(self, name: str, amount: int) -> None:
+        """Add to one of the integer counters of `Libp2pStats` (named by the router)."""
+        with self._counters.locked() as stats:
+            setattr(stats, name, getattr(stats, name) + amount)
 
     def _count_queue_drop(self) -> None:
         with self._counters.locked() as stats:

@@ -17,10 +17,12 @@ import itertools
 import time
 from typing import TYPE_CHECKING
 
+import multiaddr
 import trio
 from libp2p.abc import INetStream
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
+from libp2p.peer.peerstore import create_signed_peer_record
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
 from libp2p.utils.varint import encode_uvarint
@@ -58,6 +60,15 @@ def signed_message(key_pair: KeyPair, topic: str, data: bytes) -> rpc_pb2.Messag
 def message_id(msg: rpc_pb2.Message) -> bytes:
     """The gossip message ID every node computes: origin peer ID bytes, then sequence number."""
     return msg.from_id + msg.seqno
+
+
+def signed_peer_record(key_pair: KeyPair, addrs: list[str]) -> bytes:
+    """A signed peer record (the envelope PRUNE peer exchange carries) for `key_pair`'s peer."""
+    peer_id = ID.from_pubkey(key_pair.public_key)
+    envelope = create_signed_peer_record(
+        peer_id, [multiaddr.Multiaddr(a) for a in addrs], key_pair.private_key
+    )
+    return envelope.marshal_envelope()
 
 
 def rpc_frame(rpc: rpc_pb2.RPC) -> bytes:

@@ -209,6 +209,7 @@ class Libp2pTransport(Transport):
             dial_timeout=self._dial_timeout,
             max_peers=self._max_peers,
         )
+        gossip.gossipsub.learn_peer = dialer.learn  # PRUNE peer exchange, from well-scored peers
         peer_exchange = PeerExchange(host, self._policy, dialer, self._counters)
         self._blobs.register(host)
         peer_exchange.register()
