@@ -42,6 +42,7 @@ check_libp2p_version()  # before importing any of the internals below
 
 import libp2p.network.swarm as libp2p_swarm  # noqa: E402
 import libp2p.pubsub.pubsub as libp2p_pubsub  # noqa: E402
+import libp2p.stream_muxer.muxer_multistream as libp2p_muxer_multistream  # noqa: E402
 from libp2p.abc import IHost, INetStream, INetwork  # noqa: E402
 from libp2p.io.exceptions import IOException  # noqa: E402
 from libp2p.network.config import RetryConfig  # noqa: E402
@@ -52,6 +53,7 @@ from libp2p.pubsub.gossipsub import GossipSub  # noqa: E402
 from libp2p.pubsub.pb import rpc_pb2  # noqa: E402
 from libp2p.pubsub.pubsub import Pubsub  # noqa: E402
 from libp2p.pubsub.rpc_queue import RpcQueue  # noqa: E402
+from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, MAX_WINDOW_SIZE, Yamux  # noqa: E402
 from libp2p.peer.envelope import consume_envelope  # noqa: E402
 from libp2p.peer.peerstore import env_to_send_in_RPC  # noqa: E402
 from libp2p.custom_types import MessageID  # noqa: E402
@@ -620,3 +622,85 @@ def ignore_flow_control(stream: INetStream) -> None:
     muxed = getattr(stream, "muxed_stream", stream)
     if hasattr(muxed, "send_window"):
         muxed.send_window = 1 << 40
+
+
+# A stream may hold this much beyond the receive window it granted before the peer is cut off.
+FLOW_SLACK = 64 * 1024
+
+
+class _BoundedBuffer(bytearray):
+    """One Yamux stream's receive buffer, refusing bytes beyond the window the peer was given."""
+
+    def __init__(self, conn: SwarmYamux, stream_id: int) -> None:
+        super().__init__()
+        self._conn = conn
+        self._stream_id = stream_id
+
+    def extend(self, data) -> None:  # noqa: ANN001 - bytes-like, as bytearray.extend takes
+        limit = self._conn.buffer_limit(self._stream_id)
+        if len(self) + len(data) > limit:
+            self._conn.flow_control_violated(len(self) + len(data), limit)
+            return
+        super().extend(data)
+
+
+class _BoundedBuffers(dict):
+    """`Yamux.stream_buffers` replacement: every buffer stored in it is a `_BoundedBuffer`."""
+
+    def __init__(self, conn: SwarmYamux) -> None:
+        super().__init__()
+        self._conn = conn
+
+    def __setitem__(self, stream_id: int, value: bytearray) -> None:
+        buffer = _BoundedBuffer(self._conn, stream_id)
+        bytearray.extend(buffer, value)
+        super().__setitem__(stream_id, buffer)
+
+
+class SwarmYamux(Yamux):
+    """Yamux that cuts off a peer writing past the receive window it was granted.
+
+    Fixes: the library logs "peer exceeded receive window" and buffers the bytes anyway,
+    without limit. A blob fetcher that kept writing while our handler was busy sending
+    made the server buffer +1.0 GB. Now a stream's buffer holds at most its window plus
+    FLOW_SLACK; beyond that the bytes are dropped and `on_flow_violation(peer)` is called
+    once per connection (the transport counts it and closes the connection).
+    py-libp2p's muxer negotiation constructs `Yamux` by its module-level name whatever
+    class the host was given, so `use_bounded_yamux` replaces that name; the callback is
+    looked up by the connection's local peer ID (one per transport in this process).
+    """
+
+    def __init__(self, secured_conn, peer_id: ID, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        super().__init__(secured_conn, peer_id, *args, **kwargs)
+        self.stream_buffers = _BoundedBuffers(self)
+        self._violated = False
+        handler = _FLOW_HANDLERS.get(secured_conn.get_local_peer())
+        self.on_flow_violation = handler() if handler is not None else None
+
+    def buffer_limit(self, stream_id: int) -> int:
+        stream = self.streams.get(stream_id)
+        window = stream.target_recv_window if stream is not None else MAX_WINDOW_SIZE
+        return max(window, DEFAULT_WINDOW_SIZE) + FLOW_SLACK
+
+    def flow_control_violated(self, buffered: int, limit: int) -> None:
+        if self._violated:
+            return
+        self._violated = True
+        logger.warning(
+            "peer %s wrote past its flow-control window (%d > %d bytes); closing",
+            self.peer_id,
+            buffered,
+            limit,
+        )
+        if self.on_flow_violation is not None:
+            self.on_flow_violation(self.peer_id)
+
+
+# local peer ID -> weak reference to the transport method told about flow-control violations
+_FLOW_HANDLERS: dict[ID, weakref.WeakMethod] = {}
+
+
+def use_bounded_yamux(local_id: ID, on_flow_violation: Callable[[ID], None]) -> None:
+    """Make every Yamux connection a `SwarmYamux`; tell `on_flow_violation` about `local_id`'s."""
+    _FLOW_HANDLERS[local_id] = weakref.WeakMethod(on_flow_violation)
+    libp2p_muxer_multistream.Yamux = SwarmYamux

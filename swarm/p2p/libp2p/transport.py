@@ -37,6 +37,7 @@ from swarm.p2p.libp2p.connections import DEFAULT_MAX_PEERS, Dialer
 from swarm.p2p.libp2p.framing import NET_ERRORS, STREAM_IO_TIMEOUT_S, close_quietly
 from swarm.p2p.libp2p.gossip import DEFAULT_MESH_DEGREE, MAX_MESSAGE_SIZE, Gossip
 from swarm.p2p.libp2p.network_thread import NetworkThread
+from swarm.p2p.libp2p.patches import abort_peer_connections
 from swarm.p2p.libp2p.peer_exchange import PeerExchange
 from swarm.p2p.libp2p.publish import PUBLISH_WAIT_S, Outbox
 from swarm.p2p.libp2p.rejections import RejectionRecorder
@@ -47,6 +48,7 @@ from swarm.p2p.transport import (
     BoundedInbox,
     InboundMessage,
     PeerInfo,
+    PeerRejectReason,
     RejectionHook,
     Transport,
     Validator,
@@ -153,6 +155,7 @@ class Libp2pTransport(Transport):
         self._outbox = Outbox(self._counters, float(publish_wait), lambda: self._thread.has_stopped)
         self._listen_addrs: list[str] = []
         self._net: _Network | None = None  # set on the network thread while it runs
+        self._nursery: trio.Nursery | None = None  # the network thread's, once it serves
 
     # ------------------------------------------------------------------ lifecycle (node thread)
 
@@ -191,7 +194,13 @@ class Libp2pTransport(Transport):
                 nursery.cancel_scope.cancel()
 
     def _build_network(self) -> _Network:
-        host = hosting.build_host(self._key_pair, self._listen_addr, self._psk, self._dial_timeout)
+        host = hosting.build_host(
+            self._key_pair,
+            self._listen_addr,
+            self._psk,
+            self._dial_timeout,
+            self._on_flow_violation,
+        )
         # Pubsub registers its stream handlers and connection notifee first, as it always has.
         gossip = Gossip(
             host,
@@ -211,7 +220,7 @@ class Libp2pTransport(Transport):
         )
         gossip.gossipsub.learn_peer = dialer.learn  # PRUNE peer exchange, from well-scored peers
         peer_exchange = PeerExchange(host, self._policy, dialer, self._counters)
-        self._blobs.register(host)
+        self._blobs.register(host, gossip.refuse)
         peer_exchange.register()
         if self._policy.allow_list is not None:
             notifee = hosting.AllowListNotifee(self._policy.allows, self._count_refused)
@@ -219,12 +228,24 @@ class Libp2pTransport(Transport):
         return _Network(host=host, gossip=gossip, dialer=dialer, peer_exchange=peer_exchange)
 
     def _start_background_tasks(self, net: _Network, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
         net.dialer.add_bootstrap(self._bootstrap)
         nursery.start_soon(net.dialer.maintain, nursery)
         self._outbox.start(nursery, net.gossip)
         nursery.start_soon(net.gossip.watch_send_queues, nursery)
         if self._peer_exchange:
             nursery.start_soon(net.peer_exchange.run)
+
+    def _on_flow_violation(self, peer_id: ID) -> None:
+        """A peer wrote past a stream's receive window: count, record, penalise, disconnect."""
+        net = self._net
+        with self._counters.locked() as stats:
+            stats.flow_control_violations += 1
+        if net is None:
+            return
+        net.gossip.refuse(peer_id, PeerRejectReason.FLOW_CONTROL, "wrote past the receive window")
+        if self._nursery is not None:
+            self._nursery.start_soon(abort_peer_connections, net.host.get_network(), peer_id)
 
     def _count_refused(self, peer_id: ID) -> None:
         logger.info("closing connection from %s: not on the allow-list", peer_id)
