@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import queue
 import signal
@@ -30,6 +31,7 @@ from libp2p.pubsub.rpc_queue import RpcQueue
 from swarm.errors import TransportError
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, SEND_STALL_S, Libp2pTransport
+from swarm.p2p.libp2p.peer_exchange import PX_FIRST_DELAY_S, PX_INTERVAL_S
 from swarm.p2p.libp2p.pnet import XSalsa20
 from swarm.p2p.libp2p.patches import coalesce
 
@@ -375,6 +377,28 @@ def test_the_private_network_speaks_the_libp2p_pnet_spec(
             assert chunk, f"connection closed after {len(reply)} bytes"
             reply += chunk
     assert XSalsa20(key, reply[:24]).xor(reply[24 : 24 + len(header)]) == header
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_without_peer_exchange_is_noted_once_at_debug(
+    started: Callable[..., Libp2pTransport], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Other libp2p implementations do not speak /swarm/px/1.0.0: normal, not an error."""
+    caplog.set_level(logging.DEBUG)
+    asker = started()
+    other = started(bootstrap=asker.listen_addrs(), peer_exchange=False, answer_peer_exchange=False)
+    assert other.wait_for_topic_peers(TOPIC, 1, timeout=10) == 1
+    time.sleep(PX_FIRST_DELAY_S + PX_INTERVAL_S + 1.0)  # the first round and one more
+    px_records = [r for r in caplog.records if "peer exchange" in r.getMessage()]
+    loud = [
+        r
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and ("/swarm/px" in r.getMessage() or r.exc_info)
+    ]
+    assert loud == []
+    noted = [r for r in px_records if other.peer_id in r.getMessage()]
+    assert len(noted) == 1 and noted[0].levelno == logging.DEBUG
+    assert "does not speak" in noted[0].getMessage()
 
 
 @pytest.mark.timeout(60)

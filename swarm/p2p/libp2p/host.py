@@ -37,6 +37,7 @@ from swarm.p2p.libp2p.framing import NET_ERRORS
 from swarm.p2p.libp2p.patches import (
     SwarmYamux,
     keep_dialing_in_one_place,
+    quiet_protocol_not_supported,
     use_bounded_yamux,
     use_spec_private_networks,
 )
@@ -224,6 +225,7 @@ def build_host(
     )
     keep_dialing_in_one_place(host.get_network())
     use_bounded_yamux(host.get_id(), on_flow_violation)
+    quiet_protocol_not_supported()
     return host
 
 

@@ -704,3 +704,36 @@ def use_bounded_yamux(local_id: ID, on_flow_violation: Callable[[ID], None]) -> 
     """Make every Yamux connection a `SwarmYamux`; tell `on_flow_violation` about `local_id`'s."""
     _FLOW_HANDLERS[local_id] = weakref.WeakMethod(on_flow_violation)
     libp2p_muxer_multistream.Yamux = SwarmYamux
+
+
+class _ProtocolNotSupportedFilter(logging.Filter):
+    """Drops basic_host's error report of a stream refused with "protocol not supported"."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (
+            message.startswith("Failed to open stream") and "not supported" in message
+        )
+
+
+def quiet_protocol_not_supported() -> None:
+    """Stop logging a peer's "protocol not supported" answer as a 7-line error.
+
+    Fixes: `BasicHost.new_stream` logs every failed negotiation at ERROR level over seven
+    lines, then raises. A peer that does not speak one of our protocols (any other libp2p
+    implementation and our own peer exchange, say) is normal; the caller that asked
+    decides what to say. Other failures to open a stream are still logged.
+    """
+    host_logger = logging.getLogger("libp2p.host.basic_host")
+    if not any(isinstance(f, _ProtocolNotSupportedFilter) for f in host_logger.filters):
+        host_logger.addFilter(_ProtocolNotSupportedFilter())
+
+
+def is_protocol_not_supported(exc: BaseException) -> bool:
+    """Whether a failed stream open means "the peer does not speak that protocol"."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if "not supported" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

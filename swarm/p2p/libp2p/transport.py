@@ -97,6 +97,8 @@ class Libp2pTransport(Transport):
         mesh_degree: GossipSub D (mesh peers per topic); D_lo = D*2//3, D_hi = 2*D.
         peer_exchange: ask connected peers for their peers, so a node bootstrapped from
             one peer finds the rest.
+        answer_peer_exchange: answer other peers' peer-exchange requests. False makes the
+            node look like a libp2p peer that does not speak our protocol (tests use it).
         max_blob_size: largest blob fetch_blob() accepts from a peer.
         publish_wait: bound, in seconds, on publish()'s wait for outbound queues to drain.
     """
@@ -117,6 +119,7 @@ class Libp2pTransport(Transport):
         max_peers: int = DEFAULT_MAX_PEERS,
         mesh_degree: int = DEFAULT_MESH_DEGREE,
         peer_exchange: bool = True,
+        answer_peer_exchange: bool = True,
         max_blob_size: int = DEFAULT_MAX_BLOB_SIZE,
         publish_wait: float = PUBLISH_WAIT_S,
     ) -> None:
@@ -139,6 +142,7 @@ class Libp2pTransport(Transport):
             raise TransportError("mesh_degree must be at least 1")
         self._mesh_degree = mesh_degree
         self._peer_exchange = peer_exchange
+        self._answer_peer_exchange = answer_peer_exchange
         self._max_blob_size = max_blob_size
         try:
             self._inbox = BoundedInbox(inbox_capacity)
@@ -221,7 +225,8 @@ class Libp2pTransport(Transport):
         gossip.gossipsub.learn_peer = dialer.learn  # PRUNE peer exchange, from well-scored peers
         peer_exchange = PeerExchange(host, self._policy, dialer, self._counters)
         self._blobs.register(host, gossip.refuse)
-        peer_exchange.register()
+        if self._answer_peer_exchange:
+            peer_exchange.register()
         if self._policy.allow_list is not None:
             notifee = hosting.AllowListNotifee(self._policy.allows, self._count_refused)
             host.get_network().register_notifee(notifee)
