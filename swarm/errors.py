@@ -17,6 +17,10 @@ class ConfigError(SwarmError):
     """A config file, key, type or value is wrong. The message names the key and the file."""
 
 
+class SwarmKeyError(ConfigError):
+    """A private-network key (swarm.key) file is unreadable or not a 32-byte key."""
+
+
 class TaskError(SwarmError):
     """A task spec cannot be rebuilt (unknown dataset, bad dataset config, bad index)."""
 

@@ -13,6 +13,7 @@ than raise), counts what it drops, and hands everything else to the node.
 from __future__ import annotations
 
 import collections
+import enum
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -35,6 +36,38 @@ class InboundMessage:
     data: bytes
     source: str  # peer ID of the sender as seen by the transport ("" if unknown)
     received_at: float
+
+
+class PeerRejectReason(enum.StrEnum):
+    """Why the transport itself refused something a peer sent (before any validator ran)."""
+
+    OVERSIZE = "oversize_message"  # a gossip message (or RPC) above the size limit
+    UNSIGNED = "unsigned_message"  # a gossip message without a signature
+    BAD_SIGNATURE = "bad_message_signature"  # a signature that does not verify
+    CONTROL_FLOOD = "gossip_control_flood"  # IHAVE/IWANT/GRAFT/PRUNE beyond the peer's budget
+    BACKOFF_VIOLATION = "gossip_backoff_violation"  # GRAFT while we told it to back off
+    BLOB_FETCH_LIMIT = "blob_fetch_limit"  # too many blob fetches at once from one peer
+    FLOW_CONTROL = "flow_control_violation"  # bytes sent beyond our stream receive window
+    INBOUND_BUDGET = "inbound_budget"  # more queued inbound messages than one peer may have
+
+
+@dataclass(frozen=True)
+class PeerRejection:
+    """What the transport refused from one peer, for the node to record (ledger, bans).
+
+    Floods are summarised: the transport reports each (peer, reason) at most once per
+    second, with `count` events since its last report.
+    """
+
+    peer_id: str  # the peer that sent it to us (and that is penalised)
+    reason: PeerRejectReason
+    detail: str = ""
+    count: int = 1
+    source: str = ""  # the message's claimed origin, when a gossip message was refused
+    topic: str = ""
+
+
+RejectionHook = Callable[[PeerRejection], None]
 
 
 @dataclass(frozen=True)
@@ -191,6 +224,15 @@ class Transport(ABC):
     @abstractmethod
     def stats(self) -> TransportStats:
         """Counters of what was sent, received, rejected and dropped."""
+
+    def set_rejection_hook(self, hook: RejectionHook | None) -> None:
+        """Call `hook` with each `PeerRejection` the transport makes (None: stop).
+
+        It runs on the transport's thread, like a validator: keep it cheap and thread-safe;
+        an exception in it is counted and otherwise ignored. A transport that never
+        refuses anything on its own (MemoryTransport) never calls it.
+        """
+        self._rejection_hook = hook
 
     def __enter__(self) -> Transport:
         self.start()

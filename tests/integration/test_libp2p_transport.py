@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
+import os
 import queue
 import signal
 import socket
@@ -29,6 +31,8 @@ from libp2p.pubsub.rpc_queue import RpcQueue
 from swarm.errors import TransportError
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, SEND_STALL_S, Libp2pTransport
+from swarm.p2p.libp2p.peer_exchange import PX_FIRST_DELAY_S, PX_INTERVAL_S
+from swarm.p2p.libp2p.pnet import XSalsa20
 from swarm.p2p.libp2p.patches import coalesce
 
 HELPER = Path(__file__).with_name("libp2p_peer.py")
@@ -353,6 +357,48 @@ def test_private_network_key_admits_only_peers_with_the_same_key(
     time.sleep(2.5)  # at least one full (bounded) dial attempt by the stranger
     assert {p.peer_id for p in hub.peers()} == {member.peer_id}
     assert stranger.peers() == []
+
+
+@pytest.mark.timeout(30)
+def test_the_private_network_speaks_the_libp2p_pnet_spec(
+    started: Callable[..., Libp2pTransport],
+) -> None:
+    """A 24-byte nonce first from each side, then XSalsa20: what go, js and rust libp2p speak."""
+    key = bytes(range(32))
+    node = started(psk=key.hex())
+    port = int(node.listen_addrs()[0].split("/")[4])
+    header = b"\x13/multistream/1.0.0\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        nonce = os.urandom(24)
+        sock.sendall(nonce + XSalsa20(key, nonce).xor(header))
+        reply = b""
+        while len(reply) < 24 + len(header):
+            chunk = sock.recv(4096)
+            assert chunk, f"connection closed after {len(reply)} bytes"
+            reply += chunk
+    assert XSalsa20(key, reply[:24]).xor(reply[24 : 24 + len(header)]) == header
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_without_peer_exchange_is_noted_once_at_debug(
+    started: Callable[..., Libp2pTransport], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Other libp2p implementations do not speak /swarm/px/1.0.0: normal, not an error."""
+    caplog.set_level(logging.DEBUG)
+    asker = started()
+    other = started(bootstrap=asker.listen_addrs(), peer_exchange=False, answer_peer_exchange=False)
+    assert other.wait_for_topic_peers(TOPIC, 1, timeout=10) == 1
+    time.sleep(PX_FIRST_DELAY_S + PX_INTERVAL_S + 1.0)  # the first round and one more
+    px_records = [r for r in caplog.records if "peer exchange" in r.getMessage()]
+    loud = [
+        r
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and ("/swarm/px" in r.getMessage() or r.exc_info)
+    ]
+    assert loud == []
+    noted = [r for r in px_records if other.peer_id in r.getMessage()]
+    assert len(noted) == 1 and noted[0].levelno == logging.DEBUG
+    assert "does not speak" in noted[0].getMessage()
 
 
 @pytest.mark.timeout(60)

@@ -8,8 +8,10 @@ Every write and read is bounded in time, so a stalled peer ends its own exchange
 
 from __future__ import annotations
 
+import collections
 import struct
 import threading
+from collections.abc import Callable
 
 import trio
 from libp2p.abc import IHost, INetStream
@@ -29,10 +31,18 @@ from swarm.p2p.libp2p.framing import (
 )
 from swarm.p2p.libp2p.host import AccessPolicy
 from swarm.p2p.libp2p.stats import Counters
-from swarm.p2p.transport import BlobServed, ServedBlobLog
+from swarm.p2p.transport import BlobServed, PeerRejectReason, ServedBlobLog
+
+# gossip.Gossip.refuse: count, record and penalise something refused from a peer.
+Refuse = Callable[[ID, PeerRejectReason, str, object], None]
 
 BLOB_PROTOCOL = TProtocol("/swarm/blob/1.0.0")
-BLOB_CHUNK = 1024 * 1024
+# Served in pieces of this size: what one stalled fetch can pin beyond the blob itself (which
+# is shared). It equals Yamux's initial stream window.
+BLOB_CHUNK = 256 * 1024
+# Fetches one peer may have running at once; more are reset, counted and recorded (a peer
+# that opens many fetches and reads none pinned +350 MB before this limit).
+MAX_FETCHES_PER_PEER = 4
 MAX_BLOB_KEY = 1024
 DEFAULT_MAX_BLOB_SIZE = 1024 * 1024 * 1024
 
@@ -54,6 +64,8 @@ class BlobServer:
         self._blobs: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._served = ServedBlobLog()
+        self._active: collections.Counter[ID] = collections.Counter()  # network thread only
+        self._refuse: Refuse | None = None
 
     def serve(self, key: str, data: bytes) -> None:
         check_blob_key(key)
@@ -68,14 +80,35 @@ class BlobServer:
         """Blobs served in full since the last call."""
         return self._served.drain()
 
-    def register(self, host: IHost) -> None:
-        """Answer (allowed) peers' requests on `host` from now on."""
+    def register(self, host: IHost, refuse: Refuse) -> None:
+        """Answer (allowed) peers' requests on `host` from now on; report refusals to `refuse`."""
+        self._refuse = refuse
         host.set_stream_handler(BLOB_PROTOCOL, self._handle_stream)
 
     async def _handle_stream(self, stream: INetStream) -> None:
+        peer_id = stream.muxed_conn.peer_id
+        if self._active[peer_id] >= MAX_FETCHES_PER_PEER:
+            await self._refuse_fetch(stream, peer_id)
+            return
+        self._active[peer_id] += 1
+        try:
+            await self._serve(stream, peer_id)
+        finally:
+            self._active[peer_id] -= 1
+            if self._active[peer_id] <= 0:
+                del self._active[peer_id]
+
+    async def _refuse_fetch(self, stream: INetStream, peer_id: ID) -> None:
+        with self._counters.locked() as stats:
+            stats.blob_streams_refused += 1
+        if self._refuse is not None:
+            detail = f"more than {MAX_FETCHES_PER_PEER} blob fetches at once"
+            self._refuse(peer_id, PeerRejectReason.BLOB_FETCH_LIMIT, detail, None)
+        await reset_quietly(stream)
+
+    async def _serve(self, stream: INetStream, peer_id: ID) -> None:
         """Serve one blob: read a length-prefixed key; answer with status, length, the bytes."""
         try:
-            peer_id = stream.muxed_conn.peer_id
             if not self._policy.allows(peer_id):
                 await reset_quietly(stream)
                 return
@@ -135,4 +168,4 @@ async def _write_chunked(stream: INetStream, header: bytes, data: bytes) -> None
         await stream.write(header)
     for offset in range(0, len(data), BLOB_CHUNK):
         with trio.fail_after(STREAM_IO_TIMEOUT_S):
-            await stream.write(bytes(view[offset : offset + BLOB_CHUNK]))
+            await stream.write(view[offset : offset + BLOB_CHUNK])  # a view: no copy

@@ -20,7 +20,7 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo as Libp2pPeerInfo
 
 from swarm.p2p.libp2p.framing import NET_ERRORS
-from swarm.p2p.libp2p.host import AccessPolicy, connected_peers, is_connected
+from swarm.p2p.libp2p.host import AccessPolicy, connected_peers, is_connected, is_dialable_tcp
 from swarm.p2p.libp2p.patches import lift_dial_block
 from swarm.p2p.libp2p.stats import Counters
 
@@ -30,6 +30,7 @@ DEFAULT_MAX_PEERS = 32
 MAINTAIN_INTERVAL_S = 0.5
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.5, 30.0
 FORGET_AFTER_FAILURES = 8  # a peer learned by peer exchange (never a bootstrap peer)
+MAX_LEARNED = 256  # peers learned by peer exchange and not yet dialled or forgotten
 
 
 @dataclass
@@ -75,6 +76,11 @@ class Dialer:
         if peer_id == self._policy.my_id or peer_id in self._known:
             return
         if is_connected(self._host, peer_id) or not self._policy.allows(peer_id):
+            return
+        if sum(not known.bootstrap for known in self._known.values()) >= MAX_LEARNED:
+            return  # a hint list, not a queue: a peer flooding us with addresses fills nothing
+        addrs = [addr for addr in addrs if is_dialable_tcp(addr)][:4]
+        if not addrs:
             return
         self._known[peer_id] = KnownPeer(
             addrs=addrs, bootstrap=False, next_attempt=trio.current_time()

@@ -48,6 +48,37 @@ async def read_frame(stream: INetStream, max_size: int) -> bytes:
     return await read_exactly(stream, size)
 
 
+async def read_uvarint(stream: INetStream) -> int | None:
+    """A protobuf-style unsigned varint (at most 10 bytes); None if the stream ended before it."""
+    value = 0
+    for index in range(10):
+        try:
+            byte = await stream.read(1)
+        except EOFError:
+            byte = b""
+        if not byte:
+            if index == 0:
+                return None
+            raise StreamProtocolError("stream ended inside a varint length")
+        value |= (byte[0] & 0x7F) << (7 * index)
+        if not byte[0] & 0x80:
+            return value
+    raise StreamProtocolError("varint length longer than 64 bits")
+
+
+async def discard_exactly(stream: INetStream, size: int, chunk: int = 256 * 1024) -> None:
+    """Read and drop `size` bytes, holding at most `chunk` of them at a time."""
+    left = size
+    while left > 0:
+        try:
+            data = await stream.read(min(chunk, left))
+        except EOFError:
+            data = b""
+        if not data:
+            raise StreamProtocolError(f"stream ended after {size - left} of {size} bytes")
+        left -= len(data)
+
+
 def frame(payload: bytes) -> bytes:
     """`payload` with its 4-byte length prefix."""
     return _U32.pack(len(payload)) + payload

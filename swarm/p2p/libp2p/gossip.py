@@ -33,8 +33,16 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from swarm.p2p.libp2p.host import AccessPolicy
 from swarm.p2p.libp2p.patches import SwarmGossipSub, SwarmPubsub, abort_peer_connections
+from swarm.p2p.libp2p.rejections import RejectionRecorder
+from swarm.p2p.libp2p.scoring import PENALTY, build_score_params
 from swarm.p2p.libp2p.stats import Counters
-from swarm.p2p.transport import BoundedInbox, InboundMessage, Validator, run_validator
+from swarm.p2p.transport import (
+    BoundedInbox,
+    InboundMessage,
+    PeerRejectReason,
+    Validator,
+    run_validator,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +51,11 @@ MAX_MESSAGE_SIZE = 1024 * 1024  # largest gossip payload publish() accepts
 # A payload travels inside an RPC with topic, seqno, signature, public key and the sender's
 # signed peer record; this much headroom covers all of it.
 RPC_OVERHEAD = 64 * 1024
+# The largest RPC read from a peer. Larger than ours on purpose: js-libp2p allows 4 MiB, and
+# a message above our MAX_MESSAGE_SIZE inside such an RPC is refused on its own (counted,
+# recorded as oversize) while the rest of the RPC is processed. Larger RPCs are read and
+# dropped (patches.OVERSIZE_DISCARD_LIMIT bounds even that).
+INBOUND_RPC_LIMIT = 4 * 1024 * 1024 + RPC_OVERHEAD
 # Only GossipSub v1.1 (with v1.0 as fallback): v1.2 adds an IDONTWANT control RPC per
 # published message to every mesh peer, which doubles queue pressure on bursts and, with
 # the library's 10-entry IDONTWANT memory, saves nothing on our message rates.
@@ -74,7 +87,7 @@ class Libp2pInboundMessage(InboundMessage):
 
 
 def build_gossipsub(mesh_degree: int) -> GossipSub:
-    """GossipSub with degree D, D_lo = D*2//3, D_hi = 2*D, and the defaults above changed."""
+    """GossipSub with degree D, D_lo = D*2//3, D_hi = 2*D, scoring on, the defaults above changed."""
     return SwarmGossipSub(
         protocols=list(GOSSIP_PROTOCOLS),
         degree=mesh_degree,
@@ -85,6 +98,7 @@ def build_gossipsub(mesh_degree: int) -> GossipSub:
         spam_protection_enabled=False,
         eclipse_protection_enabled=False,
         adaptive_gossip_enabled=False,
+        score_params=build_score_params(),
     )
 
 
@@ -102,14 +116,16 @@ class Gossip:
         policy: AccessPolicy,
         counters: Counters,
         inbox: BoundedInbox,
+        rejections: RejectionRecorder,
         *,
         mesh_degree: int,
-        max_rpc_size: int,
+        max_message_size: int,
     ) -> None:
         self._host = host
         self._policy = policy
         self._counters = counters
         self._inbox = inbox
+        self._rejections = rejections
         self._subscribed: set[str] = set()
         self.gossipsub = build_gossipsub(mesh_degree)
         self.pubsub = SwarmPubsub(
@@ -119,9 +135,14 @@ class Gossip:
             on_queue_drop=self._count_queue_drop,
             on_queue_discard=self._count_queue_discard,
             on_peer_error=self._count_peer_error,
+            refuse=self.refuse,
             queue_depth=OUTBOUND_QUEUE_DEPTH,
-            max_rpc_size=max_rpc_size,
+            max_rpc_size=max_message_size + RPC_OVERHEAD,
+            max_message_size=max_message_size,
+            inbound_rpc_limit=INBOUND_RPC_LIMIT,
         )
+        self.gossipsub.refuse = self.refuse
+        self.gossipsub.count = self._count
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -192,6 +213,10 @@ class Gossip:
 
     # ------------------------------------------------------------------ mesh and queues
 
+    def score(self, peer_id: ID) -> float:
+        """The peer's GossipSub score over our subscribed topics."""
+        return self.gossipsub.scorer.score(peer_id, sorted(self._subscribed))
+
     def mesh_size(self, topic: str) -> int:
         return len(self.gossipsub.mesh.get(topic, ()))
 
@@ -227,6 +252,7 @@ class Gossip:
         """Tear down the connection of any peer whose outbound queue is stuck (see SEND_STALL_S)."""
         while True:
             await trio.sleep(WATCHDOG_INTERVAL_S)
+            self._rejections.flush()  # summaries of refusals that waited their second
             now = trio.current_time()
             progress = self.pubsub.send_progress
             for peer_id in list(progress):
@@ -245,7 +271,37 @@ class Gossip:
             stats.stalled_peers += 1
         await abort_peer_connections(self._host.get_network(), peer_id)
 
+    # ------------------------------------------------------------------ refusals
+
+    def refuse(
+        self,
+        peer_id: ID,
+        reason: PeerRejectReason,
+        detail: str,
+        msg: rpc_pb2.Message | None = None,
+    ) -> None:
+        """Something from `peer_id` was refused: count it, report it, lower the peer's score."""
+        topics = list(msg.topicIDs) if msg is not None else []
+        self._rejections.note(
+            self._policy.peer_str(peer_id.to_bytes()),
+            reason,
+            detail,
+            source=self._policy.peer_str(msg.from_id) if msg is not None and msg.from_id else "",
+            topic=topics[0] if topics else "",
+        )
+        scorer = self.gossipsub.scorer
+        if reason in (PeerRejectReason.UNSIGNED, PeerRejectReason.BAD_SIGNATURE):
+            for topic in topics:
+                scorer.on_invalid_message(peer_id, topic)  # P4, as for invalid messages
+        else:
+            scorer.penalize_behavior(peer_id, PENALTY[reason])
+
     # ------------------------------------------------------------------ counting callbacks
+
+    def _count(self, name: str, amount: int) -> None:
+        """Add to one of the integer counters of `Libp2pStats` (named by the router)."""
+        with self._counters.locked() as stats:
+            setattr(stats, name, getattr(stats, name) + amount)
 
     def _count_queue_drop(self) -> None:
         with self._counters.locked() as stats:

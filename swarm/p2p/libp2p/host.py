@@ -30,12 +30,17 @@ from libp2p.peer.peerinfo import PeerInfo as Libp2pPeerInfo
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
-from libp2p.stream_muxer.yamux.yamux import Yamux
 
 from swarm.errors import TransportError
 from swarm.p2p.identity import create_identity, load_or_create_identity
 from swarm.p2p.libp2p.framing import NET_ERRORS
-from swarm.p2p.libp2p.patches import keep_dialing_in_one_place
+from swarm.p2p.libp2p.patches import (
+    SwarmYamux,
+    keep_dialing_in_one_place,
+    quiet_protocol_not_supported,
+    use_bounded_yamux,
+    use_spec_private_networks,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -193,9 +198,18 @@ class AllowListNotifee(INotifee):
 
 
 def build_host(
-    key_pair: KeyPair, listen_addr: multiaddr.Multiaddr, psk: str | None, dial_timeout: float
+    key_pair: KeyPair,
+    listen_addr: multiaddr.Multiaddr,
+    psk: str | None,
+    dial_timeout: float,
+    on_flow_violation: Callable[[ID], None],
 ) -> IHost:
-    """A host over TCP with Noise only, Yamux only, no mDNS; dialing is left to the transport."""
+    """A host over TCP with Noise only, Yamux only, no mDNS; dialing is left to the transport.
+
+    `on_flow_violation(peer)` is called when a peer writes past a stream's receive window.
+    """
+    if psk is not None:
+        use_spec_private_networks()
     noise = NoiseTransport(key_pair, noise_privkey=create_new_x25519_key_pair().private_key)
     host = new_host(
         key_pair=key_pair,
@@ -210,13 +224,15 @@ def build_host(
         disable_identify_address_discovery=True,
     )
     keep_dialing_in_one_place(host.get_network())
+    use_bounded_yamux(host.get_id(), on_flow_violation)
+    quiet_protocol_not_supported()
     return host
 
 
 def _yamux_only() -> dict[TProtocol, Any]:
     # Mplex measured 20-40 MB/s against Yamux's 150-315 MB/s; offering it only invites a
     # slow negotiation result with peers that prefer it.
-    return {TProtocol(YAMUX_PROTOCOL_ID): Yamux}
+    return {TProtocol(YAMUX_PROTOCOL_ID): SwarmYamux}
 
 
 # ------------------------------------------------------------------ connected peers

@@ -40,15 +40,39 @@ def check_libp2p_version() -> None:
 
 check_libp2p_version()  # before importing any of the internals below
 
+import libp2p.network.swarm as libp2p_swarm  # noqa: E402
+import libp2p.pubsub.pubsub as libp2p_pubsub  # noqa: E402
+import libp2p.stream_muxer.muxer_multistream as libp2p_muxer_multistream  # noqa: E402
 from libp2p.abc import IHost, INetStream, INetwork  # noqa: E402
+from libp2p.io.exceptions import IOException  # noqa: E402
 from libp2p.network.config import RetryConfig  # noqa: E402
+from libp2p.network.connection.exceptions import RawConnError  # noqa: E402
+from libp2p.network.stream.exceptions import StreamError  # noqa: E402
 from libp2p.peer.id import ID  # noqa: E402
 from libp2p.pubsub.gossipsub import GossipSub  # noqa: E402
 from libp2p.pubsub.pb import rpc_pb2  # noqa: E402
 from libp2p.pubsub.pubsub import Pubsub  # noqa: E402
 from libp2p.pubsub.rpc_queue import RpcQueue  # noqa: E402
+from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, MAX_WINDOW_SIZE, Yamux  # noqa: E402
+from libp2p.peer.envelope import consume_envelope  # noqa: E402
+from libp2p.peer.peerstore import env_to_send_in_RPC  # noqa: E402
+from libp2p.custom_types import MessageID  # noqa: E402
+from libp2p.pubsub.utils import maybe_consume_signed_record, safe_bytes_from_hex  # noqa: E402
+from libp2p.pubsub.validators import signature_validator  # noqa: E402
 
-from swarm.p2p.libp2p.framing import NET_ERRORS, reset_quietly  # noqa: E402
+from swarm.p2p.libp2p import pnet  # noqa: E402
+from swarm.p2p.libp2p.framing import (  # noqa: E402
+    NET_ERRORS,
+    STREAM_IO_TIMEOUT_S,
+    StreamProtocolError,
+    discard_exactly,
+    read_exactly,
+    read_uvarint,
+    reset_quietly,
+)
+from swarm.p2p.libp2p.control_budget import ControlBudget  # noqa: E402
+from swarm.p2p.libp2p.inbound import InboundBudget  # noqa: E402
+from swarm.p2p.transport import PeerRejectReason  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +83,15 @@ CONNECTION_CLOSE_S = 3.0
 
 # The peer that handed us a message (not necessarily its origin), for the current pubsub task.
 _FORWARDER: contextvars.ContextVar[ID | None] = contextvars.ContextVar("forwarder", default=None)
+# The message whose signature this pubsub task has just verified (see SwarmPubsub.push_msg).
+_VERIFIED: contextvars.ContextVar[rpc_pb2.Message | None] = contextvars.ContextVar(
+    "verified", default=None
+)
+# An RPC above the inbound limit is read and dropped up to this size; beyond it, the stream
+# is reset and the peer's connection closed (it reconnects clean).
+OVERSIZE_DISCARD_LIMIT = 64 * 1024 * 1024
+# Called with (peer, reason, detail, message or None) for everything refused from a peer.
+Refuse = Callable[[ID, PeerRejectReason, str, "rpc_pb2.Message | None"], None]
 
 
 class TunedQueues(dict):
@@ -145,18 +178,170 @@ def coalesce(
 
 
 class SwarmGossipSub(GossipSub):
-    """GossipSub without its equivocation record.
+    """GossipSub with its control messages bounded as GossipSub v1.1 intends, and no
+    equivocation record.
 
-    Fixes memory growth: the library keeps the full body of every recent message (trimmed
-    from over 1000 to 500 only at a heartbeat) to spot a sender reusing a sequence number
-    for different content: up to a gigabyte at 1 MiB per message. Nothing is lost by
-    skipping it: message IDs are (sender, sequence number), so the seen-cache already
-    drops a second message with a reused number, and equivocation penalties only feed a
-    score we do not use.
+    What it changes, and the failure each change fixes:
+
+    - `_check_equivocation`: the library keeps the full body of every recent message
+      (trimmed from over 1000 to 500 only at a heartbeat) to spot a reused sequence number:
+      up to a gigabyte at 1 MiB per message. The seen-cache already drops a second message
+      with a reused number (message IDs are sender + sequence number).
+    - `handle_iwant`: the library answers every ID of every IWANT, the same ID as often as
+      asked (10 IWANT entries a second, any number of IDs each): one small IWANT repeating
+      a cached ID made us send that message thousands of times. Now each ID is answered at
+      most 3 times per peer, within a per-peer budget per heartbeat (control_budget.py).
+    - `handle_ihave`: the library asks for every unknown ID offered and logs a warning for
+      each IHAVE over its rate limit. Now at most 10 IHAVEs and 5000 IDs per peer and
+      heartbeat are looked at; the rest is counted and refused without a log line.
+    - `handle_graft` / `handle_prune`: GRAFT and PRUNE for topics we are not in are ignored
+      (the library answered every such GRAFT with a PRUNE and kept a backoff entry for
+      every PRUNEd topic name, unbounded); a GRAFT during backoff is penalised (spec P7)
+      and answered with at most one PRUNE per heartbeat.
+    - PRUNE peer exchange: the library dialled PX peers at once, inside the read loop of
+      the peer that sent them, from any peer (its accept threshold was -inf), and without a
+      signed record from the peerstore. Now PX is taken only from peers scoring at least
+      scoring.ACCEPT_PX_THRESHOLD, only with a valid signed peer record, at most PX_MAX
+      per PRUNE, and handed to our dialer (allow-list, peer limit, backoff), never dialled
+      here.
+    - Peers below the gossip threshold get no answer to IHAVE or IWANT (spec).
     """
+
+    PX_MAX = 8
+
+    budget: ControlBudget
+    refuse: Refuse | None = None  # set by gossip.Gossip
+    learn_peer: Callable[[ID, list], None] | None = None  # set by the transport (Dialer.learn)
+    count: Callable[[str, int], None] | None = None  # set by gossip.Gossip
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - GossipSub's own
+        super().__init__(*args, **kwargs)
+        self.budget = ControlBudget()
 
     def _check_equivocation(self, msg: rpc_pb2.Message) -> bool:
         return True
+
+    def gossip_heartbeat(self):  # noqa: ANN201 - the library's own return type
+        self.budget.new_heartbeat()  # once per heartbeat, before IHAVEs go out
+        return super().gossip_heartbeat()
+
+    def _note(self, peer_id: ID, reason: PeerRejectReason, detail: str) -> None:
+        if self.refuse is not None:
+            self.refuse(peer_id, reason, detail, None)
+
+    def _counted(self, name: str, amount: int) -> None:
+        if self.count is not None and amount:
+            self.count(name, amount)
+
+    def _below(self, peer_id: ID, threshold: float) -> bool:
+        return self.scorer.score(peer_id, list(self.mesh)) < threshold
+
+    async def handle_ihave(self, ihave_msg: rpc_pb2.ControlIHave, sender_peer_id: ID) -> None:
+        ids = ihave_msg.messageIDs
+        if ihave_msg.topicID not in self.mesh or self._below(
+            sender_peer_id, self.scorer.params.gossip_threshold
+        ):
+            self._counted("ihave_ignored", len(ids))
+            return
+        allowed = self.budget.admit_ihave(sender_peer_id, len(ids))
+        if allowed < len(ids):
+            self._counted("ihave_ignored", len(ids) - allowed)
+            self._note(
+                sender_peer_id,
+                PeerRejectReason.CONTROL_FLOOD,
+                f"IHAVE over budget: {len(ids) - allowed} of {len(ids)} IDs ignored",
+            )
+        seen = self.pubsub.seen_messages
+        wanted = [
+            MessageID(mid)
+            for mid in (safe_bytes_from_hex(raw) for raw in ids[:allowed])
+            if mid is not None and not seen.has(mid)
+        ]
+        if wanted:
+            await self.emit_iwant(wanted, sender_peer_id)
+
+    async def handle_iwant(self, iwant_msg: rpc_pb2.ControlIWant, sender_peer_id: ID) -> None:
+        ids = list(dict.fromkeys(iwant_msg.messageIDs))  # each ID once per request
+        refused = len(iwant_msg.messageIDs) - len(ids)
+        if self._below(sender_peer_id, self.scorer.params.gossip_threshold):
+            refused, ids = refused + len(ids), []
+        answers, nbytes = [], 0
+        for raw in ids:
+            mid = safe_bytes_from_hex(raw)
+            msg = self.mcache.get(mid) if mid is not None else None
+            if msg is None:
+                continue
+            size = msg.ByteSize()
+            if self.budget.admit_iwant(sender_peer_id, mid, size):
+                answers.append(msg)
+                nbytes += size
+            else:
+                refused += 1
+        if refused:
+            self._counted("iwant_refused", refused)
+            self._note(
+                sender_peer_id,
+                PeerRejectReason.CONTROL_FLOOD,
+                f"IWANT over budget: {refused} IDs not answered",
+            )
+        if answers:
+            packet = rpc_pb2.RPC(publish=answers)
+            packet.senderRecord, _ = env_to_send_in_RPC(self.pubsub.host)
+            self.send_rpc(sender_peer_id, packet)
+            self._counted("iwant_served_bytes", nbytes)
+
+    async def handle_graft(self, graft_msg: rpc_pb2.ControlGraft, sender_peer_id: ID) -> None:
+        topic = graft_msg.topicID
+        if topic not in self.mesh:
+            self._note(sender_peer_id, PeerRejectReason.CONTROL_FLOOD, "GRAFT for a topic we are not in")
+            return
+        if sender_peer_id in self.direct_peers or self.scorer.is_graylisted(
+            sender_peer_id, [topic]
+        ):
+            if self.budget.admit_prune_reply(sender_peer_id, topic):
+                await self.emit_prune(topic, sender_peer_id, False, False)
+            return
+        if self._check_back_off(sender_peer_id, topic):
+            self._note(sender_peer_id, PeerRejectReason.BACKOFF_VIOLATION, f"GRAFT on {topic!r}")
+            self._add_back_off(sender_peer_id, topic, False)
+            if self.budget.admit_prune_reply(sender_peer_id, topic):
+                await self.emit_prune(topic, sender_peer_id, False, False)
+            return
+        if sender_peer_id not in self.mesh[topic]:
+            self.mesh[topic].add(sender_peer_id)
+            self._notify_mesh_peer_added(sender_peer_id, topic)
+            self.scorer.on_join_mesh(sender_peer_id, topic)
+
+    async def handle_prune(self, prune_msg: rpc_pb2.ControlPrune, sender_peer_id: ID) -> None:
+        topic = prune_msg.topicID
+        if topic not in self.mesh:
+            self._note(sender_peer_id, PeerRejectReason.CONTROL_FLOOD, "PRUNE for a topic we are not in")
+            return
+        self._add_back_off(sender_peer_id, topic, False, max(0, prune_msg.backoff))
+        self.mesh[topic].discard(sender_peer_id)
+        self.scorer.on_leave_mesh(sender_peer_id, topic)
+        if prune_msg.peers:
+            self._accept_px(sender_peer_id, topic, list(prune_msg.peers))
+
+    def _accept_px(self, sender_peer_id: ID, topic: str, entries: list) -> None:
+        if not self.scorer.allow_px_from(sender_peer_id, [topic]) or self.learn_peer is None:
+            self._counted("px_ignored", len(entries))
+            return
+        ignored = max(0, len(entries) - self.PX_MAX)
+        for entry in entries[: self.PX_MAX]:
+            try:
+                _, record = consume_envelope(entry.signedPeerRecord, "libp2p-peer-record")
+                if not entry.signedPeerRecord or record.peer_id != ID(entry.peerID):
+                    raise ValueError("PX entry without a matching signed peer record")
+            except Exception:  # noqa: BLE001 - a peer's bad record is skipped and counted
+                ignored += 1
+                continue
+            self.learn_peer(record.peer_id, list(record.addrs))
+        self._counted("px_ignored", ignored)
+
+    async def _do_px(self, px_peers: list[rpc_pb2.PeerInfo]) -> None:
+        """Never dial PX peers from here (see `_accept_px`)."""
+        self._counted("px_ignored", len(px_peers))
 
 
 class SwarmPubsub(Pubsub):
@@ -195,12 +380,20 @@ class SwarmPubsub(Pubsub):
         on_queue_drop: Callable[[], None],
         on_queue_discard: Callable[[int], None],
         on_peer_error: Callable[[str, BaseException], None],
+        refuse: Refuse,
         queue_depth: int,
         max_rpc_size: int,
+        max_message_size: int,
+        inbound_rpc_limit: int,
     ) -> None:
-        super().__init__(host, router, strict_signing=True, max_inbound_rpc_size=max_rpc_size)
+        super().__init__(
+            host, router, strict_signing=True, max_inbound_rpc_size=inbound_rpc_limit
+        )
         self._deliver = deliver
         self._on_peer_error = on_peer_error
+        self._refuse = refuse
+        self.max_message_size = max_message_size
+        self.inbound = InboundBudget()
         self.peer_queues = TunedQueues(queue_depth, max_rpc_size, on_queue_drop, on_queue_discard)
         self._write_locks: weakref.WeakKeyDictionary[INetStream, trio.Lock] = (
             weakref.WeakKeyDictionary()
@@ -247,19 +440,113 @@ class SwarmPubsub(Pubsub):
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
         token = _FORWARDER.set(msg_forwarder)
+        verified = None
         try:
+            if msg_forwarder != self.my_id and not self._is_msg_seen(msg):
+                # The library drops a message whose signature fails without a trace.
+                if not signature_validator(msg):
+                    self._refuse(
+                        msg_forwarder, PeerRejectReason.BAD_SIGNATURE, "signature fails", msg
+                    )
+                    return
+                verified = _VERIFIED.set(msg)
             await super().push_msg(msg_forwarder, msg)
         except Exception as exc:  # noqa: BLE001 - a bad message is dropped, never fatal
             if msg_forwarder == self.my_id:
                 raise  # our own publish: the publisher task counts it
             self._on_peer_error("message", exc)
         finally:
+            if verified is not None:
+                _VERIFIED.reset(verified)
             _FORWARDER.reset(token)
+
+    async def continuously_read_stream(self, stream: INetStream) -> None:
+        """The library's read loop, refusing oversize input per message instead of per peer.
+
+        Fixes: an RPC above the inbound limit made the library reset the stream and forget
+        the peer's subscriptions while the connection stayed up, so that peer was cut off
+        in both directions without a trace; unsigned messages vanished without a record;
+        and every received message became a task of its own, without limit.
+        """
+        peer_id = stream.muxed_conn.peer_id
+        try:
+            while self.manager.is_running:
+                size = await read_uvarint(stream)
+                if size is None:
+                    return  # the peer closed its stream between RPCs
+                if size > self.max_inbound_rpc_size:
+                    await self._skip_oversize_rpc(stream, peer_id, size)
+                    continue
+                rpc = rpc_pb2.RPC()
+                rpc.ParseFromString(await read_exactly(stream, size))
+                await self._handle_inbound_rpc(peer_id, rpc)
+        except (StreamError, IOException, RawConnError) as exc:
+            # As in the library: the stream or connection closed under us; nothing to count.
+            logger.debug("pubsub stream from %s ended: %s", peer_id, exc)
+
+    async def _skip_oversize_rpc(self, stream: INetStream, peer_id: ID, size: int) -> None:
+        detail = f"RPC of {size} bytes, limit {self.max_inbound_rpc_size}"
+        self._refuse(peer_id, PeerRejectReason.OVERSIZE, detail, None)
+        if size > OVERSIZE_DISCARD_LIMIT:
+            raise StreamProtocolError(detail)  # stream_handler resets and reconnects
+        with trio.fail_after(STREAM_IO_TIMEOUT_S + size / 1_000_000):
+            await discard_exactly(stream, size)
+
+    async def _handle_inbound_rpc(self, peer_id: ID, rpc: rpc_pb2.RPC) -> None:
+        scorer = self.router.scorer
+        if scorer.score(peer_id, list(self.topic_ids)) < scorer.params.graylist_threshold:
+            # GossipSub v1.1: a graylisted peer's RPCs are ignored whole (the library only
+            # refused its GRAFTs).
+            self._refuse(peer_id, PeerRejectReason.CONTROL_FLOOD, "RPC from a graylisted peer", None)
+            return
+        if not maybe_consume_signed_record(rpc, self.host, peer_id):
+            self._on_peer_error("signed_record", ValueError("invalid signed peer record"))
+            return
+        for msg in rpc.publish:
+            if self._is_subscribed_to_msg(msg) and self._admissible(peer_id, msg):
+                nbytes = msg.ByteSize()
+                await self.inbound.acquire(peer_id, nbytes)
+                self.manager.run_task(self._push_and_release, peer_id, msg, nbytes)
+        if rpc.subscriptions:
+            if len(rpc.subscriptions) > self.max_subscriptions_per_rpc:
+                self._on_peer_error("subscriptions", ValueError("too many subscriptions"))
+            else:
+                for subscription in rpc.subscriptions:
+                    self.handle_subscription(peer_id, subscription)
+        if rpc.HasField("control"):
+            await self.router.handle_rpc(rpc, peer_id)
+
+    def _admissible(self, peer_id: ID, msg: rpc_pb2.Message) -> bool:
+        if len(msg.data) > self.max_message_size:
+            detail = f"message of {len(msg.data)} bytes, limit {self.max_message_size}"
+            self._refuse(peer_id, PeerRejectReason.OVERSIZE, detail, msg)
+            return False
+        if not msg.signature:
+            self._refuse(peer_id, PeerRejectReason.UNSIGNED, "no signature", msg)
+            return False
+        return True
+
+    async def _push_and_release(self, peer_id: ID, msg: rpc_pb2.Message, nbytes: int) -> None:
+        try:
+            await self.push_msg(peer_id, msg)
+        finally:
+            self.inbound.release(peer_id, nbytes)
 
     async def _drop_peer(self, peer_id: ID) -> None:
         """Forget the peer and close its connection, so that a reconnect starts clean."""
         self._handle_dead_peer(peer_id)
         await abort_peer_connections(self.host.get_network(), peer_id)
+
+
+def _verified_or_check(msg: rpc_pb2.Message) -> bool:
+    """`signature_validator`, except for the message this task has just verified itself."""
+    return _VERIFIED.get() is msg or signature_validator(msg)
+
+
+# SwarmPubsub.push_msg verifies each message's signature before the library does, to record
+# failures; the library's own check then skips that one message instead of verifying it twice
+# (about 95 us per message). Pubsub calls the module-level name.
+libp2p_pubsub.signature_validator = _verified_or_check
 
 
 async def abort_peer_connections(network: INetwork, peer_id: ID) -> None:
@@ -313,3 +600,140 @@ def lift_dial_block(network: INetwork, peer_id: ID) -> None:
 
 async def _never_start() -> None:
     """Stands in for AutoConnector.start, so the auto-connector never runs."""
+
+
+def use_spec_private_networks() -> None:
+    """Protect PSK connections the way the libp2p pnet spec says (XSalsa20, 24-byte nonces).
+
+    Fixes: py-libp2p's pnet uses Salsa20 with an 8-byte nonce (and reads that nonce with a
+    single unchecked read), so a private swarm-node network could not admit go, js or rust
+    libp2p nodes holding the same key. The swarm calls the module-level
+    `new_protected_conn` on every raw connection, both ways, when it has a PSK.
+    """
+    libp2p_swarm.new_protected_conn = pnet.protect
+
+
+def ignore_flow_control(stream: INetStream) -> None:
+    """For adversary tests only: let `stream` write past the receiver's Yamux window.
+
+    An honest muxer stops at the window the receiver granted; a hostile one does not.
+    Yamux streams keep what they may still send in `send_window` (there is no setter).
+    """
+    muxed = getattr(stream, "muxed_stream", stream)
+    if hasattr(muxed, "send_window"):
+        muxed.send_window = 1 << 40
+
+
+# A stream may hold this much beyond the receive window it granted before the peer is cut off.
+FLOW_SLACK = 64 * 1024
+
+
+class _BoundedBuffer(bytearray):
+    """One Yamux stream's receive buffer, refusing bytes beyond the window the peer was given."""
+
+    def __init__(self, conn: SwarmYamux, stream_id: int) -> None:
+        super().__init__()
+        self._conn = conn
+        self._stream_id = stream_id
+
+    def extend(self, data) -> None:  # noqa: ANN001 - bytes-like, as bytearray.extend takes
+        limit = self._conn.buffer_limit(self._stream_id)
+        if len(self) + len(data) > limit:
+            self._conn.flow_control_violated(len(self) + len(data), limit)
+            return
+        super().extend(data)
+
+
+class _BoundedBuffers(dict):
+    """`Yamux.stream_buffers` replacement: every buffer stored in it is a `_BoundedBuffer`."""
+
+    def __init__(self, conn: SwarmYamux) -> None:
+        super().__init__()
+        self._conn = conn
+
+    def __setitem__(self, stream_id: int, value: bytearray) -> None:
+        buffer = _BoundedBuffer(self._conn, stream_id)
+        bytearray.extend(buffer, value)
+        super().__setitem__(stream_id, buffer)
+
+
+class SwarmYamux(Yamux):
+    """Yamux that cuts off a peer writing past the receive window it was granted.
+
+    Fixes: the library logs "peer exceeded receive window" and buffers the bytes anyway,
+    without limit. A blob fetcher that kept writing while our handler was busy sending
+    made the server buffer +1.0 GB. Now a stream's buffer holds at most its window plus
+    FLOW_SLACK; beyond that the bytes are dropped and `on_flow_violation(peer)` is called
+    once per connection (the transport counts it and closes the connection).
+    py-libp2p's muxer negotiation constructs `Yamux` by its module-level name whatever
+    class the host was given, so `use_bounded_yamux` replaces that name; the callback is
+    looked up by the connection's local peer ID (one per transport in this process).
+    """
+
+    def __init__(self, secured_conn, peer_id: ID, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        super().__init__(secured_conn, peer_id, *args, **kwargs)
+        self.stream_buffers = _BoundedBuffers(self)
+        self._violated = False
+        handler = _FLOW_HANDLERS.get(secured_conn.get_local_peer())
+        self.on_flow_violation = handler() if handler is not None else None
+
+    def buffer_limit(self, stream_id: int) -> int:
+        stream = self.streams.get(stream_id)
+        window = stream.target_recv_window if stream is not None else MAX_WINDOW_SIZE
+        return max(window, DEFAULT_WINDOW_SIZE) + FLOW_SLACK
+
+    def flow_control_violated(self, buffered: int, limit: int) -> None:
+        if self._violated:
+            return
+        self._violated = True
+        logger.warning(
+            "peer %s wrote past its flow-control window (%d > %d bytes); closing",
+            self.peer_id,
+            buffered,
+            limit,
+        )
+        if self.on_flow_violation is not None:
+            self.on_flow_violation(self.peer_id)
+
+
+# local peer ID -> weak reference to the transport method told about flow-control violations
+_FLOW_HANDLERS: dict[ID, weakref.WeakMethod] = {}
+
+
+def use_bounded_yamux(local_id: ID, on_flow_violation: Callable[[ID], None]) -> None:
+    """Make every Yamux connection a `SwarmYamux`; tell `on_flow_violation` about `local_id`'s."""
+    _FLOW_HANDLERS[local_id] = weakref.WeakMethod(on_flow_violation)
+    libp2p_muxer_multistream.Yamux = SwarmYamux
+
+
+class _ProtocolNotSupportedFilter(logging.Filter):
+    """Drops basic_host's error report of a stream refused with "protocol not supported"."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (
+            message.startswith("Failed to open stream") and "not supported" in message
+        )
+
+
+def quiet_protocol_not_supported() -> None:
+    """Stop logging a peer's "protocol not supported" answer as a 7-line error.
+
+    Fixes: `BasicHost.new_stream` logs every failed negotiation at ERROR level over seven
+    lines, then raises. A peer that does not speak one of our protocols (any other libp2p
+    implementation and our own peer exchange, say) is normal; the caller that asked
+    decides what to say. Other failures to open a stream are still logged.
+    """
+    host_logger = logging.getLogger("libp2p.host.basic_host")
+    if not any(isinstance(f, _ProtocolNotSupportedFilter) for f in host_logger.filters):
+        host_logger.addFilter(_ProtocolNotSupportedFilter())
+
+
+def is_protocol_not_supported(exc: BaseException) -> bool:
+    """Whether a failed stream open means "the peer does not speak that protocol"."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if "not supported" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

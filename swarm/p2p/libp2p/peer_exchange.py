@@ -30,6 +30,7 @@ from swarm.p2p.libp2p.framing import (
     reset_quietly,
 )
 from swarm.p2p.libp2p.host import AccessPolicy, connected_peers, is_dialable_tcp, peer_addrs
+from swarm.p2p.libp2p.patches import is_protocol_not_supported
 from swarm.p2p.libp2p.stats import Counters
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class PeerExchange:
         self._policy = policy
         self._dialer = dialer
         self._counters = counters
+        self._no_px: set[ID] = set()  # connected peers that do not speak our peer exchange
 
     def register(self) -> None:
         """Answer other peers' requests from now on."""
@@ -67,7 +69,7 @@ class PeerExchange:
         await trio.sleep(PX_FIRST_DELAY_S)
         asked: set[ID] = set()
         while True:
-            connected = connected_peers(self._host)
+            connected = [p for p in connected_peers(self._host) if p not in self._no_px]
             fresh = [peer_id for peer_id in connected if peer_id not in asked]
             targets = fresh or connected
             if asked and len(targets) > 1:
@@ -77,6 +79,7 @@ class PeerExchange:
                     asked.add(peer_id)
                     nursery.start_soon(self._ask, peer_id)
             asked &= set(connected)
+            self._no_px &= set(connected_peers(self._host))  # asked again after a reconnect
             await trio.sleep(PX_INTERVAL_S)
 
     async def _ask(self, peer_id: ID) -> None:
@@ -88,7 +91,12 @@ class PeerExchange:
                 finally:
                     await close_quietly(stream)
         except (*NET_ERRORS, StreamProtocolError) as exc:
-            logger.debug("peer exchange with %s failed: %s", peer_id, exc)
+            if is_protocol_not_supported(exc):
+                # Normal for other libp2p implementations: noted once, not asked again.
+                self._no_px.add(peer_id)
+                logger.debug("peer %s does not speak peer exchange; not asking it again", peer_id)
+            else:
+                logger.debug("peer exchange with %s failed: %s", peer_id, exc)
             return
         except Exception as exc:  # noqa: BLE001 - library boundary: never stop the host; counted
             self._counters.handler_error("peer_exchange_ask", exc)

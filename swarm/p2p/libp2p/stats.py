@@ -28,6 +28,14 @@ class Libp2pStats(TransportStats):
     refused_peers: int = 0  # connections closed because the peer is not on the allow-list
     stalled_peers: int = 0  # connections torn down because their outbound queue was stuck
     handler_errors: collections.Counter = field(default_factory=collections.Counter)  # where -> n
+    # What the transport refused from peers by itself, by PeerRejectReason value.
+    peer_rejections: collections.Counter = field(default_factory=collections.Counter)
+    iwant_served_bytes: int = 0  # message bytes sent in answer to peers' IWANTs
+    iwant_refused: int = 0  # IWANT message IDs not answered (repeat or over budget)
+    ihave_ignored: int = 0  # IHAVE message IDs ignored (over budget or low score)
+    px_ignored: int = 0  # PRUNE peer-exchange entries not used (low score, unsigned, too many)
+    blob_streams_refused: int = 0  # blob fetches refused: over the per-peer limit
+    flow_control_violations: int = 0  # connections closed: peer wrote past our window
 
     def as_dict(self) -> dict:
         base = super().as_dict()
@@ -41,6 +49,13 @@ class Libp2pStats(TransportStats):
             refused_peers=self.refused_peers,
             stalled_peers=self.stalled_peers,
             handler_errors=dict(self.handler_errors),
+            peer_rejections=dict(self.peer_rejections),
+            iwant_served_bytes=self.iwant_served_bytes,
+            iwant_refused=self.iwant_refused,
+            ihave_ignored=self.ihave_ignored,
+            px_ignored=self.px_ignored,
+            blob_streams_refused=self.blob_streams_refused,
+            flow_control_violations=self.flow_control_violations,
         )
         return base
 
@@ -70,5 +85,6 @@ class Counters:
             snapshot = dataclasses.replace(self._stats)
             snapshot.rejected = collections.Counter(self._stats.rejected)
             snapshot.handler_errors = collections.Counter(self._stats.handler_errors)
+            snapshot.peer_rejections = collections.Counter(self._stats.peer_rejections)
         snapshot.inbox_dropped = inbox_dropped
         return snapshot

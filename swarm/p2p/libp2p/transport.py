@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import trio
-from libp2p.abc import IHost
+from libp2p.abc import IHost, INetStream
 from libp2p.crypto.keys import KeyPair
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
@@ -35,16 +35,21 @@ from swarm.p2p.libp2p import host as hosting
 from swarm.p2p.libp2p.blobs import DEFAULT_MAX_BLOB_SIZE, BlobServer, check_blob_key, fetch_blob
 from swarm.p2p.libp2p.connections import DEFAULT_MAX_PEERS, Dialer
 from swarm.p2p.libp2p.framing import NET_ERRORS, STREAM_IO_TIMEOUT_S, close_quietly
-from swarm.p2p.libp2p.gossip import DEFAULT_MESH_DEGREE, MAX_MESSAGE_SIZE, RPC_OVERHEAD, Gossip
+from swarm.p2p.libp2p.gossip import DEFAULT_MESH_DEGREE, MAX_MESSAGE_SIZE, Gossip
 from swarm.p2p.libp2p.network_thread import NetworkThread
+from swarm.p2p.libp2p.patches import abort_peer_connections
 from swarm.p2p.libp2p.peer_exchange import PeerExchange
 from swarm.p2p.libp2p.publish import PUBLISH_WAIT_S, Outbox
+from swarm.p2p.libp2p.rejections import RejectionRecorder
 from swarm.p2p.libp2p.stats import Counters, Libp2pStats
+from swarm.p2p.libp2p.testing import RawStream
 from swarm.p2p.transport import (
     BlobServed,
     BoundedInbox,
     InboundMessage,
     PeerInfo,
+    PeerRejectReason,
+    RejectionHook,
     Transport,
     Validator,
 )
@@ -81,7 +86,8 @@ class Libp2pTransport(Transport):
         bootstrap: full multiaddrs with /p2p/<peer id>; each is dialed, and re-dialed with
             backoff whenever the connection drops, forever.
         topics: topics to subscribe to at start, without a validator.
-        psk: optional private-network key (64 hex characters). Not compatible with go/rust pnet.
+        psk: optional private-network key (64 hex characters; see swarm.p2p.swarm_key for
+            key files). Spoken as the libp2p pnet spec says, like go, js and rust libp2p.
         allow_list: optional peer IDs; connections from any other peer are closed.
         max_message_size: largest payload publish() accepts. Must be the same on every node.
         inbox_capacity: received messages kept until receive(); the oldest are dropped
@@ -91,6 +97,8 @@ class Libp2pTransport(Transport):
         mesh_degree: GossipSub D (mesh peers per topic); D_lo = D*2//3, D_hi = 2*D.
         peer_exchange: ask connected peers for their peers, so a node bootstrapped from
             one peer finds the rest.
+        answer_peer_exchange: answer other peers' peer-exchange requests. False makes the
+            node look like a libp2p peer that does not speak our protocol (tests use it).
         max_blob_size: largest blob fetch_blob() accepts from a peer.
         publish_wait: bound, in seconds, on publish()'s wait for outbound queues to drain.
     """
@@ -111,6 +119,7 @@ class Libp2pTransport(Transport):
         max_peers: int = DEFAULT_MAX_PEERS,
         mesh_degree: int = DEFAULT_MESH_DEGREE,
         peer_exchange: bool = True,
+        answer_peer_exchange: bool = True,
         max_blob_size: int = DEFAULT_MAX_BLOB_SIZE,
         publish_wait: float = PUBLISH_WAIT_S,
     ) -> None:
@@ -133,12 +142,14 @@ class Libp2pTransport(Transport):
             raise TransportError("mesh_degree must be at least 1")
         self._mesh_degree = mesh_degree
         self._peer_exchange = peer_exchange
+        self._answer_peer_exchange = answer_peer_exchange
         self._max_blob_size = max_blob_size
         try:
             self._inbox = BoundedInbox(inbox_capacity)
         except ValueError as exc:
             raise TransportError(str(exc)) from exc
         self._counters = Counters()
+        self._rejections = RejectionRecorder(self._counters)
         self._blobs = BlobServer(self._policy, self._counters)
         self._thread = NetworkThread(
             name=f"libp2p-{self.peer_id[-8:]}",
@@ -148,6 +159,7 @@ class Libp2pTransport(Transport):
         self._outbox = Outbox(self._counters, float(publish_wait), lambda: self._thread.has_stopped)
         self._listen_addrs: list[str] = []
         self._net: _Network | None = None  # set on the network thread while it runs
+        self._nursery: trio.Nursery | None = None  # the network thread's, once it serves
 
     # ------------------------------------------------------------------ lifecycle (node thread)
 
@@ -186,15 +198,22 @@ class Libp2pTransport(Transport):
                 nursery.cancel_scope.cancel()
 
     def _build_network(self) -> _Network:
-        host = hosting.build_host(self._key_pair, self._listen_addr, self._psk, self._dial_timeout)
+        host = hosting.build_host(
+            self._key_pair,
+            self._listen_addr,
+            self._psk,
+            self._dial_timeout,
+            self._on_flow_violation,
+        )
         # Pubsub registers its stream handlers and connection notifee first, as it always has.
         gossip = Gossip(
             host,
             self._policy,
             self._counters,
             self._inbox,
+            self._rejections,
             mesh_degree=self._mesh_degree,
-            max_rpc_size=self._max_message_size + RPC_OVERHEAD,
+            max_message_size=self._max_message_size,
         )
         dialer = Dialer(
             host,
@@ -203,21 +222,35 @@ class Libp2pTransport(Transport):
             dial_timeout=self._dial_timeout,
             max_peers=self._max_peers,
         )
+        gossip.gossipsub.learn_peer = dialer.learn  # PRUNE peer exchange, from well-scored peers
         peer_exchange = PeerExchange(host, self._policy, dialer, self._counters)
-        self._blobs.register(host)
-        peer_exchange.register()
+        self._blobs.register(host, gossip.refuse)
+        if self._answer_peer_exchange:
+            peer_exchange.register()
         if self._policy.allow_list is not None:
             notifee = hosting.AllowListNotifee(self._policy.allows, self._count_refused)
             host.get_network().register_notifee(notifee)
         return _Network(host=host, gossip=gossip, dialer=dialer, peer_exchange=peer_exchange)
 
     def _start_background_tasks(self, net: _Network, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
         net.dialer.add_bootstrap(self._bootstrap)
         nursery.start_soon(net.dialer.maintain, nursery)
         self._outbox.start(nursery, net.gossip)
         nursery.start_soon(net.gossip.watch_send_queues, nursery)
         if self._peer_exchange:
             nursery.start_soon(net.peer_exchange.run)
+
+    def _on_flow_violation(self, peer_id: ID) -> None:
+        """A peer wrote past a stream's receive window: count, record, penalise, disconnect."""
+        net = self._net
+        with self._counters.locked() as stats:
+            stats.flow_control_violations += 1
+        if net is None:
+            return
+        net.gossip.refuse(peer_id, PeerRejectReason.FLOW_CONTROL, "wrote past the receive window")
+        if self._nursery is not None:
+            self._nursery.start_soon(abort_peer_connections, net.host.get_network(), peer_id)
 
     def _count_refused(self, peer_id: ID) -> None:
         logger.info("closing connection from %s: not on the allow-list", peer_id)
@@ -250,16 +283,29 @@ class Libp2pTransport(Transport):
         ]
 
     async def _write_raw(self, peer_id: ID, protocol: TProtocol, data: bytes) -> None:
+        stream = await self._open_raw(peer_id, protocol)
+        try:
+            with trio.fail_after(STREAM_IO_TIMEOUT_S):
+                await stream.write(data)
+        except NET_ERRORS as exc:
+            raise TransportError(f"writing to {peer_id} on {protocol} failed: {exc}") from exc
+        finally:
+            await close_quietly(stream)
+
+    async def _open_raw(self, peer_id: ID, protocol: TProtocol) -> INetStream:
         host = self._running_net().host
         try:
             with trio.fail_after(STREAM_IO_TIMEOUT_S):
-                stream = await host.new_stream(peer_id, [protocol])
-                try:
-                    await stream.write(data)
-                finally:
-                    await close_quietly(stream)
+                return await host.new_stream(peer_id, [protocol])
         except NET_ERRORS as exc:
-            raise TransportError(f"writing to {peer_id} on {protocol} failed: {exc}") from exc
+            raise TransportError(f"opening {protocol} to {peer_id} failed: {exc}") from exc
+
+    def _peer_scores(self) -> dict[str, float]:
+        net = self._running_net()
+        return {
+            peer_id.to_base58(): net.gossip.score(peer_id)
+            for peer_id in hosting.connected_peers(net.host)
+        }
 
     def _running_net(self) -> _Network:
         if self._net is None:
@@ -334,6 +380,14 @@ class Libp2pTransport(Transport):
         """A consistent snapshot of the counters (not a live view)."""
         return self._counters.snapshot(self._inbox.dropped)
 
+    def set_rejection_hook(self, hook: RejectionHook | None) -> None:
+        """Hand every `PeerRejection` to `hook` (on the network thread; see `Transport`)."""
+        self._rejections.set_hook(hook)
+
+    def peer_scores(self) -> dict[str, float]:
+        """GossipSub's score of each connected peer (negative: penalised)."""
+        return self._thread.call_sync(self._peer_scores)
+
     def wait_for_topic_peers(self, topic: str, count: int = 1, timeout: float = 10.0) -> int:
         """Wait until `count` peers are in this node's gossip mesh for `topic` (or `timeout` s).
 
@@ -349,6 +403,15 @@ class Libp2pTransport(Transport):
         """
         target = _parse_peer_id(peer_id)
         self._thread.call(self._write_raw, target, TProtocol(protocol), bytes(data))
+
+    def open_raw_stream(self, peer_id: str, protocol: str) -> RawStream:
+        """Open a stream to `peer_id` for `protocol` and hand it over as is.
+
+        For adversary tests (a peer that never reads, or writes what it should not);
+        a node never needs it.
+        """
+        target = _parse_peer_id(peer_id)
+        return RawStream(self._thread, self._thread.call(self._open_raw, target, TProtocol(protocol)))
 
 
 def _parse_peer_id(peer_id: str) -> ID:

@@ -1,0 +1,111 @@
+"""What the transport refuses from peers: counted always, reported to the node's hook, summarised.
+
+Every refusal (an oversize or unsigned message, a control flood, a blob fetch over the
+per-peer limit, ...) is counted in `Libp2pStats.peer_rejections` by reason and handed to
+the rejection hook the node set (`Transport.set_rejection_hook`) as a `PeerRejection`.
+A flood must not become a flood of ledger rows, so each (peer, reason) is reported at
+most once per REPORT_INTERVAL_S; the events in between are summed into the next report's
+`count`, and `flush()` (called every second from the network thread) sends what waited.
+
+Pure apart from the clock, which is injected; used on the network thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from swarm.p2p.libp2p.stats import Counters
+from swarm.p2p.transport import PeerRejection, PeerRejectReason, RejectionHook
+
+logger = logging.getLogger(__name__)
+
+REPORT_INTERVAL_S = 1.0
+MAX_TRACKED = 4096  # (peer, reason) pairs remembered; beyond it the oldest are reported early
+
+
+@dataclass
+class _Pending:
+    last_report: float
+    count: int = 0
+    latest: PeerRejection | None = None
+
+
+class RejectionRecorder:
+    """Counts refusals and reports them to the hook, at most once per second per (peer, reason)."""
+
+    def __init__(self, counters: Counters, clock: Callable[[], float] = time.monotonic) -> None:
+        self._counters = counters
+        self._clock = clock
+        self._hook: RejectionHook | None = None
+        self._pending: dict[tuple[str, PeerRejectReason], _Pending] = {}
+
+    def set_hook(self, hook: RejectionHook | None) -> None:
+        self._hook = hook
+
+    def note(
+        self,
+        peer_id: str,
+        reason: PeerRejectReason,
+        detail: str = "",
+        *,
+        source: str = "",
+        topic: str = "",
+    ) -> None:
+        """One refusal from `peer_id`: counted now, reported now or with the next summary."""
+        with self._counters.locked() as stats:
+            stats.peer_rejections[reason.value] += 1
+        now = self._clock()
+        rejection = PeerRejection(peer_id, reason, detail, 1, source, topic)
+        key = (peer_id, reason)
+        pending = self._pending.get(key)
+        if pending is None or now - pending.last_report >= REPORT_INTERVAL_S:
+            if pending is not None and pending.count:
+                rejection = _summed(rejection, pending.count + 1)
+            if len(self._pending) >= MAX_TRACKED and key not in self._pending:
+                self._evict_oldest()
+            self._pending[key] = _Pending(last_report=now)
+            self._report(rejection)
+            return
+        pending.count += 1
+        pending.latest = rejection
+
+    def flush(self) -> None:
+        """Report every summary whose interval has passed, and forget quiet pairs."""
+        now = self._clock()
+        for key, pending in list(self._pending.items()):
+            if now - pending.last_report < REPORT_INTERVAL_S:
+                continue
+            if pending.count and pending.latest is not None:
+                self._report(_summed(pending.latest, pending.count))
+                self._pending[key] = _Pending(last_report=now)
+            else:
+                del self._pending[key]
+
+    def _evict_oldest(self) -> None:
+        key = min(self._pending, key=lambda k: self._pending[k].last_report)
+        pending = self._pending.pop(key)
+        if pending.count and pending.latest is not None:
+            self._report(_summed(pending.latest, pending.count))
+
+    def _report(self, rejection: PeerRejection) -> None:
+        hook = self._hook
+        if hook is None:
+            return
+        try:
+            hook(rejection)
+        except Exception as exc:  # noqa: BLE001 - the node's hook must never stop the host
+            self._counters.handler_error("rejection_hook", exc)
+
+
+def _summed(rejection: PeerRejection, count: int) -> PeerRejection:
+    return PeerRejection(
+        rejection.peer_id,
+        rejection.reason,
+        rejection.detail,
+        count,
+        rejection.source,
+        rejection.topic,
+    )
