@@ -9,8 +9,6 @@ node's start is reproducible. Nothing here runs a round or touches the ledger.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from swarm.config import Config
@@ -57,14 +55,14 @@ def make_transport(config: Config, key_pair) -> Transport:
 
 
 def read_psk(path: str) -> str:
-    """The private swarm key in `path` (64 hex characters, surrounding whitespace ignored)."""
-    try:
-        text = Path(path).read_text().strip()
-    except OSError as e:
-        raise ConfigError(f"p2p.psk_file: cannot read {path}: {e.strerror or e}") from None
-    if len(text) != 64 or any(c not in "0123456789abcdefABCDEF" for c in text):
-        raise ConfigError(f"p2p.psk_file: {path} must hold exactly 64 hex characters (a 32-byte key)")
-    return text.lower()
+    """The private swarm key in `path` as 64 hex characters.
+
+    The file is in the libp2p pnet format (`/key/swarm/psk/1.0.0/`, an encoding line, the
+    key); a bare 64-hex-character file from older versions is read with a warning.
+    """
+    from swarm.p2p.swarm_key import read_key_file
+
+    return read_key_file(path).hex
 
 
 def make_generator(config: Config, policy: Policy) -> Generator:

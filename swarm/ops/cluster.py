@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,6 +112,7 @@ def member_config(member: Member, members: list[Member], folder: Path, psk_file:
 def init_cluster(out: Path, nodes: int, hosts: list[str], base_port: int, swarm_id: str) -> list[Member]:
     """Create the cluster folder; refuse to overwrite an existing one (its keys would be lost)."""
     from swarm.p2p.identity import create_identity, peer_id_of, save_identity
+    from swarm.p2p.swarm_key import generate_key, write_key_file
 
     host_plan = plan_hosts(nodes, hosts)
     ports = plan_ports(nodes, host_plan, base_port)
@@ -124,15 +123,15 @@ def init_cluster(out: Path, nodes: int, hosts: list[str], base_port: int, swarm_
         raise SwarmError(f"{out} already holds a cluster: choose another --out (its keys would be overwritten)")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        psk = secrets.token_hex(32)
-        _write_private(out / "swarm.key", psk + "\n")
+        psk = generate_key()
+        write_key_file(out / "swarm.key", psk)
         keys = [create_identity() for _ in range(nodes)]
         members = [Member(i, peer_id_of(k), host_plan[i], ports[i]) for i, k in enumerate(keys)]
         for member, key in zip(members, keys, strict=True):
             folder = out / member.name
             folder.mkdir(exist_ok=True)
             save_identity(key, folder / "identity.key")
-            _write_private(folder / "swarm.key", psk + "\n")
+            write_key_file(folder / "swarm.key", psk)
             (folder / "config.toml").write_text(member_config(member, members, folder, folder / "swarm.key", swarm_id))
         (out / "allow_list.txt").write_text("".join(m.peer_id + "\n" for m in members))
         manifest = {
@@ -144,11 +143,3 @@ def init_cluster(out: Path, nodes: int, hosts: list[str], base_port: int, swarm_
     except OSError as e:
         raise SwarmError(f"cannot write the cluster folder {out}: {e.strerror or e}") from None
     return members
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Create a file readable by its owner only (the key never exists with wider permissions)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(path, 0o600)

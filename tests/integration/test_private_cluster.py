@@ -23,6 +23,7 @@ import pytest
 
 from swarm.errors import LedgerError
 from swarm.ledger import GroupRow, Ledger, RoundRow
+from swarm.p2p.swarm_key import read_key_file
 
 OUTSIDER = Path(__file__).with_name("outsider_peer.py")
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
@@ -82,7 +83,8 @@ def test_members_share_and_outsiders_are_refused(tmp_path, tiny_model_path):
     )
     assert init.returncode == 0, init.stderr
     manifest = json.loads((out / "cluster.json").read_text())
-    psk = (out / "swarm.key").read_text().strip()
+    psk = read_key_file(out / "swarm.key").hex  # the libp2p pnet key-file format
+    assert (out / "swarm.key").read_text().startswith("/key/swarm/psk/1.0.0/\n/base16/\n")
     assert len(psk) == 64 and (out / "swarm.key").stat().st_mode & 0o777 == 0o600
     assert (out / "allow_list.txt").read_text().split() == [m["peer_id"] for m in manifest["members"]]
     members, outsiders = [], []
