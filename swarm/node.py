@@ -72,15 +72,8 @@ from swarm.policy.trainer import (
     UpdateResult,
     retokenized_samples,
 )
-from swarm.rollout import (
-    RolloutGroup,
-    Sampling,
-    SignedGroup,
-    pack_messages,
-    sign_group,
-    stored_nonce,
-)
 from swarm.sampling import BatchChoice, Candidate, Staleness, choose_batch
+from swarm.signing import sign_group
 from swarm.sync import DeltaEvent, DeltaFollower, DeltaPublisher, Expectation, TopicTap, load_into
 from swarm.tasks import (
     Task,
@@ -93,8 +86,17 @@ from swarm.tasks import (
 )
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.message import Accepted, Rejection
+from swarm.verify.reasons import Direction, Reason, Status
 from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings
 from swarm.verify.state import NONCE_MEMORY
+from swarm.wire import (
+    RolloutGroup,
+    Sampling,
+    SignedGroup,
+    pack_messages,
+    rollout_topic,
+    stored_nonce,
+)
 
 MAX_PENDING_REJECTIONS = 10_000  # rejections noted by the validator, waiting for the ledger
 
@@ -142,11 +144,6 @@ class NodeState:
     round: int = 0
     policy_version: int = 0
     rewards: list[float] = field(default_factory=list)  # mean reward per round, this run
-
-
-def rollout_topic(swarm_id: str) -> str:
-    """The gossip topic of a swarm's rollout groups."""
-    return f"swarm/{swarm_id}/rollouts/v1"
 
 
 def make_transport(config: Config, key_pair) -> Transport:
@@ -432,7 +429,7 @@ class Node:
         for item in accepted:
             digest = item.signed.content_hash
             if digest in seen or group_known(session, digest):
-                rejected.append(Rejection("duplicate", "already received", item.source, digest, item.group.sender, item.signed, item.group))
+                rejected.append(Rejection(Reason.DUPLICATE, "already received", item.source, digest, item.group.sender, item.signed, item.group))
                 continue
             seen.add(digest)
             try:
@@ -442,7 +439,7 @@ class Node:
                 rejected.append(Rejection(e.reason, e.detail, item.source, digest, item.group.sender, item.signed, item.group))
                 continue
             touch_peer(session, item.group.sender, now, model=item.group.model)
-            row = self._group_row(item.signed, item.group, "received", "accepted", source=item.source)
+            row = self._group_row(item.signed, item.group, Direction.RECEIVED, Status.ACCEPTED, source=item.source)
             session.add(row)
             session.flush()  # assigns row.id, which records of its later use refer to
             self.pool.add(self._shared_group(row.id, item, task, rewards, now))
@@ -451,16 +448,16 @@ class Node:
             if r.sender:
                 touch_peer(session, r.sender, now)
             session.add(
-                self._group_row(r.signed, r.group, "received", "rejected", source=r.source, reason=r.reason,
+                self._group_row(r.signed, r.group, Direction.RECEIVED, Status.REJECTED, source=r.source, reason=r.reason,
                                 detail=r.detail[:500], content_hash=r.content_hash, sender=r.sender)
             )
         for peer, reason in self.verifier.record(fresh, rejected):
             add_ban(session, peer, "auto", reason, now)
             self.reporter.message(f"banned {peer}: {reason}")
-        self.sharing.received_groups += len(accepted) + len([r for r in rejected if r.reason != "duplicate"])
+        self.sharing.received_groups += len(accepted) + len([r for r in rejected if r.reason != Reason.DUPLICATE])
         self.sharing.accepted_groups += len(fresh)
-        self.sharing.rejected_groups += len([r for r in rejected if r.reason != "duplicate"])
-        self.sharing.duplicates += len([r for r in rejected if r.reason == "duplicate"])
+        self.sharing.rejected_groups += len([r for r in rejected if r.reason != Reason.DUPLICATE])
+        self.sharing.duplicates += len([r for r in rejected if r.reason == Reason.DUPLICATE])
         return fresh
 
     def _spot_check(self, item: Accepted) -> None:
@@ -574,7 +571,7 @@ class Node:
                     )
                 )
         for e in events:
-            if e.status == "rejected":
+            if e.status == Status.REJECTED:
                 self.reporter.message(f"{e.kind} v{e.from_version}->v{e.to_version} from {e.peer[:16]} rejected: {e.reason}: {e.detail[:200]}")
 
     # -- one round -------------------------------------------------------------------------------
@@ -697,7 +694,7 @@ class Node:
             for peer in self.transport.peers():  # connected peers and where they are reachable
                 touch_peer(session, peer.peer_id, time.time(), addrs=json.dumps(list(peer.addrs)))
             for g in groups:
-                session.add(self._group_row(g.signed, g.wire, "sent", "sent"))
+                session.add(self._group_row(g.signed, g.wire, Direction.SENT, Status.SENT))
             session.add(
                 RoundRow(
                     round=self.state.round, policy_version=self.state.policy_version, started_at=started,

@@ -109,3 +109,4 @@ class RecentGroups:
         self._by_spec.move_to_end(spec)
         while len(self._by_spec) > self.capacity:
             self._by_spec.popitem(last=False)
+

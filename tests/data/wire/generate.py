@@ -10,23 +10,23 @@ Regenerate only on purpose (a new schema version), never to make that test pass.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import struct
 import sys
 from pathlib import Path
 
+import msgspec
+
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.rollout import (
-    DeltaManifest,
-    RolloutGroup,
-    Sampling,
-    pack_manifests,
-    pack_messages,
-    sign_group,
-    sign_manifest,
-)
+from swarm.signing import sign_group, sign_manifest
 from swarm.tasks import TaskSpec
+from swarm.wire import DeltaManifest, RolloutGroup, Sampling, pack_manifests, pack_messages
+from swarm.wire_streams import (
+    BlobStatus,
+    PeerEntry,
+    blob_request,
+    blob_response_header,
+    encode_peer_exchange,
+)
 
 KEY = create_identity(b"\x01" * 32)
 TRAINER = create_identity(b"\x03" * 32)
@@ -38,7 +38,12 @@ def groups() -> dict[str, RolloutGroup]:
         sender=peer_id_of(KEY),
         task=TaskSpec.make("chain_sum", {"min_terms": 2, "max_terms": 2}, seed=3, index=7),
         question="State the final answer to the following arithmetic problem: 4 + 5 =",
-        completions=("<answer>9</answer>", "<answer>10</answer>", "9", "<answer>ünïcode ✓</answer>"),
+        completions=(
+            "<answer>9</answer>",
+            "<answer>10</answer>",
+            "9",
+            "<answer>ünïcode ✓</answer>",
+        ),
         rewards=(1.1, 0.1, 1.0, 0.1),
         finished=(True, True, False, True),
         model="swarm-tiny",
@@ -56,8 +61,12 @@ def groups() -> dict[str, RolloutGroup]:
     wide = RolloutGroup(
         swarm_id="swarm-golden",
         sender=peer_id_of(KEY),
-        task=TaskSpec.make("basic_arithmetic", {"max_terms": 4, "min_terms": 2, "z": [1, 2.5]},
-                           seed=2**63 - 1, index=1_000_000),
+        task=TaskSpec.make(
+            "basic_arithmetic",
+            {"max_terms": 4, "min_terms": 2, "z": [1, 2.5]},
+            seed=2**63 - 1,
+            index=1_000_000,
+        ),
         question="Q" * 300,
         completions=tuple(f"<answer>{i}</answer>" for i in range(20)),
         rewards=tuple(float(i % 3) - 1.0 for i in range(20)),
@@ -90,15 +99,20 @@ def manifests() -> dict[str, DeltaManifest]:
         key="sync/abababababababab/delta/3-4",
         created_at=1_700_000_100.125,
     )
-    anchor = dataclasses.replace(
-        delta, kind="anchor", from_version=-1, to_version=70_000, size=5 * 2**32,
+    anchor = msgspec.structs.replace(
+        delta,
+        kind="anchor",
+        from_version=-1,
+        to_version=70_000,
+        size=5 * 2**32,
         key="sync/abababababababab/anchor/70000",
     )
     return {"manifest_delta": delta, "manifest_anchor": anchor}
 
 
-# The peer-exchange answer and blob-stream frames, written exactly as
-# swarm/p2p/libp2p_transport.py writes them (`_handle_px_stream`, `_frame`, `_BLOB_HEADER`).
+# A peer-exchange answer and blob-stream frames. (The first files were written with the
+# expressions swarm/p2p/libp2p_transport.py used: json.dumps({"peers": entries}).encode(),
+# struct ">I" key frames and ">BQ" response headers.)
 PX_ENTRIES = [
     {"id": peer_id_of(KEY), "addrs": ["/ip4/127.0.0.1/tcp/4001", "/ip6/::1/tcp/4002"]},
     {"id": peer_id_of(TRAINER), "addrs": ["/ip4/10.0.0.7/tcp/31337"]},
@@ -107,13 +121,18 @@ BLOB_KEY = "sync/abababababababab/index"
 
 
 def fields(obj) -> dict:
-    """A dataclass's fields as JSON-able values (bytes as hex, tuples as lists)."""
+    """A struct's fields by attribute name as JSON-able values (bytes as hex, tuples as
+    lists), without the schema version."""
 
     def plain(value):
         if isinstance(value, bytes):
             return {"hex": value.hex()}
-        if dataclasses.is_dataclass(value):
-            return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, msgspec.Struct):
+            return {
+                f.name: plain(getattr(value, f.name))
+                for f in msgspec.structs.fields(value)
+                if f.name != "v"
+            }
         if isinstance(value, tuple | list):
             return [plain(v) for v in value]
         return value
@@ -140,12 +159,12 @@ def main(out: Path) -> None:
         (out / f"{name}.sig").write_bytes(signed.signature)
         expected[name] = fields(manifest)
     (out / "manifests_message.bin").write_bytes(pack_manifests(signed_manifests))
-    (out / "peer_exchange.json.bin").write_bytes(json.dumps({"peers": PX_ENTRIES}).encode())
+    peers = [PeerEntry(e["id"], tuple(e["addrs"])) for e in PX_ENTRIES]
+    (out / "peer_exchange.json.bin").write_bytes(encode_peer_exchange(peers))
     expected["peer_exchange"] = {"peers": PX_ENTRIES}
-    key = BLOB_KEY.encode("utf-8")
-    (out / "blob_request.bin").write_bytes(struct.pack(">I", len(key)) + key)
-    (out / "blob_response_ok.bin").write_bytes(struct.pack(">BQ", 0, 1234))
-    (out / "blob_response_missing.bin").write_bytes(struct.pack(">BQ", 1, 0))
+    (out / "blob_request.bin").write_bytes(blob_request(BLOB_KEY))
+    (out / "blob_response_ok.bin").write_bytes(blob_response_header(BlobStatus.OK, 1234))
+    (out / "blob_response_missing.bin").write_bytes(blob_response_header(BlobStatus.MISSING, 0))
     expected["blob"] = {"key": BLOB_KEY, "ok_size": 1234}
     text = json.dumps(expected, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
     (out / "expected.json").write_text(text, encoding="utf-8")
