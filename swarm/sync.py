@@ -44,6 +44,7 @@ from swarm.p2p.transport import (
 from swarm.policy.delta import DeltaError, apply_delta, encode_anchor, encode_delta, read_header
 from swarm.signing import sign_manifest, verify_manifest
 from swarm.verify.reasons import Direction, Reason, Status
+from swarm.verify.state import DecodedMessages
 from swarm.wire import (
     DeltaManifest,
     SignedManifest,
@@ -376,6 +377,9 @@ class DeltaFollower:
         self._lock = threading.Lock()
         # Messages that passed the validator, and its refusals, for the node's thread.
         self._pending: collections.deque[InboundMessage | DeltaEvent] = collections.deque()
+        self._verified: DecodedMessages[list[tuple[SignedManifest, DeltaManifest]]] = (
+            DecodedMessages(MAX_PENDING)
+        )
         self._known: dict[tuple[str, int, int], DeltaManifest] = {}
         self._last_index = -float("inf")
         self._refused: set[str] = set()  # payload hashes that failed: never fetched again
@@ -385,13 +389,20 @@ class DeltaFollower:
     # -- gossip ------------------------------------------------------------------------------
 
     def validator(self, message: InboundMessage) -> str | None:
-        """Gossip validator: envelope and signatures only (stateless, cheap); refusals are noted."""
+        """Gossip validator: envelope and signatures only (stateless, cheap); refusals are noted.
+
+        The verified manifests are kept with the message's bytes, so `offer` does not decode
+        or verify them again.
+        """
         try:
-            for signed in unpack_manifests(message.data):
-                verify_manifest(signed)
+            verified = [
+                (signed, verify_manifest(signed)) for signed in unpack_manifests(message.data)
+            ]
         except RejectedMessage as e:
             self._note(_unreadable(message.source, len(message.data), e))
             return e.reason
+        with self._lock:
+            self._verified.put(message.source, message.data, verified)
         return None
 
     def offer(self, message: InboundMessage) -> None:
@@ -407,17 +418,34 @@ class DeltaFollower:
 
     def _take_pending(self, events: list[DeltaEvent]) -> None:
         with self._lock:
-            items = list(self._pending)
+            items = [
+                (
+                    item,
+                    None
+                    if isinstance(item, DeltaEvent)
+                    else self._verified.take(item.source, item.data),
+                )
+                for item in self._pending
+            ]
             self._pending.clear()
-        for item in items:
+        for item, verified in items:
             if isinstance(item, DeltaEvent):
                 events.append(item)  # refused by the validator
             else:
-                self._admit(item.data, item.source, events)
+                self._admit(item.data, item.source, events, verified)
 
-    def _admit(self, data: bytes, source: str | None, events: list[DeltaEvent]) -> None:
-        """Verify and check every manifest in a message; remember the good ones."""
-        for _, m in self._verify(data, source, events):
+    def _admit(
+        self,
+        data: bytes,
+        source: str | None,
+        events: list[DeltaEvent],
+        verified: list[tuple[SignedManifest, DeltaManifest]] | None = None,
+    ) -> None:
+        """Verify (unless the validator did) and check every manifest in a message; remember
+        the good ones."""
+        if verified is None:
+            verified = self._verify(data, source, events)
+        for _, m in verified:
             try:
                 check_manifest(m, self.expect, source)
             except RejectedMessage as e:

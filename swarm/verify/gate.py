@@ -8,8 +8,10 @@ Three entry points, one per place a group passes through the node:
    duplicates and replayed nonces, policy-version staleness and the sender's rate limit.
    A message is accepted or rejected whole (gossip forwards whole messages); only an
    accepted one leaves a trace in the state (nonces, rate tokens, versions).
-2. `recheck` runs when the round loop drains the inbox: the wire checks again (the Ed25519
-   check only if `recheck_signatures`) and bans imposed since.
+2. `recheck` runs when the round loop drains the inbox: bans imposed since. The groups
+   `admit` decoded travel with the message (kept by its bytes and source until then), so a
+   message is decoded once; one whose entry was evicted under load gets the wire checks
+   again. The Ed25519 check is repeated only with `recheck_signatures`.
 3. `verify_content` runs in the round loop (it costs a task rebuild and re-scoring):
    copycat detection, rebuilding the task from its spec, the question text, and every
    claimed reward recomputed with the sender's declared format bonus.
@@ -29,13 +31,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from swarm.errors import RejectedMessage
+from swarm.signing import check_group_signature
 from swarm.tasks import Task
 from swarm.verify import rules
 from swarm.verify.message import Accepted, Rejection, check_message, collateral
 from swarm.verify.reasons import Reason, Status
 from swarm.verify.reputation import Reputation, ReputationSettings
 from swarm.verify.rescore import rescore_group
-from swarm.verify.state import NonceCache, RateLimits, RecentGroups
+from swarm.verify.state import DecodedMessages, NonceCache, RateLimits, RecentGroups
 from swarm.wire import RolloutGroup
 
 
@@ -103,6 +106,7 @@ class Verifier:
         )  # newest per sender
         self._recent = RecentGroups()
         self._banned: frozenset[str] = frozenset()
+        self._admitted: DecodedMessages[list[Accepted]] = DecodedMessages()
 
     # -- 1. the gossip validator -----------------------------------------------------------------
 
@@ -116,6 +120,7 @@ class Verifier:
             problem = self._first_problem(accepted, now)
             if problem is None:
                 self._commit(accepted, now)
+                self._admitted.put(source, data, accepted)
                 return accepted, []
         bad, error = problem
         out = [
@@ -193,10 +198,15 @@ class Verifier:
     # -- 2. draining the inbox ---------------------------------------------------------------------
 
     def recheck(self, data: bytes, source: str) -> tuple[list[Accepted], list[Rejection]]:
-        """Decode a message the validator passed; refuse senders banned since. Never raises."""
-        accepted, rejected = check_message(
-            data, source, self.settings.swarm_id, self.settings.recheck_signatures
-        )
+        """The groups of a message the validator passed, less senders banned since. No raise."""
+        with self._lock:
+            admitted = self._admitted.take(source, data)
+        if admitted is None:  # evicted under load: decode again
+            accepted, rejected = check_message(
+                data, source, self.settings.swarm_id, self.settings.recheck_signatures
+            )
+        else:
+            accepted, rejected = self._signatures_again(admitted)
         banned = self._banned
         ok = []
         for item in accepted:
@@ -215,6 +225,29 @@ class Verifier:
             else:
                 ok.append(item)
         return ok, rejected
+
+    def _signatures_again(self, admitted: list[Accepted]) -> tuple[list[Accepted], list[Rejection]]:
+        """With `recheck_signatures`, the Ed25519 check once more (the message is refused whole)."""
+        if not self.settings.recheck_signatures:
+            return admitted, []
+        good, bad = [], []
+        for item in admitted:
+            try:
+                check_group_signature(item.signed, item.group.sender)
+            except RejectedMessage as e:
+                bad.append(
+                    Rejection(
+                        e.reason,
+                        e.detail,
+                        item.source,
+                        item.signed.content_hash,
+                        item.group.sender,
+                        item.signed,
+                    )
+                )
+            else:
+                good.append(item)
+        return (good, []) if not bad else ([], bad + collateral(good))
 
     # -- 3. the expensive checks -------------------------------------------------------------------
 

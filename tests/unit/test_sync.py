@@ -388,3 +388,24 @@ def test_publisher_started_before_the_transport_counts_the_lost_gossip():
     )
     pub.start(base_weights(), 4)
     assert pub.publish_failures == 1 and [m.kind for m in pub.served()] == ["anchor"]
+
+
+def test_a_gossiped_manifest_is_verified_once_by_the_validator_not_again(monkeypatch):
+    import swarm.sync as sync_module
+
+    verified = []
+    real = sync_module.verify_manifest
+
+    def counting(signed):
+        verified.append(signed.body)
+        return real(signed)
+
+    monkeypatch.setattr(sync_module, "verify_manifest", counting)
+    s = Swarm()
+    s.train()
+    assert len(verified) == 1  # the validator, on the gossip message
+    result = s.sync()
+    assert [(e.status, e.to_version) for e in result.events] == [("applied", 1)]
+    # Taking the message from the inbox verified nothing again; the follower's first sync also
+    # reads the trainer's index blob, whose one manifest is verified there.
+    assert len(verified) == 2 and verified[0] == verified[1]

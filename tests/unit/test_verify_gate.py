@@ -341,3 +341,35 @@ def test_content_checks_only_reject_for_any_task_spec(spec, completions, bonus):
         verifier().verify_content(group, 0.1)
     except RejectedMessage as e:
         assert e.reason in {"bad_task", "question_mismatch", "reward_mismatch", "copycat"}
+
+
+def test_a_message_is_decoded_once_from_the_validator_to_the_inbox(monkeypatch):
+    import swarm.verify.message as message_module
+
+    decoded = []
+    real = message_module.decode_group
+
+    def counting(body):
+        decoded.append(body)
+        return real(body)
+
+    monkeypatch.setattr(message_module, "decode_group", counting)
+    v = verifier(recheck_signatures=True)
+    data = message(honest(), honest(index=4))
+    assert v.admit(data, ME)[1] == [] and len(decoded) == 2
+    accepted, rejected = v.recheck(bytes(bytearray(data)), ME)  # the inbox has its own copy
+    assert rejected == [] and len(accepted) == 2 and len(decoded) == 2
+    # A message the validator did not pass here (or whose entry was evicted) is decoded again.
+    other = verifier()
+    accepted, rejected = other.recheck(data, ME)
+    assert rejected == [] and len(accepted) == 2 and len(decoded) == 4
+
+
+def test_recheck_finds_a_message_by_its_bytes_and_its_source():
+    v = verifier()
+    data = message(honest())
+    assert v.admit(data, ME)[1] == []
+    _, rejected = v.recheck(data, THEM)  # same bytes, another source: checked again, and refused
+    assert reasons(rejected) == ["sender_mismatch"]
+    accepted, rejected = v.recheck(data, ME)
+    assert rejected == [] and [a.group.sender for a in accepted] == [ME]

@@ -9,7 +9,7 @@ from swarm.tasks import TaskSpec
 from swarm.verify import rules
 from swarm.verify.reasons import Reason
 from swarm.verify.reputation import PeerRecord, Reputation, ReputationSettings
-from swarm.verify.state import NonceCache, RateLimits, RecentGroups
+from swarm.verify.state import DecodedMessages, NonceCache, RateLimits, RecentGroups
 
 
 def _reason(fn, *args) -> str | None:
@@ -113,6 +113,23 @@ def test_recent_groups_keep_the_first_few_per_spec_and_a_bounded_number_of_specs
     recent.add(specs[1], ("q", ()))
     recent.add(specs[2], ("r", ()))
     assert recent.get(specs[0]) == [] and recent.get(specs[2]) == [("r", ())]
+
+
+def test_decoded_messages_are_found_by_bytes_and_source_and_bounded():
+    kept: DecodedMessages[str] = DecodedMessages(max_messages=2, max_bytes=10)
+    kept.put("a", b"1234", "one")
+    assert kept.take("b", b"1234") is None and kept.take("a", bytes(bytearray(b"1234"))) == "one"
+    assert kept.take("a", b"1234") is None  # taken once
+    kept.put("a", b"x", "x")
+    kept.put("a", b"y", "y")
+    kept.put("a", b"z", "z")  # over the message bound: the oldest goes
+    assert len(kept) == 2 and kept.evicted == 1 and kept.take("a", b"x") is None
+    kept.put("a", b"0123456789", "big")  # over the byte bound: older ones go
+    assert (
+        kept.take("a", b"y") is None
+        and kept.take("a", b"0123456789") == "big"
+        and kept.evicted == 3
+    )
 
 
 def test_every_reason_has_a_weight_and_the_soft_ones_never_ban():
