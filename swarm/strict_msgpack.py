@@ -104,7 +104,7 @@ def diagnose(
         return RejectedMessage(Reason.UNDECODABLE, beyond)
     if not isinstance(raw, dict):
         return RejectedMessage(Reason.MALFORMED, f"{name} is not a map")
-    names = {f.encode_name for f in msgspec.structs.fields(cls)}
+    names = {wire for _, wire, _ in _fields(cls)}
     wrong_fields = set(raw) != names
     if fields_first and wrong_fields:
         return _fields_problem(name, names, raw)

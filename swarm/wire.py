@@ -193,6 +193,7 @@ class RolloutsMessage(Struct, frozen=True, forbid_unknown_fields=True):
 
     SCHEMA: ClassVar[int] = SCHEMA_VERSION
     KIND: ClassVar[str] = "rollouts"
+    ITEM: ClassVar[str] = "group"
     v: int
     kind: str
     groups: Annotated[list[SignedGroup], Meta(min_length=1, max_length=MAX_GROUPS_PER_MESSAGE)]
@@ -203,6 +204,7 @@ class ManifestsMessage(Struct, frozen=True, forbid_unknown_fields=True):
 
     SCHEMA: ClassVar[int] = MANIFEST_SCHEMA_VERSION
     KIND: ClassVar[str] = "delta_manifests"
+    ITEM: ClassVar[str] = "manifest"
     v: int
     kind: str
     manifests: Annotated[
@@ -356,12 +358,10 @@ def _unpack_envelope(
     envelope = decode_strict(data, cls, cls.SCHEMA, max_items + 8, fields_first=True)
     if envelope.kind != cls.KIND:
         raise _malformed(f"unknown message kind {envelope.kind!r}")
-    items_field = msgspec.structs.fields(cls)[-1].name  # "groups", "manifests"
-    items = getattr(envelope, items_field)
+    items = getattr(envelope, f"{cls.ITEM}s")
     for item in items:
         if len(item.body) > max_item_bytes:
-            what = items_field[:-1]
-            raise RejectedMessage(Reason.OVERSIZE, f"{what} body of {len(item.body)} bytes")
+            raise RejectedMessage(Reason.OVERSIZE, f"{cls.ITEM} body of {len(item.body)} bytes")
     return items
 
 
