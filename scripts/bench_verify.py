@@ -51,7 +51,7 @@ def run_rounds(args):
     from swarm.config import load_config
     from swarm.ledger import GroupRow, RoundRow
     from swarm.node import Node
-    from swarm.rollout import SignedGroup
+    from swarm.wire import SignedGroup
 
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         overrides = [*args.sets, f'node.run_dir="{tmp}"', f"node.rounds={args.rounds + 1}", "tasks.eval_size=0"]
@@ -87,8 +87,8 @@ def spot_check_cost(config, node, sent, repeat: int) -> tuple[float, int]:
     """
     from swarm.errors import RejectedMessage
     from swarm.policy.prompts import build_prompt
-    from swarm.rollout import decode_group
     from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings
+    from swarm.wire import decode_group
 
     checker = SpotChecker(node.policy.model, node.policy.tokenizer, SpotCheckSettings(
         completions=config.verify.spot_check_completions, min_prob=config.verify.spot_check_min_prob))
@@ -109,10 +109,13 @@ def spot_check_cost(config, node, sent, repeat: int) -> tuple[float, int]:
 
 
 def measure(config, peer_id: str, sent, repeat: int) -> dict:
+    import msgspec
+
     from swarm.p2p.identity import create_identity, peer_id_of
-    from swarm.rollout import SignedGroup, decode_group, encode_group, pack_messages, sign_group
+    from swarm.signing import sign_group
     from swarm.tasks import TaskSpec
     from swarm.verify.gate import Verifier, VerifySettings
+    from swarm.wire import SignedGroup, decode_group, encode_group, pack_messages
 
     settings = VerifySettings.from_config(config)
     fmt = config.tasks.format_reward
@@ -160,9 +163,10 @@ def measure(config, peer_id: str, sent, repeat: int) -> dict:
     me = peer_id_of(mallory)
     garbage = [bytes([i % 256]) * 600 for i in range(len(sent))]
     forged = [pack_messages([SignedGroup(s.body, b"\x00" * 64)])[0] for s in sent]
-    inflated = [pack_messages([sign_group(dataclasses.replace(g, sender=me, rewards=(1.1,) * len(g.rewards)), mallory)])[0]
+    replace = msgspec.structs.replace
+    inflated = [pack_messages([sign_group(replace(g, sender=me, rewards=(1.1,) * len(g.rewards)), mallory)])[0]
                 for g in groups]
-    unknown = [pack_messages([sign_group(dataclasses.replace(g, sender=me, task=TaskSpec.make("no_such_dataset", {}, 0, i)), mallory)])[0]
+    unknown = [pack_messages([sign_group(replace(g, sender=me, task=TaskSpec.make("no_such_dataset", {}, 0, i)), mallory)])[0]
                for i, g in enumerate(groups)]
     assert encode_group(groups[0]) == sent[0].body
 

@@ -8,6 +8,11 @@ user can act on. Anything else escaping is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from swarm.verify.reasons import Reason
+
 
 class SwarmError(Exception):
     """Base of every error swarm-node raises on purpose."""
@@ -41,10 +46,6 @@ class LedgerError(SwarmError):
     """The ledger database cannot be opened, migrated or written."""
 
 
-class WireError(SwarmError):
-    """Bytes from the wire do not decode into a valid message of a known schema."""
-
-
 class TransportError(SwarmError):
     """The peer-to-peer transport failed (listen, dial, publish, stream)."""
 
@@ -54,9 +55,9 @@ class Libp2pVersionError(TransportError):
 
 
 class RejectedMessage(SwarmError):
-    """A message from a peer was rejected. `reason` is a short stable code stored in the ledger."""
+    """A message from a peer was rejected. `reason` is a stable code, stored in the ledger."""
 
-    def __init__(self, reason: str, detail: str = "") -> None:
+    def __init__(self, reason: Reason, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail

@@ -33,6 +33,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from swarm.errors import LedgerError
+from swarm.verify.reasons import Direction, Status
 
 SCHEMA_VERSION = 3
 
@@ -129,9 +130,9 @@ class GroupRow(Base):
     __tablename__ = "rollout_groups"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     content_hash: Mapped[str] = mapped_column(String, index=True)
-    direction: Mapped[str] = mapped_column(String)  # "sent" | "received"
-    status: Mapped[str] = mapped_column(String, index=True)  # "sent" | "accepted" | "rejected"
-    reason: Mapped[str] = mapped_column(String, default="")  # rejection reason code
+    direction: Mapped[str] = mapped_column(String)  # a `Direction`
+    status: Mapped[str] = mapped_column(String, index=True)  # a `Status`: sent/accepted/rejected
+    reason: Mapped[str] = mapped_column(String, default="")  # a `Reason` if rejected, else ""
     detail: Mapped[str] = mapped_column(String, default="")
     sender: Mapped[str] = mapped_column(String, index=True, default="")  # claimed signer ("" if unknown)
     source: Mapped[str] = mapped_column(String, default="")  # libp2p origin of the message
@@ -176,15 +177,15 @@ class DeltaRow(Base):
 
     __tablename__ = "deltas"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    direction: Mapped[str] = mapped_column(String)  # "sent" | "received"
+    direction: Mapped[str] = mapped_column(String)  # a `Direction`
     peer: Mapped[str] = mapped_column(String, index=True, default="")  # the other side ("" if none)
     kind: Mapped[str] = mapped_column(String)  # "delta" | "anchor"
     from_version: Mapped[int] = mapped_column(Integer, default=-1)  # -1 for an anchor
     to_version: Mapped[int] = mapped_column(Integer)
     bytes: Mapped[int] = mapped_column(Integer)
     seconds: Mapped[float] = mapped_column(Float, default=0.0)  # encode/transfer/apply time
-    status: Mapped[str] = mapped_column(String)  # "published" | "served" | "applied" | "rejected"
-    reason: Mapped[str] = mapped_column(String, default="")  # rejection reason code
+    status: Mapped[str] = mapped_column(String)  # a `Status`: published/served/applied/rejected
+    reason: Mapped[str] = mapped_column(String, default="")  # a `Reason` if rejected, else ""
     recorded_at: Mapped[float] = mapped_column(Float)
 
 
@@ -352,7 +353,11 @@ def touch_peer(session: Session, peer_id: str, seen_at: float, model: str = "", 
 
 def group_known(session: Session, content_hash: str) -> bool:
     """Whether a group with this content hash was already sent or accepted."""
-    stmt = select(GroupRow.id).where(GroupRow.content_hash == content_hash, GroupRow.status != "rejected").limit(1)
+    stmt = (
+        select(GroupRow.id)
+        .where(GroupRow.content_hash == content_hash, GroupRow.status != Status.REJECTED)
+        .limit(1)
+    )
     return session.scalar(stmt) is not None
 
 
@@ -361,7 +366,8 @@ def recent_accepted(session: Session, since: float, limit: int) -> list[tuple[by
     accepted since `since`, at most `limit`, oldest first."""
     stmt = (
         select(GroupRow.body, GroupRow.sender, GroupRow.content_hash, GroupRow.policy_version, GroupRow.recorded_at)
-        .where(GroupRow.direction == "received", GroupRow.status == "accepted", GroupRow.recorded_at >= since)
+        .where(GroupRow.direction == Direction.RECEIVED, GroupRow.status == Status.ACCEPTED)
+        .where(GroupRow.recorded_at >= since)
         .where(GroupRow.body.is_not(None))
         .order_by(GroupRow.recorded_at.desc())
         .limit(limit)
@@ -424,7 +430,7 @@ def received_outcomes(session: Session) -> list[tuple[str, str, str, str, int]]:
     columns = (GroupRow.source, GroupRow.sender, GroupRow.status, GroupRow.reason)
     # The peer a group counts for: the transport-authenticated source, else the claimed sender.
     blamed = func.coalesce(func.nullif(GroupRow.source, ""), GroupRow.sender)
-    received = select(*columns, func.count()).where(GroupRow.direction == "received")
+    received = select(*columns, func.count()).where(GroupRow.direction == Direction.RECEIVED)
     out = [tuple(row) for row in session.execute(received.where(blamed.not_in(lifted)).group_by(*columns)).all()]
     for peer, at in lifted.items():
         since = received.where(blamed == peer, GroupRow.recorded_at > at).group_by(*columns)
@@ -434,7 +440,7 @@ def received_outcomes(session: Session) -> list[tuple[str, str, str, str, int]]:
 
 def rejections_by_reason(session: Session, sender: str | None = None) -> dict[str, int]:
     """Rejected received groups by reason (of one claimed sender, or of everyone)."""
-    stmt = select(GroupRow.reason, func.count()).where(GroupRow.status == "rejected")
+    stmt = select(GroupRow.reason, func.count()).where(GroupRow.status == Status.REJECTED)
     if sender is not None:
         stmt = stmt.where(GroupRow.sender == sender)
     return {reason: n for reason, n in session.execute(stmt.group_by(GroupRow.reason)).all()}

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from swarm.errors import TaskError
 
 # reasoning-gym datasets do not depend on `size` for item i, so one object per
@@ -36,22 +38,23 @@ ANSWER_CLOSE = "</answer>"
 _ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.DOTALL)
 
 
-@dataclass(frozen=True)
-class TaskSpec:
+class TaskSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Everything needed to rebuild one task: a reasoning-gym dataset, its config, seed and index.
 
     `config` is kept as a canonical JSON string so specs are hashable and compare equal
-    whatever the key order they were built with.
+    whatever the key order they were built with. A spec travels in every rollout group:
+    the fields are in wire order (`swarm.wire` checks their bounds).
     """
 
+    config_json: str = msgspec.field(name="config")
     dataset: str
-    config_json: str
-    seed: int
     index: int
+    seed: int
 
     @classmethod
     def make(cls, dataset: str, config: Mapping[str, Any] | None, seed: int, index: int) -> TaskSpec:
-        return cls(dataset, canonical_config(config or {}), int(seed), int(index))
+        config_json = canonical_config(config or {})
+        return cls(dataset=dataset, config_json=config_json, seed=int(seed), index=int(index))
 
     @property
     def config(self) -> dict[str, Any]:

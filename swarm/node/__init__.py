@@ -35,12 +35,11 @@ from swarm.node.assembly import (
     make_generator,
     make_transport,
     read_psk,
-    rollout_topic,
     trainer_settings,
 )
 from swarm.node.lifecycle import Node
-from swarm.node.rounds import LocalGroup, NodeState, RoundTimes, evaluate_policy
-from swarm.node.sharing import SharingStats
+from swarm.node.rounds import evaluate_policy
+from swarm.node.state import LocalGroup, NodeState, RoundTimes, SharingStats
 
 __all__ = [
     "LocalGroup",
@@ -52,6 +51,5 @@ __all__ = [
     "make_generator",
     "make_transport",
     "read_psk",
-    "rollout_topic",
     "trainer_settings",
 ]

@@ -36,11 +36,6 @@ def check_role(config: Config) -> None:
         )
 
 
-def rollout_topic(swarm_id: str) -> str:
-    """The gossip topic of a swarm's rollout groups."""
-    return f"swarm/{swarm_id}/rollouts/v1"
-
-
 def make_transport(config: Config, key_pair) -> Transport:
     """The libp2p transport this config describes (imported lazily: it pulls in trio and libp2p)."""
     from swarm.p2p.libp2p import Libp2pTransport

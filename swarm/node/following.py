@@ -20,7 +20,7 @@ from swarm.policy.model import Policy
 
 if TYPE_CHECKING:
     from swarm.node.records import Records
-    from swarm.node.rounds import NodeState
+    from swarm.node.state import NodeState
 
 
 class Following:

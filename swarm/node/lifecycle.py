@@ -30,13 +30,13 @@ from swarm.node.assembly import (
     make_trainer,
     make_transport,
     make_verifier,
-    rollout_topic,
     sampling_params,
 )
 from swarm.node.following import Following
 from swarm.node.records import Records
-from swarm.node.rounds import LocalGroup, NodeState, RoundLoop, evaluate_policy
+from swarm.node.rounds import RoundLoop, evaluate_policy
 from swarm.node.sharing import Sharing
+from swarm.node.state import LocalGroup, NodeState
 from swarm.node.sync import DeltaFollower, DeltaPublisher
 from swarm.ops.display import EvalReport, Reporter, RoundReport, RunInfo, SilentReporter
 from swarm.p2p.identity import load_or_create_identity, peer_id_of
@@ -49,6 +49,7 @@ from swarm.policy.checkpoint import (
 )
 from swarm.policy.model import load_policy
 from swarm.tasks import validate_mix
+from swarm.wire import rollout_topic
 
 
 class Node:

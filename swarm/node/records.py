@@ -28,10 +28,10 @@ from swarm.ops.display import Reporter, RoundReport
 from swarm.p2p.transport import PeerInfo
 from swarm.policy.trainer import UpdateResult
 from swarm.tasks import is_correct
+from swarm.verify.reasons import Direction, Status
 
 if TYPE_CHECKING:
-    from swarm.node.rounds import NodeState
-    from swarm.node.sharing import SharingStats
+    from swarm.node.state import NodeState, SharingStats
 
 
 class Records:
@@ -69,7 +69,7 @@ class Records:
             for peer in peers:  # connected peers and where they are reachable
                 touch_peer(session, peer.peer_id, time.time(), addrs=json.dumps(list(peer.addrs)))
             for g in groups:
-                session.add(self.group_row(g.signed, g.wire, "sent", "sent"))
+                session.add(self.group_row(g.signed, g.wire, Direction.SENT, Status.SENT))
             session.add(
                 RoundRow(
                     round=self.state.round, policy_version=self.state.policy_version, started_at=started,
@@ -130,7 +130,7 @@ class Records:
                     )
                 )
         for e in events:
-            if e.status == "rejected":
+            if e.status == Status.REJECTED:
                 self.reporter.message(f"{e.kind} v{e.from_version}->v{e.to_version} from {e.peer[:16]} rejected: {e.reason}: {e.detail[:200]}")
 
     def record_eval(self, questions: int, accuracy: float, mean_reward: float) -> None:

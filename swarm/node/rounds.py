@@ -12,58 +12,22 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from swarm.config import Config
 from swarm.experience import ExperiencePool, SharedGroup
+from swarm.node.following import Following
+from swarm.node.records import Records
+from swarm.node.sharing import Sharing
+from swarm.node.state import LocalGroup, NodeState, RoundTimes
 from swarm.ops.display import Reporter, RoundReport
 from swarm.p2p.transport import Transport
-from swarm.policy.generator import Completion, Generator, SamplingParams
+from swarm.policy.generator import Generator, SamplingParams
 from swarm.policy.grpo import group_advantages
 from swarm.policy.model import Policy
 from swarm.policy.prompts import build_prompt
 from swarm.policy.trainer import GRPOTrainer, TrainSample, UpdateResult, retokenized_samples
-from swarm.rollout import RolloutGroup, SignedGroup
 from swarm.sampling import BatchChoice, Candidate, Staleness, choose_batch
 from swarm.tasks import Task, build_task, is_correct, sample_specs, score_completion
-
-if TYPE_CHECKING:
-    from swarm.node.following import Following
-    from swarm.node.records import Records
-    from swarm.node.sharing import Sharing
-
-
-@dataclass
-class LocalGroup:
-    """One question's group as this node generated and scored it."""
-
-    task: Task
-    completions: list[Completion]
-    rewards: tuple[float, ...]
-    signed: SignedGroup | None = None
-    wire: RolloutGroup | None = None
-
-
-@dataclass
-class RoundTimes:
-    generate: float = 0.0
-    score: float = 0.0
-    train: float = 0.0
-    total: float = 0.0
-
-    @property
-    def other(self) -> float:
-        return max(0.0, self.total - self.generate - self.score - self.train)
-
-
-@dataclass
-class NodeState:
-    """Where the node is: rounds completed and updates applied since the base model."""
-
-    round: int = 0
-    policy_version: int = 0
-    rewards: list[float] = field(default_factory=list)  # mean reward per round, this run
 
 
 class RoundLoop:

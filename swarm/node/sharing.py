@@ -14,8 +14,6 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from swarm.config import Config
 from swarm.errors import RejectedMessage, TransportError
@@ -29,35 +27,22 @@ from swarm.ledger import (
     recent_accepted,
     touch_peer,
 )
+from swarm.node.records import Records
+from swarm.node.state import LocalGroup, NodeState, SharingStats
 from swarm.ops.display import Reporter
 from swarm.p2p.transport import InboundMessage, Transport
 from swarm.policy.model import Policy
 from swarm.policy.prompts import build_prompt
-from swarm.rollout import RolloutGroup, Sampling, pack_messages, sign_group, stored_nonce
+from swarm.signing import sign_group
 from swarm.tasks import Task
 from swarm.verify.gate import Verifier
 from swarm.verify.message import Accepted, Rejection
+from swarm.verify.reasons import Direction, Reason, Status
 from swarm.verify.spotcheck import SpotChecker
 from swarm.verify.state import NONCE_MEMORY
-
-if TYPE_CHECKING:
-    from swarm.node.records import Records
-    from swarm.node.rounds import LocalGroup, NodeState
+from swarm.wire import RolloutGroup, Sampling, pack_messages, stored_nonce
 
 MAX_PENDING_REJECTIONS = 10_000  # rejections noted by the validator, waiting for the ledger
-
-
-@dataclass
-class SharingStats:
-    """What this node exchanged with the swarm during this run."""
-
-    published_groups: int = 0
-    publish_failures: int = 0
-    received_groups: int = 0
-    accepted_groups: int = 0
-    rejected_groups: int = 0
-    duplicates: int = 0
-    rejections_dropped: int = 0  # validator rejections lost because the pending queue was full
 
 
 class Sharing:
@@ -193,7 +178,7 @@ class Sharing:
         for item in accepted:
             digest = item.signed.content_hash
             if digest in seen or group_known(session, digest):
-                rejected.append(Rejection("duplicate", "already received", item.source, digest, item.group.sender, item.signed, item.group))
+                rejected.append(Rejection(Reason.DUPLICATE, "already received", item.source, digest, item.group.sender, item.signed, item.group))
                 continue
             seen.add(digest)
             try:
@@ -203,7 +188,7 @@ class Sharing:
                 rejected.append(Rejection(e.reason, e.detail, item.source, digest, item.group.sender, item.signed, item.group))
                 continue
             touch_peer(session, item.group.sender, now, model=item.group.model)
-            row = self.records.group_row(item.signed, item.group, "received", "accepted", source=item.source)
+            row = self.records.group_row(item.signed, item.group, Direction.RECEIVED, Status.ACCEPTED, source=item.source)
             session.add(row)
             session.flush()  # assigns row.id, which records of its later use refer to
             self.pool.add(self._shared_group(row.id, item, task, rewards, now))
@@ -212,16 +197,16 @@ class Sharing:
             if r.sender:
                 touch_peer(session, r.sender, now)
             session.add(
-                self.records.group_row(r.signed, r.group, "received", "rejected", source=r.source, reason=r.reason,
+                self.records.group_row(r.signed, r.group, Direction.RECEIVED, Status.REJECTED, source=r.source, reason=r.reason,
                                        detail=r.detail[:500], content_hash=r.content_hash, sender=r.sender)
             )
         for peer, reason in self.verifier.record(fresh, rejected):
             add_ban(session, peer, "auto", reason, now)
             self.reporter.message(f"banned {peer}: {reason}")
-        self.stats.received_groups += len(accepted) + len([r for r in rejected if r.reason != "duplicate"])
+        self.stats.received_groups += len(accepted) + len([r for r in rejected if r.reason != Reason.DUPLICATE])
         self.stats.accepted_groups += len(fresh)
-        self.stats.rejected_groups += len([r for r in rejected if r.reason != "duplicate"])
-        self.stats.duplicates += len([r for r in rejected if r.reason == "duplicate"])
+        self.stats.rejected_groups += len([r for r in rejected if r.reason != Reason.DUPLICATE])
+        self.stats.duplicates += len([r for r in rejected if r.reason == Reason.DUPLICATE])
         return fresh
 
     def _spot_check(self, item: Accepted) -> None:

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 import blake3
 import torch
@@ -41,48 +42,36 @@ from swarm.p2p.transport import (
     Validator,
 )
 from swarm.policy.delta import DeltaError, apply_delta, encode_anchor, encode_delta, read_header
-from swarm.rollout import (
+from swarm.signing import sign_manifest, verify_manifest
+from swarm.verify.reasons import Direction, Reason, Status
+from swarm.verify.state import DecodedMessages
+from swarm.wire import (
     DeltaManifest,
     SignedManifest,
+    delta_topic,
+    index_key,
     pack_manifests,
-    sign_manifest,
+    payload_key,
     unpack_manifests,
-    verify_manifest,
 )
 
 INDEX_POLL_S = 10.0  # a follower re-reads the trainer's index at least this often (lost gossip)
 MAX_PENDING = 1024  # manifests (and validator rejections) waiting for the node's thread
 
 
-def delta_topic(swarm_id: str) -> str:
-    """The gossip topic of a swarm's delta manifests."""
-    return f"swarm/{swarm_id}/deltas/v1"
-
-
-def index_key(base_hash: str) -> str:
-    """Blob key of a trainer's index of served manifests, per base model."""
-    return f"sync/{base_hash[:16]}/index"
-
-
-def payload_key(base_hash: str, kind: str, from_version: int, to_version: int) -> str:
-    if kind == "anchor":
-        return f"sync/{base_hash[:16]}/anchor/{to_version}"
-    return f"sync/{base_hash[:16]}/delta/{from_version}-{to_version}"
-
-
 @dataclass(frozen=True)
 class DeltaEvent:
     """One delta or anchor published, applied or refused: a row of the ledger's `deltas` table."""
 
-    direction: str  # "sent" | "received"
+    direction: Direction
     peer: str  # the other side: the provider for received ones, "" for published ones
     kind: str  # "delta" | "anchor"
     from_version: int  # -1 for an anchor (or when unknown)
     to_version: int  # -1 when unknown (a message that did not decode)
     nbytes: int
     seconds: float
-    status: str  # "published" | "served" (fetched in full by `peer`) | "applied" | "rejected"
-    reason: str = ""  # rejection reason code
+    status: Status  # published, served (fetched in full by `peer`), applied or rejected
+    reason: Reason | Literal[""] = ""  # why it was rejected ("" otherwise, as the ledger keeps it)
     detail: str = ""  # for logs; the ledger keeps the code
 
 
@@ -107,23 +96,24 @@ def check_manifest(m: DeltaManifest, expect: Expectation, source: str | None = N
     """
     if m.provider != expect.provider:
         raise RejectedMessage(
-            "not_followed",
+            Reason.NOT_FOLLOWED,
             f"manifest by {m.provider[:16]}..., this node follows {expect.provider[:16]}...",
         )
     if source is not None and source != m.provider:
         raise RejectedMessage(
-            "sender_mismatch", f"published by {source[:16]}... for provider {m.provider[:16]}..."
+            Reason.SENDER_MISMATCH,
+            f"published by {source[:16]}... for provider {m.provider[:16]}...",
         )
     if m.swarm_id != expect.swarm_id:
-        raise RejectedMessage("wrong_swarm", f"manifest of swarm {m.swarm_id!r}")
+        raise RejectedMessage(Reason.WRONG_SWARM, f"manifest of swarm {m.swarm_id!r}")
     if m.model != expect.model or m.base_hash != expect.base_hash:
         raise RejectedMessage(
-            "wrong_base",
+            Reason.WRONG_BASE,
             f"manifest for {m.model!r} base {m.base_hash[:12]}, this node runs {expect.model!r} base {expect.base_hash[:12]}",
         )
     if m.size > expect.max_bytes:
         raise RejectedMessage(
-            "oversize", f"{m.kind} of {m.size} bytes exceeds the limit of {expect.max_bytes}"
+            Reason.OVERSIZE, f"{m.kind} of {m.size} bytes exceeds the limit of {expect.max_bytes}"
         )
 
 
@@ -265,7 +255,18 @@ class DeltaPublisher:
         for fetch in self.transport.served_blobs():
             m = self._recent.get(fetch.key)
             if m is not None:
-                events.append(DeltaEvent("sent", fetch.peer_id, m.kind, m.from_version, m.to_version, fetch.nbytes, 0.0, "served"))
+                events.append(
+                    DeltaEvent(
+                        Direction.SENT,
+                        fetch.peer_id,
+                        m.kind,
+                        m.from_version,
+                        m.to_version,
+                        fetch.nbytes,
+                        0.0,
+                        Status.SERVED,
+                    )
+                )
         return events
 
     def served(self) -> list[DeltaManifest]:
@@ -322,7 +323,14 @@ class DeltaPublisher:
     def _event(served: _Served, seconds: float) -> DeltaEvent:
         m = served.manifest
         return DeltaEvent(
-            "sent", "", m.kind, m.from_version, m.to_version, m.size, seconds, "published"
+            Direction.SENT,
+            "",
+            m.kind,
+            m.from_version,
+            m.to_version,
+            m.size,
+            seconds,
+            Status.PUBLISHED,
         )
 
 
@@ -367,7 +375,11 @@ class DeltaFollower:
         self.clock = clock
         self.topic = delta_topic(expect.swarm_id)
         self._lock = threading.Lock()
-        self._pending: collections.deque[tuple[str, object]] = collections.deque()
+        # Messages that passed the validator, and its refusals, for the node's thread.
+        self._pending: collections.deque[InboundMessage | DeltaEvent] = collections.deque()
+        self._verified: DecodedMessages[list[tuple[SignedManifest, DeltaManifest]]] = (
+            DecodedMessages(MAX_PENDING)
+        )
         self._known: dict[tuple[str, int, int], DeltaManifest] = {}
         self._last_index = -float("inf")
         self._refused: set[str] = set()  # payload hashes that failed: never fetched again
@@ -377,20 +389,27 @@ class DeltaFollower:
     # -- gossip ------------------------------------------------------------------------------
 
     def validator(self, message: InboundMessage) -> str | None:
-        """Gossip validator: envelope and signatures only (stateless, cheap); refusals are noted."""
+        """Gossip validator: envelope and signatures only (stateless, cheap); refusals are noted.
+
+        The verified manifests are kept with the message's bytes, so `offer` does not decode
+        or verify them again.
+        """
         try:
-            for signed in unpack_manifests(message.data):
-                verify_manifest(signed)
+            verified = [
+                (signed, verify_manifest(signed)) for signed in unpack_manifests(message.data)
+            ]
         except RejectedMessage as e:
-            self._note(("rejected", _unreadable(message.source, len(message.data), e)))
+            self._note(_unreadable(message.source, len(message.data), e))
             return e.reason
+        with self._lock:
+            self._verified.put(message.source, message.data, verified)
         return None
 
     def offer(self, message: InboundMessage) -> None:
         """A delta-topic message that passed the validator, handed over on the node's thread."""
-        self._note(("message", message))
+        self._note(message)
 
-    def _note(self, item: tuple[str, object]) -> None:
+    def _note(self, item: InboundMessage | DeltaEvent) -> None:
         with self._lock:
             if len(self._pending) >= MAX_PENDING:
                 self._pending.popleft()
@@ -399,27 +418,34 @@ class DeltaFollower:
 
     def _take_pending(self, events: list[DeltaEvent]) -> None:
         with self._lock:
-            items = list(self._pending)
+            items = [
+                (
+                    item,
+                    None
+                    if isinstance(item, DeltaEvent)
+                    else self._verified.take(item.source, item.data),
+                )
+                for item in self._pending
+            ]
             self._pending.clear()
-        for kind, item in items:
-            if kind == "rejected":
-                events.append(item)
+        for item, verified in items:
+            if isinstance(item, DeltaEvent):
+                events.append(item)  # refused by the validator
             else:
-                self._admit(item.data, item.source, events)
+                self._admit(item.data, item.source, events, verified)
 
-    def _admit(self, data: bytes, source: str | None, events: list[DeltaEvent]) -> None:
-        """Verify and check every manifest in a message; remember the good ones."""
-        try:
-            signed_list = unpack_manifests(data)
-        except RejectedMessage as e:
-            events.append(_unreadable(source, len(data), e))
-            return
-        for signed in signed_list:
-            try:
-                m = verify_manifest(signed)
-            except RejectedMessage as e:
-                events.append(_unreadable(source, len(signed.body), e))
-                continue
+    def _admit(
+        self,
+        data: bytes,
+        source: str | None,
+        events: list[DeltaEvent],
+        verified: list[tuple[SignedManifest, DeltaManifest]] | None = None,
+    ) -> None:
+        """Verify (unless the validator did) and check every manifest in a message; remember
+        the good ones."""
+        if verified is None:
+            verified = self._verify(data, source, events)
+        for _, m in verified:
             try:
                 check_manifest(m, self.expect, source)
             except RejectedMessage as e:
@@ -427,6 +453,24 @@ class DeltaFollower:
                 continue
             if m.payload_hash not in self._refused:
                 self._known[(m.kind, m.from_version, m.to_version)] = m
+
+    @staticmethod
+    def _verify(
+        data: bytes, source: str | None, events: list[DeltaEvent]
+    ) -> list[tuple[SignedManifest, DeltaManifest]]:
+        """The validly signed manifests of a message; the others (or all of it) become events."""
+        try:
+            signed_list = unpack_manifests(data)
+        except RejectedMessage as e:
+            events.append(_unreadable(source, len(data), e))
+            return []
+        verified = []
+        for signed in signed_list:
+            try:
+                verified.append((signed, verify_manifest(signed)))
+            except RejectedMessage as e:
+                events.append(_unreadable(source, len(signed.body), e))
+        return verified
 
     # -- catching up -------------------------------------------------------------------------
 
@@ -468,7 +512,7 @@ class DeltaFollower:
         try:
             blob = self.transport.fetch_blob(m.provider, m.key, timeout=self.fetch_timeout)
         except TransportError as e:
-            result.events.append(self._rejected(m, "fetch_failed", str(e)))
+            result.events.append(self._rejected(m, Reason.FETCH_FAILED, str(e)))
             return False
         try:
             info = self._check_payload(m, blob)
@@ -477,7 +521,9 @@ class DeltaFollower:
             apply_delta(self.weights, blob, expect_from_version=expect_from, threads=self.threads)
         except (RejectedMessage, DeltaError) as e:
             reason, detail = (
-                (e.reason, e.detail) if isinstance(e, RejectedMessage) else ("apply_failed", str(e))
+                (e.reason, e.detail)
+                if isinstance(e, RejectedMessage)
+                else (Reason.APPLY_FAILED, str(e))
             )
             result.events.append(self._rejected(m, reason, detail))
             self._refused.add(m.payload_hash)
@@ -489,14 +535,14 @@ class DeltaFollower:
         result.changed |= names
         result.events.append(
             DeltaEvent(
-                "received",
+                Direction.RECEIVED,
                 m.provider,
                 m.kind,
                 m.from_version,
                 m.to_version,
                 len(blob),
                 time.perf_counter() - t0,
-                "applied",
+                Status.APPLIED,
             )
         )
         return True
@@ -505,13 +551,13 @@ class DeltaFollower:
     def _check_payload(m: DeltaManifest, blob: bytes):
         """The fetched bytes are what the signed manifest announced, and say the same."""
         if len(blob) != m.size:
-            raise RejectedMessage("bad_size", f"{len(blob)} bytes, manifest says {m.size}")
+            raise RejectedMessage(Reason.BAD_SIZE, f"{len(blob)} bytes, manifest says {m.size}")
         if blake3.blake3(blob).hexdigest() != m.payload_hash:
-            raise RejectedMessage("bad_hash", "payload hash differs from the signed manifest")
+            raise RejectedMessage(Reason.BAD_HASH, "payload hash differs from the signed manifest")
         try:
             info = read_header(blob)
         except DeltaError as e:
-            raise RejectedMessage("undecodable", str(e)) from None
+            raise RejectedMessage(Reason.UNDECODABLE, str(e)) from None
         said = (
             info.kind,
             -1 if info.from_version is None else info.from_version,
@@ -520,21 +566,21 @@ class DeltaFollower:
         )
         if said != (m.kind, m.from_version, m.to_version, m.result_hash):
             raise RejectedMessage(
-                "manifest_mismatch", f"payload header {said[:3]} differs from the manifest"
+                Reason.MANIFEST_MISMATCH, f"payload header {said[:3]} differs from the manifest"
             )
         return info
 
     @staticmethod
-    def _rejected(m: DeltaManifest, reason: str, detail: str) -> DeltaEvent:
+    def _rejected(m: DeltaManifest, reason: Reason, detail: str) -> DeltaEvent:
         return DeltaEvent(
-            "received",
+            Direction.RECEIVED,
             m.provider,
             m.kind,
             m.from_version,
             m.to_version,
             m.size,
             0.0,
-            "rejected",
+            Status.REJECTED,
             reason,
             detail[:500],
         )
@@ -543,7 +589,16 @@ class DeltaFollower:
 def _unreadable(source: str | None, nbytes: int, e: RejectedMessage) -> DeltaEvent:
     """A refused message or manifest whose versions are unknown (it did not decode or verify)."""
     return DeltaEvent(
-        "received", source or "", "delta", -1, -1, nbytes, 0.0, "rejected", e.reason, e.detail[:500]
+        Direction.RECEIVED,
+        source or "",
+        "delta",
+        -1,
+        -1,
+        nbytes,
+        0.0,
+        Status.REJECTED,
+        e.reason,
+        e.detail[:500],
     )
 
 

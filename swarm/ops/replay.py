@@ -3,8 +3,8 @@
 A ledger stores every group a node sent and every group it received, as the exact signed
 bytes. Replay trusts none of the ledger's own columns: for each stored group it checks the
 body against its recorded content hash, decodes it and checks the Ed25519 signature of its
-sender (`swarm.rollout.verify_signed`), optionally the swarm id, rebuilds the task from its
-spec and re-scores every completion (`swarm.experience.rescore_group`), and compares those
+sender (`swarm.signing.verify_signed`), optionally the swarm id, rebuilds the task from its
+spec and re-scores every completion (`swarm.verify.rescore.rescore_group`), and compares those
 rewards with the ones the sender claimed (`swarm.verify.rules.check_rewards`, with the format
 bonus the sender declared). No network, no run folder: a ledger copied from another
 machine is enough.
@@ -28,18 +28,21 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from sqlalchemy import select
 
 from swarm.errors import RejectedMessage, SwarmError
-from swarm.experience import rescore_group
 from swarm.ledger import GroupRow, Ledger
-from swarm.rollout import RolloutGroup, SignedGroup, verify_signed
+from swarm.signing import verify_signed
 from swarm.tasks import Task
+from swarm.verify.reasons import Direction, Reason, Status
+from swarm.verify.rescore import rescore_group
 from swarm.verify.rules import check_rewards
+from swarm.wire import RolloutGroup, SignedGroup
 
 REWARD_TOLERANCE = 1e-6
-TRAINABLE_STATUSES = ("sent", "accepted")  # our own groups and peers' groups we accepted
+TRAINABLE_STATUSES = (Status.SENT, Status.ACCEPTED)  # our own groups and peers' groups we accepted
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class StoredGroup:
     direction: str
     status: str
     content_hash: str
-    reason: str
+    reason: Reason | Literal[""]
     local_round: int = -1  # the recording node's round when it stored the group
     detail: str = ""
     group: RolloutGroup | None = None
@@ -87,14 +90,18 @@ def verify_row(row: GroupRow, format_weight: float, swarm_id: str | None = None,
     base = {"row_id": row.id, "direction": row.direction, "status": row.status, "content_hash": row.content_hash,
             "local_round": row.local_round}
     if row.body is None or row.signature is None:
-        return StoredGroup(**base, reason="no_body", detail="the ledger kept no bytes of this message")
+        detail = "the ledger kept no bytes of this message"
+        return StoredGroup(**base, reason=Reason.NO_BODY, detail=detail)
     signed = SignedGroup(bytes(row.body), bytes(row.signature))
     if signed.content_hash != row.content_hash:
-        return StoredGroup(**base, reason="hash_mismatch", detail="body does not hash to the recorded content hash")
+        detail = "body does not hash to the recorded content hash"
+        return StoredGroup(**base, reason=Reason.HASH_MISMATCH, detail=detail)
     try:
         group = verify_signed(signed)
         if swarm_id is not None and group.swarm_id != swarm_id:
-            raise RejectedMessage("wrong_swarm", f"group is for swarm {group.swarm_id!r}, not {swarm_id!r}")
+            raise RejectedMessage(
+                Reason.WRONG_SWARM, f"group is for swarm {group.swarm_id!r}, not {swarm_id!r}"
+            )
         rescored = rescore_group(group)
         check_rewards(group.rewards, rescored.rewards(group.format_bonus), tolerance)
     except RejectedMessage as e:
@@ -218,11 +225,11 @@ def plan_updates(groups: list[StoredGroup]) -> list[tuple[int, list[StoredGroup]
     drain) were never trained on, so rounds without sent groups are not replayed. A ledger
     with no sent groups at all (an observer's) replays the accepted groups as local ones.
     """
-    own = any(g.direction == "sent" for g in groups)
+    own = any(g.direction == Direction.SENT for g in groups)
     rounds: dict[int, tuple[list, list]] = {}
     for g in groups:
         local, shared = rounds.setdefault(g.local_round, ([], []))
-        (local if g.direction == "sent" or not own else shared).append(g)
+        (local if g.direction == Direction.SENT or not own else shared).append(g)
     return [(r, *rounds[r]) for r in sorted(rounds) if rounds[r][0]]
 
 

@@ -64,15 +64,24 @@ from swarm.errors import SwarmError
 
 __all__ = [
     "FORMAT_VERSION",
+    "MAGIC",
+    "PREFIX",
+    "PROBE",
+    "SAMPLE",
+    "SCAN_CHUNK",
+    "TRAILER_LEN",
     "DeltaError",
     "DeltaInfo",
     "TensorInfo",
     "apply_chain",
     "apply_delta",
     "bf16_state_dict",
+    "build_container",
     "decode_anchor",
     "encode_anchor",
     "encode_delta",
+    "parse_container",
+    "put_values",
     "read_header",
     "weights_hash",
 ]
@@ -84,24 +93,25 @@ HASH_ALG = "blake3"
 # compression time. Callers short of bandwidth rather than CPU can pass a higher level.
 DEFAULT_LEVEL = 1
 
-_MAGIC = b"SWPD"
-_PREFIX = struct.Struct("<4sHI")
-_TRAILER_LEN = 32
+# The container's frame: magic, format version and header length up front, a blake3 trailer.
+MAGIC = b"SWPD"
+PREFIX = struct.Struct("<4sHI")
+TRAILER_LEN = 32
 _TAG_LEN = 16
 _MAX_HEADER = 64 << 20  # decompressed; ~300 bytes per tensor, so far beyond any model
 _DTYPE = "bfloat16"
 
 # Scanning for changes in slices of this many elements keeps both slices and the mask in
 # L2 for the gathers that follow (measured: 4.2 GB/s vs 3.6 at 1M and 1.2 unchunked).
-_SCAN_CHUNK = 1 << 18
+SCAN_CHUNK = 1 << 18
 # Candidate codings are compared on a strided sample of this many values when a stream is
 # longer; compressing every candidate in full would triple the encoder's zstd time.
-_SAMPLE = 1 << 16
+SAMPLE = 1 << 16
 # Measured on Bernoulli positions: a zstd'd bitmap beats zstd'd gap planes only above ~20%
 # density (at 12.5% it is 3% bigger, at 5% 25% bigger), so it is not even tried below 1/8.
 _BITMAP_MIN_DENSITY = 1 / 8
 # Long streams whose first this-many bytes zstd cannot shrink by 2% are stored verbatim.
-_PROBE = 1 << 16
+PROBE = 1 << 16
 
 Weights = Mapping[str, torch.Tensor]
 
@@ -318,7 +328,7 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 def _pack(buf: np.ndarray, level: int) -> bytes:
     """zstd-compress one stream; keep it verbatim when zstd does not make it smaller."""
     raw = memoryview(np.ascontiguousarray(buf)).cast("B")
-    if len(raw) >= 16 * _PROBE and len(_compressor(level).compress(raw[:_PROBE])) > _PROBE * 0.98:
+    if len(raw) >= 16 * PROBE and len(_compressor(level).compress(raw[:PROBE])) > PROBE * 0.98:
         # Incompressible, like the mantissa bytes of an anchor: spare zstd the full pass.
         return bytes(raw)
     packed = _compressor(level).compress(raw)
@@ -369,8 +379,8 @@ def _diff(
     in, instead of four passes over the whole tensors.
     """
     positions, old_v, new_v = [], [], []
-    for start in range(0, old.size, _SCAN_CHUNK):
-        o, w = old[start : start + _SCAN_CHUNK], new[start : start + _SCAN_CHUNK]
+    for start in range(0, old.size, SCAN_CHUNK):
+        o, w = old[start : start + SCAN_CHUNK], new[start : start + SCAN_CHUNK]
         if hashers is not None:
             hashers[0].update(_le_bytes(o))
             hashers[1].update(_le_bytes(w))
@@ -464,9 +474,9 @@ def _encode_values(
 ) -> tuple[str, list[bytes]]:
     """Cheapest value coding: (coding, [low-byte plane, high-byte plane])."""
     candidates = _value_candidates(old_v, new_v)
-    if len(candidates) > 1 and new_v.size > _SAMPLE:
+    if len(candidates) > 1 and new_v.size > SAMPLE:
         # Choose on a strided sample, then compress only the winner in full.
-        step = new_v.size // _SAMPLE
+        step = new_v.size // SAMPLE
         trial = {
             c: sum(len(_pack(p, level)) for p in _planes(v[::step], 2))
             for c, v in candidates.items()
@@ -591,7 +601,7 @@ def _encode(
         "result_hash": _overall_digest(result_entries),
         "tensors": records,
     }
-    return _build(header, streams)
+    return build_container(header, streams)
 
 
 def _check_same_tensors(old: Weights, new: Weights) -> None:
@@ -678,9 +688,13 @@ def encode_anchor(
 # --------------------------------------------------------------------------- container
 
 
-def _build(header: dict, streams: list[bytes]) -> bytes:
+def build_container(header: dict, streams: list[bytes]) -> bytes:
+    """The container of a header map and its payload streams (compressed header, checksum).
+
+    Does not check the header: `encode_delta` and `encode_anchor` build valid ones, and
+    `parse_container` checks any it reads."""
     head = zstandard.ZstdCompressor(level=3).compress(msgpack.packb(header, use_bin_type=True))
-    parts = [_PREFIX.pack(_MAGIC, FORMAT_VERSION, len(head)), head, *streams]
+    parts = [PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)), head, *streams]
     # Hash the parts in place and join once: an anchor is hundreds of MB.
     digest = blake3.blake3()
     for part in parts:
@@ -688,25 +702,25 @@ def _build(header: dict, streams: list[bytes]) -> bytes:
     return b"".join([*parts, digest.digest()])
 
 
-def _parse(blob: bytes | bytearray | memoryview) -> tuple[dict, memoryview]:
+def parse_container(blob: bytes | bytearray | memoryview) -> tuple[dict, memoryview]:
     """Verify the container and return (header, payload); nothing is trusted before this."""
     view = memoryview(blob).cast("B")
-    if len(view) < _PREFIX.size + _TRAILER_LEN:
+    if len(view) < PREFIX.size + TRAILER_LEN:
         raise DeltaError(f"not a delta: {len(view)} bytes is too short")
-    magic, version, head_len = _PREFIX.unpack_from(view)
-    if magic != _MAGIC:
+    magic, version, head_len = PREFIX.unpack_from(view)
+    if magic != MAGIC:
         raise DeltaError(f"not a delta: magic {bytes(magic)!r}")
-    body = view[: len(view) - _TRAILER_LEN]
+    body = view[: len(view) - TRAILER_LEN]
     if blake3.blake3(body).digest() != bytes(view[len(body) :]):
         raise DeltaError("corrupt delta: checksum mismatch")
     if version != FORMAT_VERSION:
         raise DeltaError(
             f"unsupported delta format version {version} (this node reads {FORMAT_VERSION})"
         )
-    if _PREFIX.size + head_len > len(body):
+    if PREFIX.size + head_len > len(body):
         raise DeltaError("corrupt delta: header runs past the end")
     try:
-        head = view[_PREFIX.size : _PREFIX.size + head_len]
+        head = view[PREFIX.size : PREFIX.size + head_len]
         if not 0 <= zstandard.frame_content_size(head) <= _MAX_HEADER:
             raise DeltaError("corrupt delta header: bad or oversized frame")
         raw = _decompressor().decompress(head)
@@ -714,7 +728,7 @@ def _parse(blob: bytes | bytearray | memoryview) -> tuple[dict, memoryview]:
     except (zstandard.ZstdError, ValueError, msgpack.UnpackException) as e:
         raise DeltaError(f"corrupt delta header: {e}") from e
     _validate_header(header)
-    return header, body[_PREFIX.size + head_len :]
+    return header, body[PREFIX.size + head_len :]
 
 
 def _require(ok: bool, rec: dict, what: str) -> None:
@@ -819,7 +833,7 @@ def read_header(blob: bytes | bytearray | memoryview) -> DeltaInfo:
     Cheap (one blake3 pass over the blob), so a node can check versions and hashes of a
     delta it received before deciding to apply it.
     """
-    header, _ = _parse(blob)
+    header, _ = parse_container(blob)
     return _info(header, len(memoryview(blob).cast("B")))
 
 
@@ -961,7 +975,7 @@ class _Journal:
                 saved_t = t.clone()
                 self._undo.append(lambda: t.copy_(saved_t))
             work = t.contiguous()
-            _put(_bits(work), idx, new_v)
+            put_values(_bits(work), idx, new_v)
             t.copy_(work)
             return
         flat = _bits(t)
@@ -969,8 +983,8 @@ class _Journal:
             saved = old_v if old_v is not None else flat.copy() if idx is None else flat[idx]
             # Logged before writing: putting the saved bits back is right even after a
             # write that failed halfway.
-            self._undo.append(lambda: _put(flat, idx, saved))
-        _put(flat, idx, new_v)
+            self._undo.append(lambda: put_values(flat, idx, saved))
+        put_values(flat, idx, new_v)
 
     def patch(self, flat: np.ndarray, idx: np.ndarray, v: np.ndarray, rec: dict) -> bytes:
         """Write a sparse change into contiguous `flat` bits and return their content digest.
@@ -983,17 +997,17 @@ class _Journal:
         saved: list[np.ndarray] = []
         if self._keep:
             # Logged before writing; restores exactly the positions written so far.
-            self._undo.append(lambda: _put(flat, idx[: sum(map(len, saved))], _concat(saved)))
+            self._undo.append(lambda: put_values(flat, idx[: sum(map(len, saved))], _concat(saved)))
         hasher = blake3.blake3()
-        starts = range(0, flat.size, _SCAN_CHUNK)
+        starts = range(0, flat.size, SCAN_CHUNK)
         bounds = np.searchsorted(idx, [*starts, flat.size])
         for start, lo, hi in zip(starts, bounds[:-1], bounds[1:], strict=True):
             if hi > lo:
                 where = idx[lo:hi]
                 old_v = flat[where]
                 saved.append(old_v)
-                _put(flat, where, _combine(rec, v[lo:hi], old_v))
-            hasher.update(_le_bytes(flat[start : start + _SCAN_CHUNK]))
+                put_values(flat, where, _combine(rec, v[lo:hi], old_v))
+            hasher.update(_le_bytes(flat[start : start + SCAN_CHUNK]))
         return hasher.digest()
 
     def rollback(self) -> None:
@@ -1006,7 +1020,9 @@ def _concat(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, np.uint16)
 
 
-def _put(flat: np.ndarray, idx: np.ndarray | None, values: np.ndarray) -> None:
+def put_values(flat: np.ndarray, idx: np.ndarray | None, values: np.ndarray) -> None:
+    """Write `values` into a flat bit view at `idx` (all of it for None): the only place
+    applying writes target weights, so a failure here exercises the rollback."""
     if idx is None:
         flat[...] = values
     else:
@@ -1143,7 +1159,7 @@ def apply_delta(
     elements (a whole copy of the weights for an anchor). Not safe against other writers
     of `weights` during the call.
     """
-    header, payload = _parse(blob)
+    header, payload = parse_container(blob)
     _apply(weights, header, payload, expect_from_version, threads, keep_undo=True)
     return _info(header, len(memoryview(blob).cast("B")))
 
@@ -1156,7 +1172,7 @@ def decode_anchor(
     Tied names come back as one shared tensor. To load into an existing model in place,
     use `apply_delta` on the model's bf16 tensors instead.
     """
-    header, payload = _parse(blob)
+    header, payload = parse_container(blob)
     if header["kind"] != "anchor":
         raise DeltaError(f"decode_anchor: blob is a {header['kind']}, not an anchor")
     weights: dict[str, torch.Tensor] = {}

@@ -8,8 +8,10 @@ Three entry points, one per place a group passes through the node:
    duplicates and replayed nonces, policy-version staleness and the sender's rate limit.
    A message is accepted or rejected whole (gossip forwards whole messages); only an
    accepted one leaves a trace in the state (nonces, rate tokens, versions).
-2. `recheck` runs when the round loop drains the inbox: the wire checks again (the Ed25519
-   check only if `recheck_signatures`) and bans imposed since.
+2. `recheck` runs when the round loop drains the inbox: bans imposed since. The groups
+   `admit` decoded travel with the message (kept by its bytes and source until then), so a
+   message is decoded once; one whose entry was evicted under load gets the wire checks
+   again. The Ed25519 check is repeated only with `recheck_signatures`.
 3. `verify_content` runs in the round loop (it costs a task rebuild and re-scoring):
    copycat detection, rebuilding the task from its spec, the question text, and every
    claimed reward recomputed with the sender's declared format bonus.
@@ -29,24 +31,24 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from swarm.errors import RejectedMessage
-from swarm.experience import rescore_group
-from swarm.rollout import RolloutGroup
+from swarm.signing import check_group_signature
 from swarm.tasks import Task
 from swarm.verify import rules
-from swarm.verify.message import Accepted, Rejection, check_message
+from swarm.verify.message import Accepted, Rejection, check_message, collateral
+from swarm.verify.reasons import Reason, Status
 from swarm.verify.reputation import Reputation, ReputationSettings
-from swarm.verify.state import NonceCache, RateLimits, RecentGroups
-
-# Reasons the wire checks give before the signature is known to be good: the claimed sender
-# of such a group proves nothing, so only the (transport-authenticated) source is blamed.
-UNSIGNED_REASONS = frozenset(
-    {"oversize", "undecodable", "unknown_schema", "malformed", "bad_reward", "non_canonical", "bad_signature"}
-)
+from swarm.verify.rescore import rescore_group
+from swarm.verify.state import DecodedMessages, NonceCache, RateLimits, RecentGroups
+from swarm.wire import RolloutGroup
 
 
-def blamed_peer(source: str, sender: str, reason: str = "") -> str:
-    """Whom a group counts for: the publishing peer, else a claimed sender its signature proved."""
-    return source or ("" if reason in UNSIGNED_REASONS else sender)
+def blamed_peer(source: str, sender: str, reason: Reason | None = None) -> str:
+    """Whom a group counts for: the publishing peer, else a claimed sender its signature proved.
+
+    A rejection before the signature was known to be good (`Reason.unsigned`) proves nothing
+    about the claimed sender, so only the (transport-authenticated) source is blamed.
+    """
+    return source or ("" if reason is not None and reason.unsigned else sender)
 
 
 @dataclass(frozen=True)
@@ -69,9 +71,15 @@ class VerifySettings:
     def from_config(cls, config) -> VerifySettings:
         v = config.verify
         return cls(
-            swarm_id=config.p2p.swarm_id, allow_list=frozenset(config.p2p.allow_list), max_age_s=v.max_age_s,
-            max_future_s=v.max_future_s, max_version_lag=v.max_version_lag, reward_tolerance=v.reward_tolerance,
-            rate_groups_per_s=v.rate_groups_per_s, rate_burst=v.rate_burst, copycat_overlap=v.copycat_overlap,
+            swarm_id=config.p2p.swarm_id,
+            allow_list=frozenset(config.p2p.allow_list),
+            max_age_s=v.max_age_s,
+            max_future_s=v.max_future_s,
+            max_version_lag=v.max_version_lag,
+            reward_tolerance=v.reward_tolerance,
+            rate_groups_per_s=v.rate_groups_per_s,
+            rate_burst=v.rate_burst,
+            copycat_overlap=v.copycat_overlap,
             recheck_signatures=v.recheck_signatures,
             reputation=ReputationSettings(v.throttle_below, v.ban_after, v.ban_below),
         )
@@ -80,7 +88,12 @@ class VerifySettings:
 class Verifier:
     """Checks peers' groups and keeps what the checks need to remember (bounded)."""
 
-    def __init__(self, settings: VerifySettings, clock: Callable[[], float] = time.time, own_peer_id: str = ""):
+    def __init__(
+        self,
+        settings: VerifySettings,
+        clock: Callable[[], float] = time.time,
+        own_peer_id: str = "",
+    ):
         self.settings = settings
         self.clock = clock
         self.own_peer_id = own_peer_id
@@ -88,9 +101,12 @@ class Verifier:
         self._lock = threading.Lock()
         self._nonces = NonceCache(ttl_s=settings.max_age_s)
         self._rates = RateLimits(settings.rate_groups_per_s, settings.rate_burst)
-        self._versions: collections.OrderedDict[str, int] = collections.OrderedDict()  # newest per sender
+        self._versions: collections.OrderedDict[str, int] = (
+            collections.OrderedDict()
+        )  # newest per sender
         self._recent = RecentGroups()
         self._banned: frozenset[str] = frozenset()
+        self._admitted: DecodedMessages[list[Accepted]] = DecodedMessages()
 
     # -- 1. the gossip validator -----------------------------------------------------------------
 
@@ -104,17 +120,25 @@ class Verifier:
             problem = self._first_problem(accepted, now)
             if problem is None:
                 self._commit(accepted, now)
+                self._admitted.put(source, data, accepted)
                 return accepted, []
         bad, error = problem
-        out = [Rejection(error.reason, error.detail, source, bad.signed.content_hash, bad.group.sender, bad.signed, bad.group)]
-        out += [
-            Rejection("in_rejected_message", "another group of the same message was rejected", source,
-                      a.signed.content_hash, a.group.sender, a.signed, a.group)
-            for a in accepted if a is not bad
+        out = [
+            Rejection(
+                error.reason,
+                error.detail,
+                source,
+                bad.signed.content_hash,
+                bad.group.sender,
+                bad.signed,
+                bad.group,
+            )
         ]
-        return [], out
+        return [], out + collateral([a for a in accepted if a is not bad])
 
-    def _first_problem(self, accepted: list[Accepted], now: float) -> tuple[Accepted, RejectedMessage] | None:
+    def _first_problem(
+        self, accepted: list[Accepted], now: float
+    ) -> tuple[Accepted, RejectedMessage] | None:
         s = self.settings
         nonces: dict[tuple[str, bytes], str] = {}
         wanted: collections.Counter[str] = collections.Counter()
@@ -126,11 +150,16 @@ class Verifier:
                 key = (group.sender, bytes(group.nonce))
                 first = nonces.get(key) or self._nonces.lookup(*key)
                 if first == digest:
-                    raise RejectedMessage(rules.DUPLICATE, "already received")
+                    raise RejectedMessage(Reason.DUPLICATE, "already received")
                 if first is not None:
-                    raise RejectedMessage(rules.REPLAYED_NONCE, "the sender already used this nonce for another group")
+                    raise RejectedMessage(
+                        Reason.REPLAYED_NONCE,
+                        "the sender already used this nonce for another group",
+                    )
                 rules.check_age(group.created_at, now, s.max_age_s, s.max_future_s)
-                rules.check_version(group.policy_version, self._versions.get(group.sender), s.max_version_lag)
+                rules.check_version(
+                    group.policy_version, self._versions.get(group.sender), s.max_version_lag
+                )
             except RejectedMessage as e:
                 return item, e
             nonces[key] = digest
@@ -138,7 +167,9 @@ class Verifier:
         for sender, n in wanted.items():
             if not self._rates.allows(sender, n, now, self.reputation.rate_factor(sender)):
                 item = next(a for a in accepted if a.group.sender == sender)
-                return item, RejectedMessage(rules.RATE_LIMITED, f"{sender[:16]}... sent more than its rate limit allows")
+                return item, RejectedMessage(
+                    Reason.RATE_LIMITED, f"{sender[:16]}... sent more than its rate limit allows"
+                )
         return None
 
     def _commit(self, accepted: list[Accepted], now: float) -> None:
@@ -151,7 +182,9 @@ class Verifier:
         while len(self._versions) > 100_000:
             self._versions.popitem(last=False)
 
-    def remember(self, sender: str, nonce: bytes, content_hash: str, policy_version: int, seen_at: float) -> None:
+    def remember(
+        self, sender: str, nonce: bytes, content_hash: str, policy_version: int, seen_at: float
+    ) -> None:
         """Restore what an accepted group taught the checks (its nonce, its sender's version).
 
         A node calls this on start for groups its ledger accepted within the age limit, so a
@@ -165,21 +198,62 @@ class Verifier:
     # -- 2. draining the inbox ---------------------------------------------------------------------
 
     def recheck(self, data: bytes, source: str) -> tuple[list[Accepted], list[Rejection]]:
-        """Decode a message the validator passed; refuse senders banned since. Never raises."""
-        accepted, rejected = check_message(data, source, self.settings.swarm_id, self.settings.recheck_signatures)
+        """The groups of a message the validator passed, less senders banned since. No raise."""
+        with self._lock:
+            admitted = self._admitted.take(source, data)
+        if admitted is None:  # evicted under load: decode again
+            accepted, rejected = check_message(
+                data, source, self.settings.swarm_id, self.settings.recheck_signatures
+            )
+        else:
+            accepted, rejected = self._signatures_again(admitted)
         banned = self._banned
         ok = []
         for item in accepted:
             if item.group.sender in banned:
-                rejected.append(Rejection(rules.BANNED, "banned after the message arrived", source,
-                                          item.signed.content_hash, item.group.sender, item.signed, item.group))
+                rejected.append(
+                    Rejection(
+                        Reason.BANNED,
+                        "banned after the message arrived",
+                        source,
+                        item.signed.content_hash,
+                        item.group.sender,
+                        item.signed,
+                        item.group,
+                    )
+                )
             else:
                 ok.append(item)
         return ok, rejected
 
+    def _signatures_again(self, admitted: list[Accepted]) -> tuple[list[Accepted], list[Rejection]]:
+        """With `recheck_signatures`, the Ed25519 check once more (the message is refused whole)."""
+        if not self.settings.recheck_signatures:
+            return admitted, []
+        good, bad = [], []
+        for item in admitted:
+            try:
+                check_group_signature(item.signed, item.group.sender)
+            except RejectedMessage as e:
+                bad.append(
+                    Rejection(
+                        e.reason,
+                        e.detail,
+                        item.source,
+                        item.signed.content_hash,
+                        item.group.sender,
+                        item.signed,
+                    )
+                )
+            else:
+                good.append(item)
+        return (good, []) if not bad else ([], bad + collateral(good))
+
     # -- 3. the expensive checks -------------------------------------------------------------------
 
-    def verify_content(self, group: RolloutGroup, format_weight: float) -> tuple[Task, tuple[float, ...]]:
+    def verify_content(
+        self, group: RolloutGroup, format_weight: float
+    ) -> tuple[Task, tuple[float, ...]]:
         """Copycat, task rebuild, question and reward checks; returns the task and *our* rewards.
 
         Raises `RejectedMessage` (copycat, bad_task, question_mismatch, reward_mismatch).
@@ -189,7 +263,9 @@ class Verifier:
             earlier = self._recent.get(group.task)
         rules.check_not_copy(group.sender, prints, earlier, self.settings.copycat_overlap)
         rescored = rescore_group(group)
-        rules.check_rewards(group.rewards, rescored.rewards(group.format_bonus), self.settings.reward_tolerance)
+        rules.check_rewards(
+            group.rewards, rescored.rewards(group.format_bonus), self.settings.reward_tolerance
+        )
         with self._lock:
             self._recent.add(group.task, (group.sender, prints))
         return rescored.task, rescored.rewards(format_weight)
@@ -201,20 +277,30 @@ class Verifier:
 
     # -- reputation and bans -----------------------------------------------------------------------
 
-    def record(self, accepted: Iterable[Accepted], rejected: Iterable[Rejection]) -> list[tuple[str, str]]:
+    def record(
+        self, accepted: Iterable[Accepted], rejected: Iterable[Rejection]
+    ) -> list[tuple[str, str]]:
         """Feed outcomes to the reputation; return (peer, reason) of peers to ban now (already refused)."""
         to_ban: dict[str, str] = {}
         with self._lock:
             for item in accepted:
-                self.reputation.accepted(blamed_peer(item.source, item.group.sender), item.group.finished)
+                self.reputation.accepted(
+                    blamed_peer(item.source, item.group.sender), item.group.finished
+                )
             for r in rejected:
                 peer = blamed_peer(r.source, r.sender, r.reason)
                 if not peer or peer == self.own_peer_id:
                     continue
                 self.reputation.rejected(peer, r.reason)
-                if peer not in self._banned and peer not in self.settings.allow_list and self.reputation.should_ban(peer):
+                if (
+                    peer not in self._banned
+                    and peer not in self.settings.allow_list
+                    and self.reputation.should_ban(peer)
+                ):
                     rec = self.reputation.record(peer)
-                    to_ban[peer] = f"score {rec.score:.3f} after {sum(rec.rejected.values())} rejected groups"
+                    to_ban[peer] = (
+                        f"score {rec.score:.3f} after {sum(rec.rejected.values())} rejected groups"
+                    )
             if to_ban:
                 self._banned = self._banned | frozenset(to_ban)
         return list(to_ban.items())
@@ -226,13 +312,14 @@ class Verifier:
         apart in the ledger, and bans come back from the ledger's own table.
         """
         with self._lock:
-            for source, sender, status, reason, n in outcomes:
-                peer = blamed_peer(source, sender, reason if status == "rejected" else "")
+            for source, sender, status, code, n in outcomes:
+                reason = Reason.from_stored(code) if status == Status.REJECTED else None
+                peer = blamed_peer(source, sender, reason)
                 if not peer or peer == self.own_peer_id:
                     continue
-                if status == "accepted":
+                if status == Status.ACCEPTED:
                     self.reputation.record(peer).accepted += n
-                elif status == "rejected":
+                elif reason is not None:
                     self.reputation.record(peer).rejected[reason] += n
 
     def set_bans(self, peers: Iterable[str]) -> None:

@@ -19,14 +19,16 @@ import hashlib
 from dataclasses import dataclass
 
 from swarm.errors import RejectedMessage
-from swarm.rollout import RolloutGroup, SignedGroup, decode_group, unpack_message, verify_signed
+from swarm.signing import check_group_signature
+from swarm.verify.reasons import Reason
+from swarm.wire import RolloutGroup, SignedGroup, decode_group, unpack_message
 
 
 @dataclass(frozen=True)
 class Rejection:
     """One rejected group (or a whole undecodable message), with what is known of it."""
 
-    reason: str
+    reason: Reason
     detail: str
     source: str  # libp2p source peer of the message
     content_hash: str  # of the group body, or of the whole message if it never decoded
@@ -47,7 +49,8 @@ class Accepted:
 def check_message(
     data: bytes, source: str, swarm_id: str, verify_signatures: bool = True
 ) -> tuple[list[Accepted], list[Rejection]]:
-    """Split and check a gossip message. Never raises: every problem becomes a `Rejection`.
+    """Split and check a gossip message, decoding each group once. Never raises: every
+    problem becomes a `Rejection`.
 
     `verify_signatures=False` only for bytes this process already checked (the inbox holds
     messages the gossip validator passed); it skips the Ed25519 check, nothing else.
@@ -60,34 +63,56 @@ def check_message(
     rejected: list[Rejection] = []
     for signed in signed_groups:
         try:
-            group = check_group(signed, source, swarm_id, verify_signatures)
+            group = decode_group(signed.body)
         except RejectedMessage as e:
-            rejected.append(Rejection(e.reason, e.detail, source, signed.content_hash, _claimed_sender(signed), signed))
+            rejected.append(Rejection(e.reason, e.detail, source, signed.content_hash, "", signed))
+            continue
+        try:
+            check_group(signed, group, source, swarm_id, verify_signatures)
+        except RejectedMessage as e:
+            rejected.append(
+                Rejection(e.reason, e.detail, source, signed.content_hash, group.sender, signed)
+            )
         else:
             accepted.append(Accepted(signed, group, source))
     if rejected and accepted:
-        rejected += [
-            Rejection("in_rejected_message", "another group of the same message was rejected", source,
-                      a.signed.content_hash, a.group.sender, a.signed, a.group)
-            for a in accepted
-        ]
+        rejected += collateral(accepted)
         accepted = []
     return accepted, rejected
 
 
-def check_group(signed: SignedGroup, source: str, swarm_id: str, verify_signatures: bool = True) -> RolloutGroup:
-    """The cheap checks on one signed group; raises `RejectedMessage` with a reason code."""
-    group = verify_signed(signed) if verify_signatures else decode_group(signed.body)
+def collateral(accepted: list[Accepted]) -> list[Rejection]:
+    """The good groups of a message that is refused for another of its groups."""
+    return [
+        Rejection(
+            Reason.IN_REJECTED_MESSAGE,
+            "another group of the same message was rejected",
+            a.source,
+            a.signed.content_hash,
+            a.group.sender,
+            a.signed,
+            a.group,
+        )
+        for a in accepted
+    ]
+
+
+def check_group(
+    signed: SignedGroup,
+    group: RolloutGroup,
+    source: str,
+    swarm_id: str,
+    verify_signatures: bool = True,
+) -> None:
+    """The cheap checks on one decoded group; raises `RejectedMessage` with its reason."""
+    if verify_signatures:
+        check_group_signature(signed, group.sender)
     if group.swarm_id != swarm_id:
-        raise RejectedMessage("wrong_swarm", f"group is for swarm {group.swarm_id!r}, not {swarm_id!r}")
+        raise RejectedMessage(
+            Reason.WRONG_SWARM, f"group is for swarm {group.swarm_id!r}, not {swarm_id!r}"
+        )
     if source and group.sender != source:
-        raise RejectedMessage("sender_mismatch", f"signed by {group.sender[:16]}... but published by {source[:16]}...")
-    return group
-
-
-def _claimed_sender(signed: SignedGroup) -> str:
-    """The sender field of a group that failed later checks, if its body decodes at all."""
-    try:
-        return decode_group(signed.body).sender
-    except RejectedMessage:
-        return ""
+        raise RejectedMessage(
+            Reason.SENDER_MISMATCH,
+            f"signed by {group.sender[:16]}... but published by {source[:16]}...",
+        )

@@ -5,7 +5,7 @@ signals (copycat groups, groups none of whose completions terminated). The score
 
     score = (accepted + 1) / (accepted + 1 + penalty)
 
-where `penalty` weighs each rejection by how surely it means bad faith (`WEIGHTS`): a bad
+where `penalty` weighs each rejection by how surely it means bad faith (`Reason.weight`): a bad
 signature or an inflated reward counts fully, a stale group (clock skew, a slow network)
 or a group over the rate limit only a little, and collateral rejections (a good group in a
 message with a bad one, a duplicate the network delivered twice) not at all. Below
@@ -28,19 +28,8 @@ import collections
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-# Penalty per rejected group, by reason; unlisted reasons weigh 1.0.
-WEIGHTS: dict[str, float] = {
-    "duplicate": 0.0,  # gossip may deliver twice; replays are also costless to us
-    "in_rejected_message": 0.0,  # collateral: the bad group of that message is counted
-    "banned": 0.0,
-    "not_allowed": 0.0,
-    "rate_limited": 0.2,
-    "stale": 0.25,
-    "from_future": 0.25,
-    "stale_version": 0.25,
-    "copycat": 0.5,  # soft: two nodes sharing a task seed can meet honestly
-    "implausible_tokens": 0.5,  # soft: a spot check under weights that may have drifted
-}
+from swarm.verify.reasons import Reason
+
 UNTERMINATED_WEIGHT = 0.1  # an accepted group none of whose completions ended: soft
 
 
@@ -49,18 +38,18 @@ class PeerRecord:
     """What one peer sent: accepted groups, rejections by reason, soft signals."""
 
     accepted: int = 0
-    rejected: collections.Counter = field(default_factory=collections.Counter)
+    rejected: collections.Counter[Reason] = field(default_factory=collections.Counter)
     unterminated: int = 0  # accepted groups with no finished completion
 
     @property
     def penalty(self) -> float:
-        bad = sum(WEIGHTS.get(reason, 1.0) * n for reason, n in self.rejected.items())
+        bad = sum(reason.weight * n for reason, n in self.rejected.items())
         return bad + UNTERMINATED_WEIGHT * self.unterminated
 
     @property
     def hard_penalty(self) -> float:
         """Rejections that only bad faith (or a broken node) produces: the ones that can ban."""
-        return float(sum(n for reason, n in self.rejected.items() if WEIGHTS.get(reason, 1.0) >= 1.0))
+        return float(sum(n for reason, n in self.rejected.items() if reason.weight >= 1.0))
 
     @property
     def score(self) -> float:
@@ -68,8 +57,13 @@ class PeerRecord:
         return (self.accepted + 1) / (self.accepted + 1 + self.penalty)
 
     def as_dict(self) -> dict:
-        return {"accepted": self.accepted, "rejected": dict(self.rejected), "unterminated": self.unterminated,
-                "penalty": round(self.penalty, 3), "score": round(self.score, 4)}
+        return {
+            "accepted": self.accepted,
+            "rejected": dict(self.rejected),
+            "unterminated": self.unterminated,
+            "penalty": round(self.penalty, 3),
+            "score": round(self.score, 4),
+        }
 
 
 @dataclass(frozen=True)
@@ -102,7 +96,7 @@ class Reputation:
         if not any(finished):
             rec.unterminated += 1
 
-    def rejected(self, peer: str, reason: str) -> None:
+    def rejected(self, peer: str, reason: Reason) -> None:
         self.record(peer).rejected[reason] += 1
 
     def rate_factor(self, peer: str) -> float:
@@ -116,7 +110,12 @@ class Reputation:
     def should_ban(self, peer: str) -> bool:
         rec = self._peers.get(peer)
         s = self.settings
-        return rec is not None and s.ban_after > 0 and rec.hard_penalty >= s.ban_after and rec.score < s.ban_below
+        return (
+            rec is not None
+            and s.ban_after > 0
+            and rec.hard_penalty >= s.ban_after
+            and rec.score < s.ban_below
+        )
 
     def forget(self, peer: str) -> None:
         """Start a peer afresh (after its user lifted a ban)."""

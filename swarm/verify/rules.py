@@ -1,11 +1,11 @@
 """Verification rules: pure checks over a decoded rollout group and plain values.
 
-Each `check_*` raises `RejectedMessage` with a stable reason code (stored in the ledger) or
+Each `check_*` raises `RejectedMessage` with a `Reason` (stored in the ledger) or
 returns None. They take everything they need as arguments (the time, the sender's newest
 policy version, the ban set), so they are unit-tested without network, clock or disk.
 
-Deliberately not here: wire decoding and signatures (`swarm.rollout`, `swarm.verify.message`),
-the state these checks consult (`swarm.verify.state`), or rebuilding tasks (`swarm.experience`).
+Deliberately not here: wire decoding and signatures (`swarm.wire`, `swarm.verify.message`),
+the state these checks consult (`swarm.verify.state`), or rebuilding tasks (`swarm.verify.rescore`).
 """
 
 from __future__ import annotations
@@ -16,37 +16,33 @@ import math
 from collections.abc import Collection, Sequence
 
 from swarm.errors import RejectedMessage
-
-# Reason codes added by this package (the wire decoder's are in swarm.rollout / message.py).
-NOT_ALLOWED = "not_allowed"
-BANNED = "banned"
-RATE_LIMITED = "rate_limited"
-STALE = "stale"
-FROM_FUTURE = "from_future"
-STALE_VERSION = "stale_version"
-DUPLICATE = "duplicate"
-REPLAYED_NONCE = "replayed_nonce"
-REWARD_MISMATCH = "reward_mismatch"
-COPYCAT = "copycat"
+from swarm.verify.reasons import Reason
 
 
 def check_allowed(sender: str, allow_list: Collection[str]) -> None:
     """With a non-empty allow-list, only its peers may send groups."""
     if allow_list and sender not in allow_list:
-        raise RejectedMessage(NOT_ALLOWED, f"sender {sender[:16]}... is not on p2p.allow_list")
+        raise RejectedMessage(
+            Reason.NOT_ALLOWED, f"sender {sender[:16]}... is not on p2p.allow_list"
+        )
 
 
 def check_not_banned(sender: str, banned: Collection[str]) -> None:
     if sender in banned:
-        raise RejectedMessage(BANNED, f"sender {sender[:16]}... is banned")
+        raise RejectedMessage(Reason.BANNED, f"sender {sender[:16]}... is banned")
 
 
 def check_age(created_at: float, now: float, max_age_s: float, max_future_s: float) -> None:
     """A group must not be older than `max_age_s` nor dated more than `max_future_s` ahead."""
     if created_at > now + max_future_s:
-        raise RejectedMessage(FROM_FUTURE, f"created {created_at - now:.0f} s in the future (allowed skew {max_future_s:.0f} s)")
+        raise RejectedMessage(
+            Reason.FROM_FUTURE,
+            f"created {created_at - now:.0f} s in the future (allowed skew {max_future_s:.0f} s)",
+        )
     if max_age_s > 0 and created_at < now - max_age_s:
-        raise RejectedMessage(STALE, f"created {now - created_at:.0f} s ago (limit {max_age_s:.0f} s)")
+        raise RejectedMessage(
+            Reason.STALE, f"created {now - created_at:.0f} s ago (limit {max_age_s:.0f} s)"
+        )
 
 
 def check_version(policy_version: int, newest_from_sender: int | None, max_lag: int) -> None:
@@ -55,9 +51,14 @@ def check_version(policy_version: int, newest_from_sender: int | None, max_lag: 
     Compared with the sender's own history, not with our version: peers run other models
     and join late, so their version numbers say nothing about ours.
     """
-    if max_lag >= 0 and newest_from_sender is not None and policy_version + max_lag < newest_from_sender:
+    if (
+        max_lag >= 0
+        and newest_from_sender is not None
+        and policy_version + max_lag < newest_from_sender
+    ):
         raise RejectedMessage(
-            STALE_VERSION, f"policy version {policy_version} is more than {max_lag} behind the sender's v{newest_from_sender}"
+            Reason.STALE_VERSION,
+            f"policy version {policy_version} is more than {max_lag} behind the sender's v{newest_from_sender}",
         )
 
 
@@ -65,7 +66,9 @@ def check_rewards(claimed: Sequence[float], recomputed: Sequence[float], toleran
     """Every claimed reward must equal the locally recomputed one (within float tolerance)."""
     for i, (c, r) in enumerate(zip(claimed, recomputed, strict=True)):
         if not (math.isfinite(c) and abs(c - r) <= tolerance):
-            raise RejectedMessage(REWARD_MISMATCH, f"completion {i}: claimed reward {c!r}, recomputed {r!r}")
+            raise RejectedMessage(
+                Reason.REWARD_MISMATCH, f"completion {i}: claimed reward {c!r}, recomputed {r!r}"
+            )
 
 
 def fingerprint(completions: Sequence[str]) -> tuple[bytes, ...]:
@@ -74,7 +77,10 @@ def fingerprint(completions: Sequence[str]) -> tuple[bytes, ...]:
     Digests, not texts, are what the verifier remembers: a peer's long completions must not
     grow its memory.
     """
-    return tuple(hashlib.blake2b(c.strip().encode("utf-8", "surrogatepass"), digest_size=8).digest() for c in completions)
+    return tuple(
+        hashlib.blake2b(c.strip().encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        for c in completions
+    )
 
 
 def overlap(a: Sequence[bytes], b: Sequence[bytes]) -> float:
@@ -99,4 +105,7 @@ def check_not_copy(sender: str, fingerprints: Sequence[bytes], earlier, threshol
     for other, theirs in earlier:
         share = overlap(fingerprints, theirs)
         if other != sender and share >= threshold:
-            raise RejectedMessage(COPYCAT, f"{share:.0%} of the completions copy {other[:16]}...'s group for the same task")
+            raise RejectedMessage(
+                Reason.COPYCAT,
+                f"{share:.0%} of the completions copy {other[:16]}...'s group for the same task",
+            )

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 import torch
 
 from swarm.errors import RejectedMessage
-from swarm.rollout import RolloutGroup, Sampling
-
-IMPLAUSIBLE_TOKENS = "implausible_tokens"
+from swarm.verify.reasons import Reason
+from swarm.wire import RolloutGroup, Sampling
 
 
 @dataclass(frozen=True)
@@ -103,24 +102,33 @@ class SpotChecker:
         if self.settings.completions <= 0:
             return
         if len(group.token_ids) != len(group.completions):
-            raise RejectedMessage(IMPLAUSIBLE_TOKENS, "declares our model and version but carries no token ids to check")
+            raise RejectedMessage(
+                Reason.IMPLAUSIBLE_TOKENS,
+                "declares our model and version but carries no token ids to check",
+            )
         prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         for i in chosen_completions(group, content_hash, self.settings.completions):
             tokens = list(group.token_ids[i])
             if self.tokenizer.decode(tokens, skip_special_tokens=False) != group.completions[i]:
-                raise RejectedMessage(IMPLAUSIBLE_TOKENS, f"completion {i}: its token ids do not spell its text")
+                raise RejectedMessage(
+                    Reason.IMPLAUSIBLE_TOKENS,
+                    f"completion {i}: its token ids do not spell its text",
+                )
             if not tokens:
                 continue
-            bad = implausible_tokens(self._logits(prompt_ids, tokens), tokens, group.sampling, self.settings)
+            logits = self.logits(prompt_ids, tokens)
+            bad = implausible_tokens(logits, tokens, group.sampling, self.settings)
             self.checked += 1
             if bad:
                 position, why = bad[0]
                 raise RejectedMessage(
-                    IMPLAUSIBLE_TOKENS, f"completion {i}, token {position}: {why} ({len(bad)} of {len(tokens)} tokens)"
+                    Reason.IMPLAUSIBLE_TOKENS,
+                    f"completion {i}, token {position}: {why} ({len(bad)} of {len(tokens)} tokens)",
                 )
 
     @torch.no_grad()
-    def _logits(self, prompt_ids: list[int], tokens: list[int]) -> torch.Tensor:
+    def logits(self, prompt_ids: list[int], tokens: list[int]) -> torch.Tensor:
+        """Our model's logits that predict each of `tokens` after the prompt ([T, V])."""
         device = next(self.model.parameters()).device
         vocab = self.model.get_input_embeddings().num_embeddings
         safe = [t if 0 <= t < vocab else 0 for t in tokens]  # out-of-range ids are flagged, not embedded
@@ -133,8 +141,3 @@ class SpotChecker:
             self.model.train(was_training)
         # The logits at position j predict token j + 1.
         return logits[len(prompt_ids) - 1 : len(prompt_ids) - 1 + len(tokens)]
-
-    def logits(self, prompt_ids: list[int], tokens: list[int]) -> torch.Tensor:
-        """The model's logits at each position of `tokens` after `prompt_ids` (row j scores
-        token j), as the check sees them."""
-        return self._logits(prompt_ids, tokens)

@@ -1,4 +1,5 @@
-"""The bounded memories verification consults: seen nonces, rate buckets, recent completions.
+"""The bounded memories verification consults: seen nonces, rate buckets, recent completions,
+and what the gossip validator decoded from messages still waiting in the inbox.
 
 Each class is plain data with explicit times passed in (no clock reads), bounded in size,
 and not thread-safe on its own: `swarm.verify.gate.Verifier` serialises access.
@@ -11,10 +12,14 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import blake3
 
 from swarm.tasks import TaskSpec
 
 NONCE_MEMORY = 200_000  # (sender, nonce) pairs a verifier remembers at most
+T = TypeVar("T")
 
 
 class NonceCache:
@@ -109,3 +114,42 @@ class RecentGroups:
         self._by_spec.move_to_end(spec)
         while len(self._by_spec) > self.capacity:
             self._by_spec.popitem(last=False)
+
+
+class DecodedMessages(Generic[T]):
+    """What the gossip validator made of a message, until the round loop takes it from the inbox.
+
+    A transport hands the validator and the inbox separate copies of a message, so it is
+    found again by its bytes (a blake3 digest) and its libp2p source. Bounded in messages
+    and in their bytes, oldest out first (`evicted` counts them): a message taken after its
+    entry left is simply decoded again.
+    """
+
+    def __init__(self, max_messages: int = 8192, max_bytes: int = 64 << 20):
+        self.max_messages, self.max_bytes = max_messages, max_bytes
+        # (source, digest) -> (value, bytes of the message)
+        self._items: collections.OrderedDict[tuple[str, bytes], tuple[T, int]]
+        self._items = collections.OrderedDict()
+        self._bytes = 0
+        self.evicted = 0
+
+    def put(self, source: str, data: bytes, value: T) -> None:
+        key = (source, blake3.blake3(data).digest())
+        old = self._items.pop(key, None)
+        self._bytes += len(data) - (old[1] if old else 0)
+        self._items[key] = (value, len(data))
+        while len(self._items) > self.max_messages or self._bytes > self.max_bytes:
+            _, (_, size) = self._items.popitem(last=False)
+            self._bytes -= size
+            self.evicted += 1
+
+    def take(self, source: str, data: bytes) -> T | None:
+        """The value put for these bytes from this source (removed), or None."""
+        item = self._items.pop((source, blake3.blake3(data).digest()), None)
+        if item is None:
+            return None
+        self._bytes -= item[1]
+        return item[0]
+
+    def __len__(self) -> int:
+        return len(self._items)

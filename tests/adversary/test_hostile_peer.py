@@ -10,7 +10,6 @@ node keeps running rounds and updating its policy.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import subprocess
 import sys
@@ -19,25 +18,25 @@ import time
 from pathlib import Path
 
 import msgpack
+import msgspec
 
-from swarm.experience import rescore
 from swarm.ledger import GroupRow, GroupUseRow, Ledger
-from swarm.node import Node, rollout_topic
+from swarm.node import Node
 from swarm.p2p.identity import create_identity, peer_id_of, save_identity, sign
-from swarm.rollout import (
+from swarm.signing import SIGNING_DOMAIN, sign_group, verify_signed
+from swarm.tasks import EASY_MIX, TaskSpec, build_task
+from swarm.verify.bans import ban
+from swarm.verify.rescore import rescore
+from swarm.wire import (
     MAX_MESSAGE_BYTES,
-    SIGNING_DOMAIN,
     RolloutGroup,
     Sampling,
     SignedGroup,
     encode_group,
     pack_messages,
-    sign_group,
+    rollout_topic,
     unpack_message,
-    verify_signed,
 )
-from swarm.tasks import EASY_MIX, TaskSpec, build_task
-from swarm.verify.bans import ban
 from tests.conftest import small_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,11 +85,12 @@ def mallory_group(index: int, **changes) -> RolloutGroup:
         swarm_id="swarm-local", sender=ME, task=spec, question=task.question,
         completions=(f"<answer>{task.answer}</answer>", "<answer>0</answer>", task.answer, "?"), rewards=(0.0,) * 4,
         finished=(True,) * 4, model="swarm-tiny", base_hash="00" * 16, policy_version=0,
-        sampling=Sampling(1.0, 1.0, 0, 8), round=index, created_at=START + index, nonce=index.to_bytes(16, "big"),
+        sampling=Sampling(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
+        round=index, created_at=START + index, nonce=index.to_bytes(16, "big"),
         format_bonus=0.1,
     )
-    group = dataclasses.replace(group, rewards=rescore(group, 0.1)[1])
-    return dataclasses.replace(group, **changes)
+    group = msgspec.structs.replace(group, rewards=rescore(group, 0.1)[1])
+    return msgspec.structs.replace(group, **changes)
 
 
 def signed_body(group: RolloutGroup, mutate) -> bytes:
@@ -116,7 +116,7 @@ def attacks(honest: RolloutGroup) -> tuple[list[bytes], collections.Counter, int
     wrong_answer = f"<answer>{int(build_task(wrong.task).answer) + 1}</answer>"
     tampered = bytearray(one(mallory_group(3)))
     tampered[bytes(tampered).index(b"chain_sum")] ^= 0x01  # still canonical: only the signature catches it
-    copy = dataclasses.replace(honest, sender=ME, nonce=b"c" * 16, created_at=time.time())
+    copy = msgspec.structs.replace(honest, sender=ME, nonce=b"c" * 16, created_at=time.time())
     plan = [
         (b"\x93garbage", "undecodable", 0),
         (one(mallory_group(4))[:200], "undecodable", 0),  # truncated
@@ -135,7 +135,7 @@ def attacks(honest: RolloutGroup) -> tuple[list[bytes], collections.Counter, int
         (one(mallory_group(13, created_at=time.time() - 7200)), "stale", 0),
         (one(control), None, 1),  # accepted: the pipeline does accept mallory's honest work
         (one(mallory_group(14, rewards=(1.1,) * 4)), "reward_mismatch", 1),  # inflated
-        (one(dataclasses.replace(wrong, completions=(wrong_answer,) * 2 + ("a", "b"), rewards=(1.1, 1.1, 0.0, 0.0))),
+        (one(msgspec.structs.replace(wrong, completions=(wrong_answer,) * 2 + ("a", "b"), rewards=(1.1, 1.1, 0.0, 0.0))),
          "reward_mismatch", 1),  # claims a wrong answer is right
         (one(mallory_group(15, question="What is 1 + 1?")), "question_mismatch", 1),
         (one(mallory_group(16, task=TaskSpec.make("no_such_dataset", {}, 0, 0))), "bad_task", 1),

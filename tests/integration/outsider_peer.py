@@ -10,15 +10,17 @@ anything of it. It exits by itself after the duration.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import time
 
+import msgspec
+
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.libp2p import Libp2pTransport
-from swarm.rollout import RolloutGroup, Sampling, pack_messages, sign_group
+from swarm.signing import sign_group
 from swarm.tasks import PRESET_MIXES, build_task, sample_specs, score_completion
+from swarm.wire import RolloutGroup, Sampling, pack_messages
 
 
 def make_group(key, swarm_id: str) -> RolloutGroup:
@@ -29,7 +31,8 @@ def make_group(key, swarm_id: str) -> RolloutGroup:
     return RolloutGroup(
         swarm_id=swarm_id, sender=peer_id_of(key), task=spec, question=task.question, completions=completions,
         rewards=tuple(score_completion(task, c, 0.1) for c in completions), finished=(True, True), model="swarm-tiny",
-        base_hash="", policy_version=0, sampling=Sampling(1.0, 1.0, 0, 8), round=0, created_at=time.time(),
+        base_hash="", policy_version=0, round=0, created_at=time.time(),
+        sampling=Sampling(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
         format_bonus=0.1,
     )
 
@@ -52,7 +55,8 @@ def main() -> None:
     deadline = time.monotonic() + args.duration
     while time.monotonic() < deadline:
         most_peers = max(most_peers, len(transport.peers()))
-        group = dataclasses.replace(template, round=index, created_at=time.time(), nonce=os.urandom(16))
+        now, nonce = time.time(), os.urandom(16)
+        group = msgspec.structs.replace(template, round=index, created_at=now, nonce=nonce)
         transport.publish(topic, pack_messages([sign_group(group, key)])[0])
         published += 1
         index += 1

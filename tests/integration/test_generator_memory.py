@@ -14,7 +14,7 @@ from swarm.node import Node
 from swarm.p2p import MemoryHub, MemoryTransport
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.policy.delta import bf16_state_dict, weights_hash
-from swarm.rollout import decode_group
+from swarm.wire import decode_group
 from tests.conftest import small_config
 
 TRAINER_KEY, GEN_KEY = create_identity(b"\x31" * 32), create_identity(b"\x32" * 32)

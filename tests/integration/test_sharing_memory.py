@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 
 from swarm.ledger import GroupRow, Ledger, PeerRow
-from swarm.node import Node, rollout_topic
+from swarm.node import Node
 from swarm.p2p import MemoryHub, MemoryTransport
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.rollout import SignedGroup, decode_group, encode_group, pack_messages, sign_group
+from swarm.signing import sign_group
+from swarm.wire import SignedGroup, decode_group, encode_group, pack_messages, rollout_topic
 from tests.conftest import small_config
 
 
@@ -48,17 +49,17 @@ def test_nodes_exchange_signed_groups_and_record_forgeries(tmp_path, tiny_model_
     mallory.start()
     sent_by_a = [r for r in _rows(a) if r.direction == "sent"][0]
     honest = decode_group(sent_by_a.body)
-    claimed = dataclasses.replace(
+    claimed = msgspec.structs.replace(
         honest, sender=peer_id_of(mallory_key), rewards=(5.0,) * len(honest.rewards)
     )
     forged = SignedGroup(encode_group(claimed), b"\x00" * 64)
     tampered_body = bytearray(
         sign_group(
-            dataclasses.replace(honest, sender=mallory.peer_id, nonce=b"z" * 16), mallory_key
+            msgspec.structs.replace(honest, sender=mallory.peer_id, nonce=b"z" * 16), mallory_key
         ).body
     )
     good = sign_group(
-        dataclasses.replace(honest, sender=mallory.peer_id, nonce=b"y" * 16), mallory_key
+        msgspec.structs.replace(honest, sender=mallory.peer_id, nonce=b"y" * 16), mallory_key
     )
     at = bytes(tampered_body).index(b"arithmetic")
     tampered_body[at] ^= 0x01  # still a valid, canonical body: only the signature can catch it
@@ -95,7 +96,7 @@ def test_a_restarted_node_still_refuses_replayed_nonces(tmp_path, tiny_model_pat
     b.close()
 
     again = _node(tmp_path, MemoryHub(), "b", 2)  # same run folder: a restart
-    reused = dataclasses.replace(decode_group(accepted[0].body), round=999)  # a's own nonce, new content
+    reused = msgspec.structs.replace(decode_group(accepted[0].body), round=999)  # a's own nonce, new content
     data = pack_messages([sign_group(reused, a.key_pair)])[0]
     replay = accepted[0]
     same = pack_messages([SignedGroup(replay.body, replay.signature)])[0]

@@ -6,9 +6,12 @@ infinities and -0.0 count as what they are.
 
 from __future__ import annotations
 
+import blake3
+import msgpack
 import numpy as np
 import pytest
 import torch
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -134,9 +137,9 @@ def weight_sets(draw):
 def _rebuild(blob: bytes, edit=lambda h: None, payload=lambda p: p) -> bytes:
     """Re-pack a blob after editing its header and payload, with a valid checksum: a
     well-formed liar, which only the consistency checks can catch."""
-    header, body = delta._parse(blob)
+    header, body = delta.parse_container(blob)
     edit(header)
-    return delta._build(header, [payload(bytes(body))])
+    return delta.build_container(header, [payload(bytes(body))])
 
 
 # --------------------------------------------------------------------------- round trips
@@ -204,8 +207,8 @@ def test_codings_follow_the_data():
 
 def test_sampled_choice_and_chunked_scan(monkeypatch):
     # Shrink the thresholds so the large-tensor code paths run on small data.
-    monkeypatch.setattr(delta, "_SAMPLE", 64)
-    monkeypatch.setattr(delta, "_SCAN_CHUNK", 1000)
+    monkeypatch.setattr(delta, "SAMPLE", 64)
+    monkeypatch.setattr(delta, "SCAN_CHUNK", 1000)
     rng = np.random.default_rng(3)
     old = {"w": from_bits(random_bits(rng, 50_000), (50, 1000))}
     for density, nudge in ((0.02, True), (0.3, False), (1.0, True)):
@@ -229,7 +232,7 @@ def test_delta_is_much_smaller_than_dense_for_rl_like_steps():
 
 def test_incompressible_streams_are_stored_verbatim():
     rng = np.random.default_rng(10)
-    n = 16 * delta._PROBE
+    n = 16 * delta.PROBE
     w = {"w": from_bits(rng.integers(0, 1 << 16, n, dtype=np.uint16), (n,))}
     blob = encode_anchor(w, version=0)
     assert len(blob) > 2 * n  # both byte planes stored as they are
@@ -367,9 +370,9 @@ def test_wrong_version_is_rejected():
 
 def test_unknown_format_version_is_rejected():
     _, _, blob = _SETUP
-    body = bytearray(blob[: -delta._TRAILER_LEN])
+    body = bytearray(blob[: -delta.TRAILER_LEN])
     body[4:6] = (delta.FORMAT_VERSION + 1).to_bytes(2, "little")
-    resealed = bytes(body) + delta.blake3.blake3(bytes(body)).digest()
+    resealed = bytes(body) + blake3.blake3(bytes(body)).digest()
     with pytest.raises(DeltaError, match="format version"):
         read_header(resealed)
 
@@ -392,7 +395,7 @@ def test_wrong_result_hash_rolls_back():
 
 def test_failure_during_writes_rolls_back(monkeypatch):
     old, _, blob = _SETUP
-    real_put, calls = delta._put, []
+    real_put, calls = delta.put_values, []
 
     def flaky_put(flat, idx, values):
         calls.append(1)
@@ -401,7 +404,7 @@ def test_failure_during_writes_rolls_back(monkeypatch):
             raise MemoryError("simulated")
         real_put(flat, idx, values)
 
-    monkeypatch.setattr(delta, "_put", flaky_put)
+    monkeypatch.setattr(delta, "put_values", flaky_put)
     target = clone(old)
     snap = snapshot(target)
     with pytest.raises(MemoryError):
@@ -423,29 +426,29 @@ def _flip_first_section(payload: bytes) -> bytes:
 
 def _break_first_zstd_frame(blob: bytes) -> bytes:
     """The blob with the magic of its first compressed section broken, resealed."""
-    header, payload = delta._parse(blob)
+    header, payload = delta.parse_container(blob)
     offset = 0
     for rec in header["tensors"]:
         for stored, raw in rec.get("sections", []):
             if stored != raw:
                 data = bytearray(payload)
                 data[offset] ^= 0xFF
-                return delta._build(header, [bytes(data)])
+                return delta.build_container(header, [bytes(data)])
             offset += stored
     raise AssertionError("no compressed section")
 
 
 def _seal(head: bytes, payload: bytes = b"", head_len: int | None = None) -> bytes:
     """A container around arbitrary header bytes, with a valid checksum."""
-    prefix = delta._PREFIX.pack(
-        delta._MAGIC, delta.FORMAT_VERSION, len(head) if head_len is None else head_len
+    prefix = delta.PREFIX.pack(
+        delta.MAGIC, delta.FORMAT_VERSION, len(head) if head_len is None else head_len
     )
     body = prefix + head + payload
-    return body + delta.blake3.blake3(body).digest()
+    return body + blake3.blake3(body).digest()
 
 
 def _zmsg(obj) -> bytes:
-    return delta.zstandard.ZstdCompressor().compress(delta.msgpack.packb(obj))
+    return zstandard.ZstdCompressor().compress(msgpack.packb(obj))
 
 
 @pytest.mark.parametrize(
@@ -582,7 +585,7 @@ def test_header_describes_the_delta():
     assert {t.name: t.shape for t in info.tensors} == {k: tuple(v.shape) for k, v in old.items()}
     assert {t.dtype for t in info.tensors} == {"bfloat16"}
     assert info.numel == sum(v.numel() for k, v in old.items() if k != "lm_head.weight")
-    header, _ = delta._parse(blob)
+    header, _ = delta.parse_container(blob)
     assert {"kind", "hash", "from_version", "to_version", "base_hash", "result_hash"} <= set(header)
 
 
@@ -648,12 +651,12 @@ def test_any_wrong_base_gives_the_new_weights_or_is_rolled_back(pair, data):
 
 
 def test_failure_midway_through_a_chunked_write_rolls_back(monkeypatch):
-    monkeypatch.setattr(delta, "_SCAN_CHUNK", 100)
+    monkeypatch.setattr(delta, "SCAN_CHUNK", 100)
     rng = np.random.default_rng(11)
     old = {"w": from_bits(random_bits(rng, 5000), (5000,))}
     new = step(old, rng, 0.2, nudge=True)
     blob = encode_delta(old, new, from_version=0, to_version=1)
-    real_put, calls = delta._put, []
+    real_put, calls = delta.put_values, []
 
     def flaky_put(flat, idx, values):
         calls.append(1)
@@ -661,13 +664,13 @@ def test_failure_midway_through_a_chunked_write_rolls_back(monkeypatch):
         if len(calls) == 7:  # seventh slice of one tensor, after writing it
             raise MemoryError("simulated")
 
-    monkeypatch.setattr(delta, "_put", flaky_put)
+    monkeypatch.setattr(delta, "put_values", flaky_put)
     target = clone(old)
     snap = snapshot(target)
     with pytest.raises(MemoryError):
         apply_delta(target, blob, threads=1)
     assert unchanged(target, snap)
-    monkeypatch.setattr(delta, "_put", real_put)
+    monkeypatch.setattr(delta, "put_values", real_put)
     apply_delta(target, blob)
     assert same(target, new)
 

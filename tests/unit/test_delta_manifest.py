@@ -1,17 +1,18 @@
-"""The delta-manifest wire type (end of swarm.rollout): canonical, signed, strictly decoded."""
+"""The delta-manifest wire type (swarm.wire): canonical, signed, strictly decoded."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import msgpack
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarm.errors import RejectedMessage
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.rollout import (
+from swarm.signing import sign_manifest, verify_manifest
+from swarm.verify.reasons import Reason
+from swarm.wire import (
     MAX_MANIFEST_MESSAGE_BYTES,
     MAX_MANIFESTS_PER_MESSAGE,
     DeltaManifest,
@@ -19,9 +20,7 @@ from swarm.rollout import (
     decode_manifest,
     encode_manifest,
     pack_manifests,
-    sign_manifest,
     unpack_manifests,
-    verify_manifest,
 )
 
 KEY = create_identity(b"\x01" * 32)
@@ -43,10 +42,10 @@ def manifest(**changes) -> DeltaManifest:
         key="sync/abababababababab/delta/3-4",
         created_at=1.7e9,
     )
-    return dataclasses.replace(m, **changes)
+    return msgspec.structs.replace(m, **changes)
 
 
-def reason(fn, *args) -> str:
+def reason(fn, *args) -> Reason:
     with pytest.raises(RejectedMessage) as e:
         fn(*args)
     return e.value.reason
@@ -150,3 +149,9 @@ def test_bad_envelopes_are_rejected_with_a_reason():
         pack_manifests([good] * (MAX_MANIFESTS_PER_MESSAGE + 1))
     with pytest.raises(ValueError):
         pack_manifests([])
+
+
+def test_signing_refuses_a_manifest_receivers_would_reject():
+    with pytest.raises(RejectedMessage) as e:
+        sign_manifest(manifest(from_version=4), KEY)
+    assert e.value.reason == Reason.MALFORMED

@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
+import msgspec
 import pytest
 import torch
 
 from swarm.errors import RejectedMessage
 from swarm.policy.generator import SamplingParams, TransformersGenerator
 from swarm.policy.prompts import build_prompt
-from swarm.rollout import Sampling
 from swarm.tasks import EASY_MIX, build_task, sample_specs
-from swarm.verify.spotcheck import (
-    IMPLAUSIBLE_TOKENS,
-    SpotChecker,
-    SpotCheckSettings,
-    implausible_tokens,
-)
-from tests.unit.test_rollout import KEY, make_group
+from swarm.verify.reasons import Reason
+from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings, implausible_tokens
+from swarm.wire import Sampling
+from tests.unit.test_wire import KEY, make_group
 
 SETTINGS = SpotCheckSettings(completions=8)
+
+
+def sampler(temperature: float, top_p: float, top_k: int, max_new_tokens: int) -> Sampling:
+    return Sampling(
+        temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens
+    )
 
 
 def hf_sample(logits: torch.Tensor, s: Sampling, generator: torch.Generator) -> list[int]:
@@ -43,7 +45,12 @@ def hf_sample(logits: torch.Tensor, s: Sampling, generator: torch.Generator) -> 
 
 @pytest.mark.parametrize(
     "sampling",
-    [Sampling(1.0, 1.0, 0, 16), Sampling(0.7, 0.9, 0, 16), Sampling(1.0, 1.0, 5, 16), Sampling(1.3, 0.8, 20, 16)],
+    [
+        sampler(1.0, 1.0, 0, 16),
+        sampler(0.7, 0.9, 0, 16),
+        sampler(1.0, 1.0, 5, 16),
+        sampler(1.3, 0.8, 20, 16),
+    ],
 )
 def test_tokens_drawn_by_the_declared_sampler_are_never_flagged(sampling):
     gen = torch.Generator().manual_seed(1)
@@ -55,19 +62,23 @@ def test_tokens_drawn_by_the_declared_sampler_are_never_flagged(sampling):
 def test_tokens_outside_the_declared_support_are_flagged():
     row = [5.0, 4.0, 3.0, -30.0]  # probabilities at T=1: 0.665, 0.245, 0.090, ~1e-15
     logits = torch.tensor([row] * 4)
-    assert implausible_tokens(logits, [2, 0, 1, 0], Sampling(1.0, 1.0, 2, 8), SETTINGS)[0][0] == 0  # rank 2, top_k=2
-    nucleus = implausible_tokens(logits[:2], [0, 2], Sampling(1.0, 0.5, 0, 8), SETTINGS)
+    assert (
+        implausible_tokens(logits, [2, 0, 1, 0], sampler(1.0, 1.0, 2, 8), SETTINGS)[0][0] == 0
+    )  # rank 2, top_k=2
+    nucleus = implausible_tokens(logits[:2], [0, 2], sampler(1.0, 0.5, 0, 8), SETTINGS)
     assert [p for p, _ in nucleus] == [1] and "nucleus" in nucleus[0][1]
-    floor = implausible_tokens(logits[:2], [0, 3], Sampling(1.0, 1.0, 0, 8), SETTINGS)
+    floor = implausible_tokens(logits[:2], [0, 3], sampler(1.0, 1.0, 0, 8), SETTINGS)
     assert [p for p, _ in floor] == [1] and "probability" in floor[0][1]
-    greedy = implausible_tokens(logits[:2], [0, 1], Sampling(0.0, 1.0, 0, 8), SETTINGS)
+    greedy = implausible_tokens(logits[:2], [0, 1], sampler(0.0, 1.0, 0, 8), SETTINGS)
     assert [p for p, _ in greedy] == [1]
-    assert implausible_tokens(logits[:1], [99], Sampling(1.0, 1.0, 0, 8), SETTINGS)[0][1].endswith("outside the vocabulary")
+    assert implausible_tokens(logits[:1], [99], sampler(1.0, 1.0, 0, 8), SETTINGS)[0][1].endswith(
+        "outside the vocabulary"
+    )
 
 
 def test_row_count_must_match_tokens():
     with pytest.raises(ValueError):
-        implausible_tokens(torch.zeros(2, 4), [1], Sampling(1.0, 1.0, 0, 8), SETTINGS)
+        implausible_tokens(torch.zeros(2, 4), [1], sampler(1.0, 1.0, 0, 8), SETTINGS)
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +92,13 @@ def sampled(tiny_policy):
     params = SamplingParams(temperature=1.0, top_p=0.95, top_k=20, max_new_tokens=12)
     completions = generator.generate([prompt], 8, params)[0]
     group = make_group(
-        KEY, task=task.spec, question=task.question, completions=tuple(c.text for c in completions),
-        finished=tuple(c.finished for c in completions), token_ids=tuple(c.token_ids for c in completions),
-        sampling=Sampling(1.0, 0.95, 20, 12),
+        KEY,
+        task=task.spec,
+        question=task.question,
+        completions=tuple(c.text for c in completions),
+        finished=tuple(c.finished for c in completions),
+        token_ids=tuple(c.token_ids for c in completions),
+        sampling=sampler(1.0, 0.95, 20, 12),
     )
     return group, prompt, SpotChecker(tiny_policy.model, tok, SETTINGS)
 
@@ -102,19 +117,21 @@ def test_a_hand_written_token_is_caught(sampled, tiny_policy):
     logits = checker.logits(prompt_ids, tokens)
     tokens[0] = int(torch.argmin(logits[0]))  # the least likely first token: never inside top-k 20
     text = tiny_policy.tokenizer.decode(tokens, skip_special_tokens=False)
-    tampered = dataclasses.replace(
+    tampered = msgspec.structs.replace(
         group,
         completions=group.completions[:i] + (text,) + group.completions[i + 1 :],
         token_ids=group.token_ids[:i] + (tuple(tokens),) + group.token_ids[i + 1 :],
     )
     with pytest.raises(RejectedMessage) as e:
         checker.check(tampered, "hash", prompt)
-    assert e.value.reason == IMPLAUSIBLE_TOKENS and "top_k" in e.value.detail
+    assert e.value.reason == Reason.IMPLAUSIBLE_TOKENS and "top_k" in e.value.detail
 
 
 def test_text_that_its_tokens_do_not_spell_is_caught(sampled):
     group, prompt, checker = sampled
-    forged = dataclasses.replace(group, completions=("<answer>42</answer>",) + group.completions[1:])
+    forged = msgspec.structs.replace(
+        group, completions=("<answer>42</answer>",) + group.completions[1:]
+    )
     with pytest.raises(RejectedMessage, match="do not spell"):
         checker.check(forged, "hash", prompt)
 
@@ -122,4 +139,4 @@ def test_text_that_its_tokens_do_not_spell_is_caught(sampled):
 def test_a_group_without_token_ids_cannot_be_checked_and_is_refused(sampled):
     group, prompt, checker = sampled
     with pytest.raises(RejectedMessage, match="no token ids"):
-        checker.check(dataclasses.replace(group, token_ids=()), "hash", prompt)
+        checker.check(msgspec.structs.replace(group, token_ids=()), "hash", prompt)

@@ -1,4 +1,4 @@
-"""swarm.sync: a trainer publishes deltas, a follower applies them bit-exactly, over MemoryTransport.
+"""swarm.node.sync: a trainer publishes deltas, a follower applies them bit-exactly, over MemoryTransport.
 
 Nothing the followed trainer (or anyone else) sends is trusted: every refusal below must
 leave the follower's weights bit-identical and produce an event with a reason code.
@@ -6,8 +6,7 @@ leave the follower's weights bit-identical and produce an event with a reason co
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 import numpy as np
 import pytest
 import torch
@@ -17,14 +16,14 @@ from swarm.node.sync import (
     DeltaPublisher,
     Expectation,
     TopicTap,
-    delta_topic,
     load_into,
     plan_catch_up,
 )
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.transport import InboundMessage, MemoryHub, MemoryTransport
 from swarm.policy.delta import bf16_state_dict, weights_hash
-from swarm.rollout import DeltaManifest, pack_manifests, sign_manifest
+from swarm.signing import sign_manifest
+from swarm.wire import DeltaManifest, delta_topic, pack_manifests
 
 SWARM = "swarm-test"
 TRAINER_KEY = create_identity(b"\x11" * 32)
@@ -141,9 +140,9 @@ def test_the_publisher_counts_what_followers_fetched_in_full():
     assert s.publisher.served_events() == []  # announced, not yet fetched
     s.sync()  # pulls the index (not a delivery of weights) and the three deltas
     served = s.publisher.served_events()
-    assert [(e.direction, e.peer, e.kind, e.from_version, e.to_version, e.status) for e in served] == [
-        ("sent", "follower", "delta", i, i + 1, "served") for i in range(3)
-    ]
+    assert [
+        (e.direction, e.peer, e.kind, e.from_version, e.to_version, e.status) for e in served
+    ] == [("sent", "follower", "delta", i, i + 1, "served") for i in range(3)]
     sizes = {m.to_version: m.size for m in s.publisher.served()}
     assert all(e.nbytes == sizes[e.to_version] for e in served)
     assert s.publisher.served_events() == []  # drained
@@ -206,12 +205,10 @@ def test_resumed_trainer_serves_an_anchor_at_start():
 
 def test_plan_prefers_the_chain_and_falls_back_to_the_anchor():
     def d(a, b, size=10):
-        return DeltaManifest(
-            SWARM, TRAINER, "m", BASE, "delta", a, b, size, "00" * 32, "00" * 32, f"{a}-{b}", 1.0
-        )
+        return manifest(from_version=a, to_version=b, size=size, key=f"{a}-{b}")
 
     def anchor(v, size=1000):
-        return dataclasses.replace(d(0, v, size), kind="anchor", from_version=-1)
+        return msgspec.structs.replace(d(0, v, size), kind="anchor", from_version=-1)
 
     assert plan_catch_up(2, [d(2, 3), d(3, 4), anchor(3)]) == [d(2, 3), d(3, 4)]
     assert plan_catch_up(0, [d(2, 3), d(3, 4), anchor(3)]) == [anchor(3), d(3, 4)]
@@ -224,7 +221,7 @@ def test_plan_prefers_the_chain_and_falls_back_to_the_anchor():
 def _gossip(s: Swarm, key, **changes) -> None:
     """Publish on the delta topic a manifest signed by `key` (defaults: a valid next delta)."""
     good = s.publisher.served()[-1]
-    m = dataclasses.replace(good, **changes)
+    m = msgspec.structs.replace(good, **changes)
     s.trainer_t.publish(delta_topic(SWARM), pack_manifests([sign_manifest(m, key)]))
 
 
@@ -251,8 +248,8 @@ def test_untrusted_manifests_are_refused_with_a_reason(key, changes, code):
 
 def test_garbage_and_forged_gossip_is_refused_by_the_validator():
     s = Swarm()
-    forged = sign_manifest(dataclasses.replace(_any(), provider=MALLORY), MALLORY_KEY)
-    forged_body = pack_manifests([dataclasses.replace(forged, signature=b"\x00" * 64)])
+    forged = sign_manifest(msgspec.structs.replace(_any(), provider=MALLORY), MALLORY_KEY)
+    forged_body = pack_manifests([msgspec.structs.replace(forged, signature=b"\x00" * 64)])
     s.trainer_t.publish(delta_topic(SWARM), b"\x93junk")
     s.trainer_t.publish(delta_topic(SWARM), forged_body)
     assert s.follower_t.stats().rejected == {"undecodable": 1, "bad_signature": 1}
@@ -261,9 +258,26 @@ def test_garbage_and_forged_gossip_is_refused_by_the_validator():
 
 
 def _any() -> DeltaManifest:
-    return DeltaManifest(
-        SWARM, TRAINER, "m", BASE, "delta", 0, 1, 10, "00" * 32, "00" * 32, "k", 1.0
+    return manifest()
+
+
+def manifest(**fields) -> DeltaManifest:
+    """A delta manifest by the trainer (0 -> 1 unless `fields` say otherwise)."""
+    defaults = dict(
+        swarm_id=SWARM,
+        provider=TRAINER,
+        model="m",
+        base_hash=BASE,
+        kind="delta",
+        from_version=0,
+        to_version=1,
+        size=10,
+        payload_hash="00" * 32,
+        result_hash="00" * 32,
+        key="k",
+        created_at=1.0,
     )
+    return DeltaManifest(**(defaults | fields))
 
 
 def test_a_manifest_relayed_under_another_source_is_refused():
@@ -282,7 +296,7 @@ def test_corrupt_or_substituted_payloads_are_never_applied():
     s = Swarm()
     s.train()
     m = s.publisher.served()[-1]
-    blob = bytearray(s.trainer_t._blobs[m.key])
+    blob = bytearray(s.follower_t.fetch_blob(TRAINER, m.key))
     blob[len(blob) // 2] ^= 0x40
     s.trainer_t.serve_blob(m.key, bytes(blob))  # served bytes differ from the signed hash
     before = clone(s.follower.weights)
@@ -309,8 +323,8 @@ def test_a_payload_that_contradicts_its_manifest_is_rejected():
     s.train(2)
     d01, d12 = s.publisher.served()
     # The trainer signs a manifest for 0->1 whose key serves the 1->2 payload (hash and size match it).
-    blob = s.trainer_t._blobs[d12.key]
-    lie = dataclasses.replace(d01, key=d12.key, size=d12.size, payload_hash=d12.payload_hash)
+    blob = s.follower_t.fetch_blob(TRAINER, d12.key)
+    lie = msgspec.structs.replace(d01, key=d12.key, size=d12.size, payload_hash=d12.payload_hash)
     s.trainer_t.serve_blob(
         "sync/0f0f0f0f0f0f0f0f/index", pack_manifests([sign_manifest(lie, TRAINER_KEY)])
     )
@@ -374,3 +388,24 @@ def test_publisher_started_before_the_transport_counts_the_lost_gossip():
     )
     pub.start(base_weights(), 4)
     assert pub.publish_failures == 1 and [m.kind for m in pub.served()] == ["anchor"]
+
+
+def test_a_gossiped_manifest_is_verified_once_by_the_validator_not_again(monkeypatch):
+    import swarm.node.sync as sync_module
+
+    verified = []
+    real = sync_module.verify_manifest
+
+    def counting(signed):
+        verified.append(signed.body)
+        return real(signed)
+
+    monkeypatch.setattr(sync_module, "verify_manifest", counting)
+    s = Swarm()
+    s.train()
+    assert len(verified) == 1  # the validator, on the gossip message
+    result = s.sync()
+    assert [(e.status, e.to_version) for e in result.events] == [("applied", 1)]
+    # Taking the message from the inbox verified nothing again; the follower's first sync also
+    # reads the trainer's index blob, whose one manifest is verified there.
+    assert len(verified) == 2 and verified[0] == verified[1]

@@ -5,18 +5,21 @@ from __future__ import annotations
 import dataclasses
 
 import msgpack
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from swarm.errors import RejectedMessage
-from swarm.experience import rescore
 from swarm.p2p.identity import peer_id_of, sign
-from swarm.rollout import SIGNING_DOMAIN, SignedGroup, encode_group, pack_messages, sign_group
+from swarm.signing import SIGNING_DOMAIN, sign_group
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.gate import Verifier, VerifySettings
+from swarm.verify.reasons import Reason
 from swarm.verify.reputation import ReputationSettings
-from tests.unit.test_rollout import KEY, OTHER, make_group
+from swarm.verify.rescore import rescore
+from swarm.wire import SignedGroup, encode_group, pack_messages
+from tests.unit.test_wire import KEY, OTHER, make_group
 
 ME, THEM = peer_id_of(KEY), peer_id_of(OTHER)
 NOW = 1_700_000_000.0
@@ -39,12 +42,25 @@ def honest(key=KEY, index=3, completions=None, bonus=0.1, **changes):
     """A group with correct claims for its sender's declared format bonus."""
     spec = TaskSpec.make("chain_sum", dict(EASY_MIX[0].config), seed=5, index=index)
     task = build_task(spec)
-    completions = completions or (f"<answer>{task.answer}</answer>", f"<answer>{int(task.answer) + 1}</answer>", task.answer, "hmm")
-    group = make_group(key, task=spec, question=task.question, completions=tuple(completions),
-                       finished=(True,) * len(completions), token_ids=(), created_at=NOW, format_bonus=bonus,
-                       nonce=bytes([index % 256]) * 16)
-    group = dataclasses.replace(group, rewards=rescore(group, bonus)[1])
-    return dataclasses.replace(group, **changes)
+    completions = completions or (
+        f"<answer>{task.answer}</answer>",
+        f"<answer>{int(task.answer) + 1}</answer>",
+        task.answer,
+        "hmm",
+    )
+    group = make_group(
+        key,
+        task=spec,
+        question=task.question,
+        completions=tuple(completions),
+        finished=(True,) * len(completions),
+        token_ids=(),
+        created_at=NOW,
+        format_bonus=bonus,
+        nonce=bytes([index % 256]) * 16,
+    )
+    group = msgspec.structs.replace(group, rewards=rescore(group, bonus)[1])
+    return msgspec.structs.replace(group, **changes)
 
 
 def message(*groups) -> bytes:
@@ -111,12 +127,20 @@ def test_remembered_groups_count_as_seen_after_a_restart():
 
 def test_reputations_rebuilt_from_ledger_counts_throttle_but_do_not_ban_by_themselves():
     v = Verifier(VerifySettings(swarm_id="swarm-test"), clock=Clock(), own_peer_id=ME)
-    v.restore_reputation([
-        (THEM, THEM, "accepted", "", 3),
-        (THEM, THEM, "rejected", "reward_mismatch", 60),
-        ("", "someone", "rejected", "bad_signature", 9),  # unsigned and no source: nobody to blame
-        (ME, ME, "rejected", "reward_mismatch", 9),  # our own groups never count
-    ])
+    v.restore_reputation(
+        [
+            (THEM, THEM, "accepted", "", 3),
+            (THEM, THEM, "rejected", "reward_mismatch", 60),
+            (
+                "",
+                "someone",
+                "rejected",
+                "bad_signature",
+                9,
+            ),  # unsigned and no source: nobody to blame
+            (ME, ME, "rejected", "reward_mismatch", 9),  # our own groups never count
+        ]
+    )
     record = v.reputation.snapshot()
     assert set(record) == {THEM}
     assert record[THEM]["accepted"] == 3 and record[THEM]["rejected"] == {"reward_mismatch": 60}
@@ -136,8 +160,12 @@ def test_rate_limit_and_whole_message_rejection_leave_no_trace():
     v = verifier(rate_burst=3, rate_groups_per_s=0.001)
     groups = [honest(index=i) for i in range(4)]
     accepted, rejected = v.admit(message(*groups), ME)
-    assert accepted == [] and sorted(reasons(rejected)) == ["in_rejected_message"] * 3 + ["rate_limited"]
-    assert v.admit(message(*groups[:3]), ME)[1] == []  # nothing of the refused message was remembered
+    assert accepted == [] and sorted(reasons(rejected)) == ["in_rejected_message"] * 3 + [
+        "rate_limited"
+    ]
+    assert (
+        v.admit(message(*groups[:3]), ME)[1] == []
+    )  # nothing of the refused message was remembered
     assert reasons(v.admit(message(honest(index=9)), ME)[1]) == ["rate_limited"]
 
 
@@ -151,8 +179,14 @@ def test_a_replay_inside_one_message_is_caught():
     "group, reason",
     [
         (honest(rewards=(1.1, 1.1, 1.1, 1.1)), "reward_mismatch"),  # inflated
-        (honest(bonus=0.5, rewards=(1.1, 0.1, 1.0, 0.0)), "reward_mismatch"),  # lies about its bonus
-        (honest(completions=("<answer>5</answer>", "x"), rewards=(1.1, 0.0)), "reward_mismatch"),  # wrong ground truth
+        (
+            honest(bonus=0.5, rewards=(1.1, 0.1, 1.0, 0.0)),
+            "reward_mismatch",
+        ),  # lies about its bonus
+        (
+            honest(completions=("<answer>5</answer>", "x"), rewards=(1.1, 0.0)),
+            "reward_mismatch",
+        ),  # wrong ground truth
         (honest(question="What is 2 + 2?"), "question_mismatch"),
         (honest(task=TaskSpec.make("no_such_dataset", {}, 0, 0)), "bad_task"),
         (honest(task=TaskSpec.make("chain_sum", {"min_terms": "x"}, 0, 0)), "bad_task"),
@@ -176,7 +210,9 @@ def test_copycat_is_caught_and_honest_nodes_are_not_flagged():
         v.verify_content(copy, 0.1)
     assert info.value.reason == "copycat"
     # another peer, the same spec but its own completions: fine
-    own = honest(key=OTHER, completions=("<answer>7</answer>", "<answer>9</answer>", "12", "no idea"))
+    own = honest(
+        key=OTHER, completions=("<answer>7</answer>", "<answer>9</answer>", "12", "no idea")
+    )
     v.verify_content(own, 0.1)
     # identical short answers to *different* specs are what weak honest nodes produce
     same = ("<answer>7</answer>",) * 3 + ("<answer>8</answer>",)
@@ -201,12 +237,18 @@ def test_reputation_bans_a_forger_by_its_libp2p_source_and_a_lifted_ban_starts_a
 
 
 def test_unsigned_garbage_without_a_source_blames_nobody_and_allow_listed_peers_are_never_auto_banned():
-    v = verifier(reputation=ReputationSettings(ban_after=1, ban_below=0.9), allow_list=frozenset({ME}))
-    _, rejected = v.admit(pack_messages([SignedGroup(encode_group(honest(key=OTHER)), b"\x00" * 64)])[0], "")
+    v = verifier(
+        reputation=ReputationSettings(ban_after=1, ban_below=0.9), allow_list=frozenset({ME})
+    )
+    _, rejected = v.admit(
+        pack_messages([SignedGroup(encode_group(honest(key=OTHER)), b"\x00" * 64)])[0], ""
+    )
     assert reasons(rejected) == ["bad_signature"]
     assert v.record([], rejected) == [] and v.reputation.snapshot() == {}
     stale = verifier().admit(message(honest(created_at=0.0)), ME)[1]
-    rejected = [dataclasses.replace(r, reason="reward_mismatch") for r in stale] * 3  # hard failures by ME
+    rejected = [
+        dataclasses.replace(r, reason=Reason.REWARD_MISMATCH) for r in stale
+    ] * 3  # hard failures by ME
     assert v.record([], rejected) == [] and v.banned == frozenset()
     assert v.reputation.record(ME).hard_penalty == 3
 
@@ -224,8 +266,15 @@ def test_recheck_refuses_senders_banned_after_validation():
 # Fuzzing: whatever arrives, the validator and the content checks only ever *reject*.
 
 _values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=20) | st.binary(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=20)
+    | st.binary(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 _FIELDS = sorted(msgpack.unpackb(encode_group(honest()), raw=False))
@@ -239,7 +288,10 @@ def test_admit_never_raises_on_random_bytes(data, source):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.dictionaries(st.sampled_from(_FIELDS), _values, max_size=3), st.sets(st.sampled_from(_FIELDS), max_size=2))
+@given(
+    st.dictionaries(st.sampled_from(_FIELDS), _values, max_size=3),
+    st.sets(st.sampled_from(_FIELDS), max_size=2),
+)
 def test_validator_and_content_checks_never_raise_on_signed_mutated_groups(changes, removed):
     """Validly signed bodies with fields replaced by arbitrary values or removed."""
     raw = msgpack.unpackb(encode_group(honest()), raw=False)
@@ -264,8 +316,11 @@ def test_validator_and_content_checks_never_raise_on_signed_mutated_groups(chang
 _specs = st.builds(
     TaskSpec.make,
     st.sampled_from(["chain_sum", "basic_arithmetic", "no_such_dataset", ""]),
-    st.dictionaries(st.sampled_from(["min_terms", "max_terms", "min_digits", "max_digits", "size", "bogus"]),
-                    st.integers(-3, 4) | st.text(max_size=3) | st.none(), max_size=3),
+    st.dictionaries(
+        st.sampled_from(["min_terms", "max_terms", "min_digits", "max_digits", "size", "bogus"]),
+        st.integers(-3, 4) | st.text(max_size=3) | st.none(),
+        max_size=3,
+    ),
     st.integers(0, 2**63 - 1),
     st.integers(0, 2**30 - 1),
 )
@@ -274,9 +329,47 @@ _specs = st.builds(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_specs, st.lists(st.text(max_size=40), min_size=1, max_size=4), st.floats(0, 1))
 def test_content_checks_only_reject_for_any_task_spec(spec, completions, bonus):
-    group = make_group(task=spec, completions=tuple(completions), rewards=(0.0,) * len(completions),
-                       finished=(True,) * len(completions), token_ids=(), format_bonus=bonus)
+    group = make_group(
+        task=spec,
+        completions=tuple(completions),
+        rewards=(0.0,) * len(completions),
+        finished=(True,) * len(completions),
+        token_ids=(),
+        format_bonus=bonus,
+    )
     try:
         verifier().verify_content(group, 0.1)
     except RejectedMessage as e:
         assert e.reason in {"bad_task", "question_mismatch", "reward_mismatch", "copycat"}
+
+
+def test_a_message_is_decoded_once_from_the_validator_to_the_inbox(monkeypatch):
+    import swarm.verify.message as message_module
+
+    decoded = []
+    real = message_module.decode_group
+
+    def counting(body):
+        decoded.append(body)
+        return real(body)
+
+    monkeypatch.setattr(message_module, "decode_group", counting)
+    v = verifier(recheck_signatures=True)
+    data = message(honest(), honest(index=4))
+    assert v.admit(data, ME)[1] == [] and len(decoded) == 2
+    accepted, rejected = v.recheck(bytes(bytearray(data)), ME)  # the inbox has its own copy
+    assert rejected == [] and len(accepted) == 2 and len(decoded) == 2
+    # A message the validator did not pass here (or whose entry was evicted) is decoded again.
+    other = verifier()
+    accepted, rejected = other.recheck(data, ME)
+    assert rejected == [] and len(accepted) == 2 and len(decoded) == 4
+
+
+def test_recheck_finds_a_message_by_its_bytes_and_its_source():
+    v = verifier()
+    data = message(honest())
+    assert v.admit(data, ME)[1] == []
+    _, rejected = v.recheck(data, THEM)  # same bytes, another source: checked again, and refused
+    assert reasons(rejected) == ["sender_mismatch"]
+    accepted, rejected = v.recheck(data, ME)
+    assert rejected == [] and [a.group.sender for a in accepted] == [ME]

@@ -1,20 +1,22 @@
-"""Cheap checks on inbound messages, and the experience pool's local re-scoring."""
+"""Cheap checks on inbound messages, local re-scoring, and the experience pool."""
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarm.errors import RejectedMessage
-from swarm.experience import ExperiencePool, SharedGroup, rescore
+from swarm.experience import ExperiencePool, SharedGroup
 from swarm.p2p.identity import peer_id_of
-from swarm.rollout import SignedGroup, encode_group, pack_messages, sign_group
+from swarm.signing import sign_group
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.message import check_message
-from tests.unit.test_rollout import KEY, OTHER, make_group
+from swarm.verify.reasons import Reason
+from swarm.verify.rescore import rescore
+from swarm.wire import SignedGroup, decode_group, encode_group, pack_messages
+from tests.unit.test_wire import KEY, OTHER, make_group
 
 ME = peer_id_of(KEY)
 
@@ -41,6 +43,25 @@ def test_bad_groups_are_rejected_with_their_reason(build, source, reason):
     accepted, rejected = check_message(_message(build()), source, "swarm-test")
     assert accepted == [] and [r.reason for r in rejected] == [reason]
     assert rejected[0].sender in (ME, peer_id_of(OTHER))
+    assert (
+        rejected[0].group is None
+    )  # the ledger records what a refused group claims only from its sender
+
+
+def test_a_group_that_does_not_decode_names_no_sender():
+    body = bytearray(encode_group(make_group()))
+    body[-1] = 0xC1  # the schema version is no longer msgpack
+    accepted, rejected = check_message(
+        _message(SignedGroup(bytes(body), b"\x00" * 64)), ME, "swarm-test"
+    )
+    assert accepted == [] and [(r.reason, r.sender) for r in rejected] == [(Reason.UNDECODABLE, "")]
+
+
+def test_signatures_are_skipped_only_when_asked():
+    forged = SignedGroup(encode_group(make_group()), b"\x00" * 64)
+    assert check_message(_message(forged), ME, "swarm-test")[0] == []
+    accepted, rejected = check_message(_message(forged), ME, "swarm-test", verify_signatures=False)
+    assert rejected == [] and [a.group for a in accepted] == [decode_group(forged.body)]
 
 
 def test_one_bad_group_rejects_the_whole_message_and_records_every_group():
@@ -62,9 +83,15 @@ def _easy_group(**changes):
     spec = TaskSpec.make("chain_sum", dict(EASY_MIX[0].config), seed=5, index=3)
     task = build_task(spec)
     wrong = str(int(task.answer) + 1)
-    group = make_group(task=spec, question=task.question, completions=(f"<answer>{task.answer}</answer>", f"<answer>{wrong}</answer>"),
-                       rewards=(9.0, 9.0), finished=(True, True), token_ids=())
-    return dataclasses.replace(group, **changes)
+    group = make_group(
+        task=spec,
+        question=task.question,
+        completions=(f"<answer>{task.answer}</answer>", f"<answer>{wrong}</answer>"),
+        rewards=(9.0, 9.0),
+        finished=(True, True),
+        token_ids=(),
+    )
+    return msgspec.structs.replace(group, **changes)
 
 
 def test_rescore_uses_the_local_verifier_not_the_claims():
@@ -89,11 +116,15 @@ def test_rescore_rejects_groups_whose_task_does_not_rebuild(changes, reason):
 def test_pool_is_bounded_and_groups_leave_when_used():
     task = build_task(TaskSpec.make("chain_sum", {}, 0, 0))
     pool = ExperiencePool(capacity=3)
-    groups = [SharedGroup(i, f"h{i}", "p", task, ("a", "b"), (True, True), (0.0, 1.0), (0.0, 1.0), 0, True, 0.0) for i in range(5)]
+    groups = [
+        SharedGroup(
+            i, f"h{i}", "p", task, ("a", "b"), (True, True), (0.0, 1.0), (0.0, 1.0), 0, True, 0.0
+        )
+        for i in range(5)
+    ]
     for g in groups:
         pool.add(g)
     assert len(pool) == 3 and pool.evicted == 2
     assert [c.group.content_hash for c in pool.candidates()] == ["h2", "h3", "h4"]
     pool.take([groups[3]])
     assert [c.group.content_hash for c in pool.candidates()] == ["h2", "h4"]
-    assert pool.prune(lambda g: g.content_hash != "h2") == 1 and len(pool) == 1

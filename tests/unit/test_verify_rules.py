@@ -7,8 +7,9 @@ import pytest
 from swarm.errors import RejectedMessage
 from swarm.tasks import TaskSpec
 from swarm.verify import rules
+from swarm.verify.reasons import Reason
 from swarm.verify.reputation import PeerRecord, Reputation, ReputationSettings
-from swarm.verify.state import NonceCache, RateLimits, RecentGroups
+from swarm.verify.state import DecodedMessages, NonceCache, RateLimits, RecentGroups
 
 
 def _reason(fn, *args) -> str | None:
@@ -29,7 +30,13 @@ def test_allow_list_and_bans():
 
 @pytest.mark.parametrize(
     "created_at, reason",
-    [(1000.0, None), (1000.0 - 3599, None), (1000.0 - 3601, "stale"), (1000.0 + 299, None), (1000.0 + 301, "from_future")],
+    [
+        (1000.0, None),
+        (1000.0 - 3599, None),
+        (1000.0 - 3601, "stale"),
+        (1000.0 + 299, None),
+        (1000.0 + 301, "from_future"),
+    ],
 )
 def test_age_and_clock_skew(created_at, reason):
     assert _reason(rules.check_age, created_at, 1000.0, 3600.0, 300.0) == reason
@@ -68,7 +75,9 @@ def test_copy_needs_another_sender_and_enough_overlap():
     assert _reason(rules.check_not_copy, "b", three, [("a", mine)], 0.75) == "copycat"
     two = rules.fingerprint(["1", "2", "8", "9"])
     assert _reason(rules.check_not_copy, "b", two, [("a", mine)], 0.75) is None
-    assert _reason(rules.check_not_copy, "a", mine, [("a", mine)], 0.75) is None  # its own group again
+    assert (
+        _reason(rules.check_not_copy, "a", mine, [("a", mine)], 0.75) is None
+    )  # its own group again
     assert _reason(rules.check_not_copy, "b", mine, [("a", mine)], 0.0) is None  # off
 
 
@@ -106,10 +115,56 @@ def test_recent_groups_keep_the_first_few_per_spec_and_a_bounded_number_of_specs
     assert recent.get(specs[0]) == [] and recent.get(specs[2]) == [("r", ())]
 
 
+def test_decoded_messages_are_found_by_bytes_and_source_and_bounded():
+    kept: DecodedMessages[str] = DecodedMessages(max_messages=2, max_bytes=10)
+    kept.put("a", b"1234", "one")
+    assert kept.take("b", b"1234") is None and kept.take("a", bytes(bytearray(b"1234"))) == "one"
+    assert kept.take("a", b"1234") is None  # taken once
+    kept.put("a", b"x", "x")
+    kept.put("a", b"y", "y")
+    kept.put("a", b"z", "z")  # over the message bound: the oldest goes
+    assert len(kept) == 2 and kept.evicted == 1 and kept.take("a", b"x") is None
+    kept.put("a", b"0123456789", "big")  # over the byte bound: older ones go
+    assert (
+        kept.take("a", b"y") is None
+        and kept.take("a", b"0123456789") == "big"
+        and kept.evicted == 3
+    )
+
+
+def test_every_reason_has_a_weight_and_the_soft_ones_never_ban():
+    assert Reason("duplicate") is Reason.DUPLICATE and Reason.DUPLICATE == "duplicate"
+    assert {r: r.weight for r in Reason if r.weight != 1.0} == {
+        "duplicate": 0.0,
+        "in_rejected_message": 0.0,
+        "banned": 0.0,
+        "not_allowed": 0.0,
+        "rate_limited": 0.2,
+        "stale": 0.25,
+        "from_future": 0.25,
+        "stale_version": 0.25,
+        "copycat": 0.5,
+        "implausible_tokens": 0.5,
+    }
+    assert {r for r in Reason if r.unsigned} == {
+        "oversize",
+        "undecodable",
+        "unknown_schema",
+        "malformed",
+        "bad_reward",
+        "non_canonical",
+        "bad_signature",
+    }
+    assert Reason.BAD_SIGNATURE.unsigned and not Reason.REWARD_MISMATCH.unsigned
+    assert Reason.from_stored("no_such_code") is Reason.UNKNOWN and Reason.UNKNOWN.weight == 1.0
+
+
 def test_score_weighs_rejections_by_how_surely_they_mean_bad_faith():
-    honest = PeerRecord(accepted=20, rejected={"stale": 2, "duplicate": 5, "in_rejected_message": 3})
+    honest = PeerRecord(
+        accepted=20, rejected={Reason.STALE: 2, Reason.DUPLICATE: 5, Reason.IN_REJECTED_MESSAGE: 3}
+    )
     assert honest.score > 0.95
-    forger = PeerRecord(accepted=0, rejected={"bad_signature": 9})
+    forger = PeerRecord(accepted=0, rejected={Reason.BAD_SIGNATURE: 9})
     assert forger.score == pytest.approx(0.1)
     unterminated = PeerRecord(accepted=10, unterminated=10)
     assert unterminated.score > 0.9  # a weak model that rambles is not a cheat
@@ -120,10 +175,10 @@ def test_reputation_throttles_then_bans_and_forgets_on_request():
     rep.accepted("p", [True])
     assert rep.rate_factor("p") == 1.0 and rep.rate_factor("unknown") == 1.0
     for _ in range(3):
-        rep.rejected("p", "reward_mismatch")
+        rep.rejected("p", Reason.REWARD_MISMATCH)
     assert rep.rate_factor("p") == pytest.approx(2 / 5) and not rep.should_ban("p")
     for _ in range(7):
-        rep.rejected("p", "reward_mismatch")
+        rep.rejected("p", Reason.REWARD_MISMATCH)
     assert rep.should_ban("p")
     rep.forget("p")
     assert not rep.should_ban("p") and rep.rate_factor("p") == 1.0
@@ -133,14 +188,14 @@ def test_many_soft_rejections_alone_do_not_reach_a_ban_quickly():
     rep = Reputation(ReputationSettings(ban_after=10, ban_below=0.2))
     for _ in range(30):
         rep.accepted("p", [True])
-        rep.rejected("p", "stale")
+        rep.rejected("p", Reason.STALE)
     assert not rep.should_ban("p")
 
 
 def test_bans_can_be_turned_off():
     rep = Reputation(ReputationSettings(ban_after=0))
     for _ in range(1000):
-        rep.rejected("p", "bad_signature")
+        rep.rejected("p", Reason.BAD_SIGNATURE)
     assert not rep.should_ban("p")
 
 
@@ -152,6 +207,6 @@ def test_groups_of_one_repeated_answer_are_never_copycats():
 def test_soft_signals_throttle_but_never_ban():
     rep = Reputation(ReputationSettings(throttle_below=0.5, ban_after=10, ban_below=0.2))
     for _ in range(1000):
-        rep.rejected("p", "copycat")
-        rep.rejected("p", "rate_limited")
+        rep.rejected("p", Reason.COPYCAT)
+        rep.rejected("p", Reason.RATE_LIMITED)
     assert rep.rate_factor("p") < 0.01 and not rep.should_ban("p")

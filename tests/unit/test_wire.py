@@ -1,17 +1,19 @@
-"""The rollout wire format: round trips, canonical bytes, signatures that catch any tampering."""
+"""Rollout groups on the wire: round trips, canonical bytes, signatures that catch any tampering."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import msgpack
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarm.errors import RejectedMessage
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.rollout import (
+from swarm.signing import sign_group, verify_signed
+from swarm.tasks import TaskSpec
+from swarm.verify.reasons import Reason
+from swarm.wire import (
     MAX_MESSAGE_BYTES,
     SCHEMA_VERSION,
     RolloutGroup,
@@ -20,12 +22,9 @@ from swarm.rollout import (
     decode_group,
     encode_group,
     pack_messages,
-    sign_group,
     stored_nonce,
     unpack_message,
-    verify_signed,
 )
-from swarm.tasks import TaskSpec
 
 KEY = create_identity(b"\x01" * 32)
 OTHER = create_identity(b"\x02" * 32)
@@ -50,7 +49,7 @@ def make_group(key=KEY, **changes) -> RolloutGroup:
         token_ids=((4, 20, 5), (4, 18, 17, 5), (20,), (4, 3, 5)),
         format_bonus=0.1,
     )
-    return dataclasses.replace(group, **changes)
+    return msgspec.structs.replace(group, **changes)
 
 
 def test_round_trip_is_exact_and_canonical():
@@ -97,7 +96,7 @@ def test_signature_binds_to_the_sender():
     forged = SignedGroup(encode_group(group), sign_group(make_group(OTHER), OTHER).signature)
     with pytest.raises(RejectedMessage) as info:
         verify_signed(forged)
-    assert info.value.reason == "bad_signature"
+    assert info.value.reason == Reason.BAD_SIGNATURE
     with pytest.raises(ValueError):
         sign_group(group, OTHER)  # our own code refuses to sign as someone else
 
@@ -112,7 +111,10 @@ def _body(mutate) -> bytes:
     "mutate, reason",
     [
         (lambda r: r.update(v=1), "unknown_schema"),  # the schema before format_bonus
-        (lambda r: r.update(v=2), "unknown_schema"),  # the schema whose format bonus allowed trailing text
+        (
+            lambda r: r.update(v=2),
+            "unknown_schema",
+        ),  # the schema whose format bonus allowed trailing text
         (lambda r: r.pop("nonce"), "malformed"),
         (lambda r: r.update(extra=1), "malformed"),
         (lambda r: r.update(rewards=[float("nan")] * 4), "bad_reward"),
@@ -162,7 +164,10 @@ def test_non_canonical_encoding_is_rejected():
         (msgpack.packb([1, 2, 3]), "malformed"),
         (msgpack.packb({"v": 9, "kind": "rollouts", "groups": []}), "unknown_schema"),
         (msgpack.packb({"v": SCHEMA_VERSION, "kind": "rollouts", "groups": []}), "malformed"),
-        (msgpack.packb({"v": SCHEMA_VERSION, "kind": "rollouts", "groups": [["a", "b"]]}), "malformed"),
+        (
+            msgpack.packb({"v": SCHEMA_VERSION, "kind": "rollouts", "groups": [["a", "b"]]}),
+            "malformed",
+        ),
         (b"\x00" * (MAX_MESSAGE_BYTES + 1), "oversize"),
     ],
 )
@@ -185,3 +190,81 @@ def test_random_bytes_never_raise_anything_but_rejection(data):
 def test_stored_nonce_reads_a_body_without_decoding_the_group():
     group = make_group(KEY)
     assert stored_nonce(sign_group(group, KEY).body) == group.nonce
+
+
+def test_a_group_built_with_other_number_types_encodes_canonically():
+    """Ints where floats are declared, numpy-like values: the body is what floats would give."""
+    group = make_group(
+        created_at=1_700_000_000, rewards=(1, 0, 1, 0), format_bonus=0, policy_version=True
+    )
+    body = encode_group(group)
+    assert body == encode_group(
+        make_group(
+            created_at=1_700_000_000.0,
+            rewards=(1.0, 0.0, 1.0, 0.0),
+            format_bonus=0.0,
+            policy_version=1,
+        )
+    )
+    decoded = decode_group(body)
+    assert type(decoded.created_at) is float and all(type(r) is float for r in decoded.rewards)
+
+
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (
+            lambda r: r.update(rewards=[1, 0, 1, 0]),
+            "non_canonical",
+        ),  # integer rewards: allowed types, other bytes
+        (
+            lambda r: r.update(created_at=1_700_000_000),
+            "malformed",
+        ),  # an integer where a float is declared
+        (lambda r: r["sampling"].update(top_p=1), "malformed"),
+        (lambda r: r.update(rewards=["1", 0.0, 0.0, 0.0]), "bad_reward"),
+        (
+            lambda r: r.update(rewards=[float("nan")] * 4, policy_version=-1),
+            "bad_reward",
+        ),  # rewards come first
+        (lambda r: r.update(rewards=[1.0], policy_version=-1), "malformed"),
+        (lambda r: (r.pop("v"), r.update(rewards=[float("nan")] * 4)), "unknown_schema"),
+        (lambda r: r.update(finished=[1, 1, 0, 1]), "malformed"),
+        (lambda r: r.update(token_ids=[[1]]), "malformed"),
+        (lambda r: r.update(sampling=[1.0, 1.0, 0, 8]), "malformed"),
+    ],
+)
+def test_reasons_keep_their_order_of_precedence(mutate, reason):
+    with pytest.raises(RejectedMessage) as info:
+        decode_group(_body(mutate))
+    assert info.value.reason == reason
+
+
+def test_a_signed_item_with_extra_elements_is_refused():
+    signed = sign_group(make_group(), KEY)
+    data = msgpack.packb(
+        {
+            "v": SCHEMA_VERSION,
+            "kind": "rollouts",
+            "groups": [[signed.body, signed.signature, None]],
+        },
+        use_bin_type=True,
+    )
+    with pytest.raises(RejectedMessage) as info:
+        unpack_message(data)
+    assert info.value.reason == Reason.MALFORMED
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        (msgpack.packb({1: 2}), "undecodable"),  # map keys must be strings
+        (msgpack.packb({"v": msgpack.ExtType(1, b"x")}), "undecodable"),
+        (b"\x91" * 2000 + b"\x00", "undecodable"),  # nesting
+        (b"\xa2\xff\xfe", "undecodable"),  # not UTF-8
+    ],
+)
+def test_bytes_beyond_the_decoder_limits_are_undecodable(body, reason):
+    with pytest.raises(RejectedMessage) as info:
+        decode_group(body)
+    assert info.value.reason == reason

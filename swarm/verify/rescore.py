@@ -1,0 +1,63 @@
+"""Re-scoring: a peer's group rebuilt and scored by this node's own verifier, never on its word.
+
+A shared group's task is rebuilt from its spec with reasoning-gym (the question text must
+be the one the spec rebuilds) and every completion is scored locally: correctness from the
+dataset's scorer, and whether it ends with its tagged answer (which earns a format bonus).
+The verifier compares the sender's claimed rewards with these under the sender's declared
+bonus; training uses them under this node's own bonus.
+
+Deliberately not here: what to do with a mismatch (`swarm.verify.gate`, `swarm.replay`) or
+the experience pool that keeps re-scored groups (`swarm.experience`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from swarm.errors import RejectedMessage, TaskError
+from swarm.tasks import Task, build_task, score_completion, well_formatted
+from swarm.verify.reasons import Reason
+from swarm.wire import RolloutGroup
+
+
+@dataclass(frozen=True)
+class Rescored:
+    """A peer's group as this node's verifier sees it: the rebuilt task, per-completion scores."""
+
+    task: Task
+    correctness: tuple[float, ...]  # dataset score in [0, 1], without any format bonus
+    well_formatted: tuple[
+        bool, ...
+    ]  # whether the completion ends with its answer (earns the bonus)
+
+    def rewards(self, format_weight: float) -> tuple[float, ...]:
+        """The rewards with a format bonus (ours for training, the sender's for its claims)."""
+        return tuple(
+            c + (format_weight if ok else 0.0)
+            for c, ok in zip(self.correctness, self.well_formatted, strict=True)
+        )
+
+
+def rescore_group(group: RolloutGroup) -> Rescored:
+    """Rebuild the group's task and score its completions locally; reject what does not rebuild.
+
+    A spec naming an unknown dataset or a config the dataset refuses is a rejection
+    (`bad_task`), as is a question text other than the one the spec rebuilds.
+    """
+    try:
+        task = build_task(group.task)
+    except TaskError as e:
+        raise RejectedMessage(Reason.BAD_TASK, str(e)[:300]) from None
+    if task.question != group.question:
+        raise RejectedMessage(
+            Reason.QUESTION_MISMATCH, "the question text is not the one the task spec rebuilds"
+        )
+    correctness = tuple(score_completion(task, c, 0.0) for c in group.completions)
+    formatted = tuple(well_formatted(c) for c in group.completions)
+    return Rescored(task, correctness, formatted)
+
+
+def rescore(group: RolloutGroup, format_weight: float) -> tuple[Task, tuple[float, ...]]:
+    """The rebuilt task and the rewards this node's verifier gives the group's completions."""
+    result = rescore_group(group)
+    return result.task, result.rewards(format_weight)
