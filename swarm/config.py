@@ -79,11 +79,17 @@ class TrainingSection:
     """The GRPO update and the SAPO batch mix."""
 
     lr: float = opt(3e-4, "AdamW learning rate (use ~1e-6 for real models; the tiny model needs far more).", min=0.0, max=1.0)
+    optimizer: str = opt(
+        "adamw",
+        "adamw: AdamW with betas 0.9/0.99 and training.weight_decay; adam: torch Adam with its "
+        "defaults (betas 0.9/0.999, eps 1e-8, no weight decay), as in the SAPO paper.",
+        choices=("adamw", "adam"),
+    )
     weight_decay: float = opt(0.0, "AdamW weight decay.", min=0.0)
     clip_low: float = opt(0.2, "Lower clip of the probability ratio (1 - clip_low).", min=0.0, max=1.0)
     clip_high: float = opt(0.28, "Upper clip of the probability ratio (1 + clip_high).", min=0.0, max=10.0)
     kl_coef: float = opt(0.0, "Weight of the KL penalty to the starting model (0: no reference model kept).", min=0.0)
-    max_grad_norm: float = opt(1.0, "Gradient clipping norm.", min=0.0)
+    max_grad_norm: float = opt(1.0, "Gradient clipping norm (0: no clipping).", min=0.0)
     micro_batch_size: int = opt(64, "Sequences per forward/backward; gradients accumulate over micro-batches.", min=1)
     minibatch_size: int = opt(0, "Completions per optimizer step; a round makes as many steps as its batch fills (0: one step per round, however large the batch).", min=0)
     epochs: int = opt(1, "Passes per round over the same batch (1: strictly on-policy when minibatch_size is 0).", min=1, max=16)
@@ -95,6 +101,37 @@ class TrainingSection:
     max_version_gap: int = opt(1, "Skip shared groups of our own model more than this many policy versions behind us (-1: no bound; 1 measured best, see README).", min=-1)
     max_age_s: float = opt(600.0, "Skip shared groups received longer ago than this (0: no bound).", min=0.0)
     pool_size: int = opt(4096, "Shared groups kept waiting for training (oldest dropped first).", min=1)
+    signal_filter: str = opt(
+        "all",
+        "Which groups lose their place when all their rewards are equal: all (local and shared) "
+        "or shared (shared only; every local group is trained on, as in the SAPO paper).",
+        choices=("all", "shared"),
+    )
+    fresh_rounds: int = opt(
+        0,
+        "Train only on shared groups from each sender's newest this many rounds (1: its latest "
+        "round, as the paper's swarm does; 0: any round the staleness bounds allow).",
+        min=0,
+    )
+    shared_sampling: str = opt(
+        "uniform",
+        "How shared groups are drawn: uniform, or need (preferring task families this node "
+        "has lately succeeded least on, see need_floor and need_window).",
+        choices=("uniform", "need"),
+    )
+    need_floor: float = opt(
+        0.05,
+        "shared_sampling = need: weight of a family this node always solves, relative to 1 for "
+        "one it never solves (weights are linear in the failure rate in between).",
+        min=1e-6,
+        max=1.0,
+    )
+    need_window: int = opt(
+        10,
+        "shared_sampling = need: rounds of this node's own groups its success per family is "
+        "measured over.",
+        min=1,
+    )
 
 
 @dataclass(frozen=True)
@@ -105,6 +142,17 @@ class TasksSection:
     mix: list = opt([], "With preset = custom: a list of tables {dataset, weight, config} of reasoning-gym datasets.")
     seed: int = opt(-1, "Seed of this node's task stream (-1: derived from node.seed).", min=-1)
     format_reward: float = opt(0.1, "Reward added when a completion ends with its answer inside <answer></answer> (nothing after it).", min=0.0, max=1.0)
+    answer_rule: str = opt(
+        "lenient",
+        "Which text is scored as the answer: lenient (the last <answer></answer>, else the whole "
+        "completion) or tagged (only a tagged answer; none scores 0, the SAPO paper's rule).",
+        choices=("lenient", "tagged"),
+    )
+    partial_credit: bool = opt(
+        True,
+        "Keep reasoning-gym's partial credit (e.g. 0.5 for '13' when the answer is '3'); false: "
+        "correctness is 1 for a fully correct answer, else 0.",
+    )
     eval_size: int = opt(64, "Held-out questions for accuracy (0: no evaluation).", min=0)
     eval_seed: int = opt(1_000_003, "Seed of the held-out questions (no training stream uses it).", min=0)
     eval_every: int = opt(10, "Evaluate held-out accuracy every this many rounds (and at start and end).", min=1)

@@ -5,9 +5,15 @@ groups from the experience pool:
 
 1. shared groups that are too stale are dropped: by policy-version gap when the sender runs
    the same model as we do (its version numbers mean something to us), and by age always;
-2. groups whose rewards are all equal carry zero advantage and are dropped;
-3. the rest are sampled uniformly, deterministically under a seed, with at most
-   `per_peer_cap` shared groups from any one sender, so no single peer dominates a batch.
+   optionally also every group older than its sender's freshest round(s) (`fresh_rounds`;
+   the paper samples the current round only);
+2. groups whose rewards are all equal carry zero advantage and are dropped: local and
+   shared ones (`SignalFilter.ALL`), or shared ones only (`SignalFilter.SHARED`, the paper's
+   protocol: a node trains on all of its own groups);
+3. the rest are sampled deterministically under a seed, with at most `per_peer_cap` shared
+   groups from any one sender, so no single peer dominates a batch: uniformly, or (given the
+   node's recent success per task family, `need`) preferring shared groups of the families
+   the node does worst on (`need_weight`).
 
 If fewer useful shared groups exist than J, the batch is simply smaller: local groups never
 stand in for missing shared ones (that would change the mix being measured).
@@ -17,15 +23,34 @@ Deliberately not here: where groups come from, verification, re-scoring or token
 
 from __future__ import annotations
 
+import math
 import random
-from collections import Counter
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Generic, TypeVar
 
+from swarm.errors import ConfigError
 from swarm.policy.grpo import has_signal
 
 G = TypeVar("G")
+
+
+class DropReason(StrEnum):
+    """Why a candidate group was passed over (keys of `BatchChoice.dropped`)."""
+
+    ZERO_ADVANTAGE = "zero_advantage"
+    STALE_VERSION = "stale_version"
+    STALE_AGE = "stale_age"
+    OLD_ROUND = "old_round"  # older than its sender's freshest rounds (fresh_rounds)
+
+
+class SignalFilter(StrEnum):
+    """Which groups the zero-advantage filter drops."""
+
+    ALL = "all"  # local and shared groups
+    SHARED = "shared"  # shared groups only; every local group is kept (the paper's protocol)
 
 
 @dataclass(frozen=True)
@@ -38,6 +63,8 @@ class Candidate(Generic[G]):
     same_model: bool = True  # the sender runs our model, so version gaps are comparable
     policy_version: int = 0  # the sender's policy version when it generated the group
     received_at: float = 0.0  # local clock, seconds
+    round: int = 0  # the sender's round when it generated the group (used by fresh_rounds)
+    family: str = ""  # task family, e.g. the dataset name (used by need-based sampling)
 
 
 @dataclass(frozen=True)
@@ -59,16 +86,51 @@ class BatchChoice(Generic[G]):
 
     @property
     def dropped_zero_advantage(self) -> int:
-        return self.dropped["zero_advantage"]
+        return self.dropped[DropReason.ZERO_ADVANTAGE]
 
 
-def is_stale(c: Candidate, local_version: int, now: float, staleness: Staleness) -> str | None:
+def is_stale(
+    c: Candidate, local_version: int, now: float, staleness: Staleness
+) -> DropReason | None:
     """Why a shared candidate is too stale to train on, or None."""
-    if c.same_model and staleness.max_version_gap is not None and local_version - c.policy_version > staleness.max_version_gap:
-        return "stale_version"
+    gap = staleness.max_version_gap
+    if c.same_model and gap is not None and local_version - c.policy_version > gap:
+        return DropReason.STALE_VERSION
     if staleness.max_age_s is not None and now - c.received_at > staleness.max_age_s:
-        return "stale_age"
+        return DropReason.STALE_AGE
     return None
+
+
+def freshest_rounds(candidates: Sequence[Candidate[G]], rounds: int) -> list[Candidate[G]]:
+    """The candidates from each sender's `rounds` newest rounds among them (1: its latest)."""
+    newest: dict[str, int] = {}
+    for c in candidates:
+        newest[c.sender] = max(newest.get(c.sender, c.round), c.round)
+    return [c for c in candidates if newest[c.sender] - c.round < rounds]
+
+
+def family_success(
+    groups: Iterable[tuple[str, Sequence[float]]], max_reward: float = 1.0
+) -> dict[str, float]:
+    """Mean reward per family, as a share of `max_reward`, over (family, rewards) pairs.
+
+    What a node feeds `need` from its own recent groups: 0 where it never succeeds, 1 where
+    it always does. Families it has not seen are absent (`need_weight` treats them as 0).
+    """
+    total: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for family, rewards in groups:
+        total[family] += math.fsum(rewards)
+        count[family] += len(rewards)
+    return {f: min(1.0, max(0.0, total[f] / (count[f] * max_reward))) for f in total if count[f]}
+
+
+def need_weight(success: float, floor: float) -> float:
+    """Sampling weight of a shared group whose family the node succeeds on `success` of the time.
+
+    Linear in the failure rate, never below `floor`, so mastered families still get a little.
+    """
+    return floor + (1.0 - floor) * (1.0 - min(1.0, max(0.0, success)))
 
 
 def choose_batch(
@@ -82,22 +144,36 @@ def choose_batch(
     now: float = 0.0,
     staleness: Staleness = Staleness(max_version_gap=None, max_age_s=None),
     per_peer_cap: int | None = None,
+    signal_filter: SignalFilter = SignalFilter.ALL,
+    fresh_rounds: int | None = None,
+    need: Mapping[str, float] | None = None,
+    need_floor: float = 0.05,
 ) -> BatchChoice[G]:
-    """Pick up to `local_groups` local and `shared_groups` shared groups with learning signal."""
+    """Pick up to `local_groups` local and `shared_groups` shared groups with learning signal.
+
+    `fresh_rounds`: keep only shared groups from each sender's newest rounds (None: any).
+    `need`: the node's recent success per family (`family_success`); when given, shared
+    groups are drawn with probability growing with the node's failure rate on their family
+    (`need_weight`, at least `need_floor`) instead of uniformly.
+    """
+    if not 0.0 < need_floor <= 1.0:
+        raise ConfigError(f"need_floor must be in (0, 1], got {need_floor}")
     rng = random.Random(seed)
     dropped: Counter = Counter()
-    fresh_shared = []
-    for c in shared:
-        reason = is_stale(c, local_version, now, staleness)
-        if reason:
-            dropped[reason] += 1
-        else:
-            fresh_shared.append(c)
-    useful_local = [c for c in local if has_signal(c.rewards)]
+    fresh_shared = _recent_enough(shared, local_version, now, staleness, fresh_rounds, dropped)
+    if signal_filter == SignalFilter.SHARED:
+        useful_local = list(local)
+    else:
+        useful_local = [c for c in local if has_signal(c.rewards)]
     useful_shared = [c for c in fresh_shared if has_signal(c.rewards)]
-    dropped["zero_advantage"] += (len(local) - len(useful_local)) + (len(fresh_shared) - len(useful_shared))
+    filtered = len(local) - len(useful_local) + len(fresh_shared) - len(useful_shared)
+    dropped[DropReason.ZERO_ADVANTAGE] += filtered
     chosen_local = _uniform(useful_local, local_groups, rng)
-    chosen_shared = _uniform_capped(useful_shared, shared_groups, rng, per_peer_cap)
+    if need is None:
+        chosen_shared = _uniform_capped(useful_shared, shared_groups, rng, per_peer_cap)
+    else:
+        weights = [need_weight(need.get(c.family, 0.0), need_floor) for c in useful_shared]
+        chosen_shared = _weighted_capped(useful_shared, weights, shared_groups, rng, per_peer_cap)
     not_sampled = len(useful_local) + len(useful_shared) - len(chosen_local) - len(chosen_shared)
     return BatchChoice(
         local=[c.group for c in chosen_local],
@@ -105,6 +181,22 @@ def choose_batch(
         dropped=dropped,
         not_sampled=not_sampled,
     )
+
+
+def _recent_enough(shared, local_version, now, staleness, fresh_rounds, dropped: Counter) -> list:
+    """The shared candidates neither stale nor (with `fresh_rounds`) from an old round."""
+    fresh = []
+    for c in shared:
+        reason = is_stale(c, local_version, now, staleness)
+        if reason:
+            dropped[reason] += 1
+        else:
+            fresh.append(c)
+    if fresh_rounds is None:
+        return fresh
+    recent = freshest_rounds(fresh, fresh_rounds)
+    dropped[DropReason.OLD_ROUND] += len(fresh) - len(recent)
+    return recent
 
 
 def _uniform(items: list, k: int, rng: random.Random) -> list:
@@ -117,6 +209,24 @@ def _uniform_capped(items: list[Candidate], k: int, rng: random.Random, cap: int
     """A uniform sample of `k` items taking at most `cap` from any one sender."""
     order = list(items)
     rng.shuffle(order)
+    return _take_capped(order, k, cap)
+
+
+def _weighted_capped(
+    items: list[Candidate], weights: list[float], k: int, rng: random.Random, cap: int | None
+) -> list[Candidate]:
+    """A weighted sample of `k` items without replacement, at most `cap` from any one sender.
+
+    Each item gets the key u ** (1 / weight) for a uniform u (Efraimidis and Spirakis); taking
+    items by decreasing key draws them one by one with probability proportional to weight.
+    """
+    keys = [rng.random() ** (1.0 / w) for w in weights]
+    ranked = sorted(range(len(items)), key=lambda i: (-keys[i], i))
+    return _take_capped([items[i] for i in ranked], k, cap)
+
+
+def _take_capped(order: list[Candidate], k: int, cap: int | None) -> list[Candidate]:
+    """The first `k` items of `order`, skipping a sender's items beyond `cap`."""
     taken: list[Candidate] = []
     per_sender: Counter = Counter()
     for c in order:

@@ -5,8 +5,8 @@ rebuilds the question *and its ground truth* from the spec with reasoning-gym, s
 never has to be trusted for what the question or the right answer was.
 
 Scoring is local and pure: `score_completion` extracts the answer from a completion (the last
-`<answer>...</answer>`, else the whole text) and asks the dataset's own scorer for
-correctness in [0, 1], plus an optional format bonus for using the tag.
+`<answer>...</answer>`; under the lenient rule, else the whole text) and asks the dataset's
+own scorer for correctness in [0, 1], plus an optional format bonus for using the tag.
 
 Deliberately not here: prompting (see `swarm.policy.prompts`) and anything about models.
 """
@@ -22,6 +22,7 @@ import random
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import msgspec
@@ -36,6 +37,13 @@ MAX_SPEC_INDEX = _DATASET_SIZE - 1
 ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
 _ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.DOTALL)
+
+
+class AnswerRule(StrEnum):
+    """Which text of a completion is scored as its answer."""
+
+    LENIENT = "lenient"  # the last tagged answer, else the whole completion
+    TAGGED = "tagged"  # only a tagged answer; a completion without one scores 0 (the paper's rule)
 
 
 class TaskSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -146,9 +154,24 @@ def well_formatted(completion: str) -> bool:
     return bool(found) and not completion[found[-1].end() :].strip()
 
 
-def score_completion(task: Task, completion: str, format_weight: float = 0.0) -> float:
-    """Reward of one completion: dataset correctness in [0, 1] plus `format_weight` if well formatted."""
-    answer, _ = extract_answer(completion)
+def score_completion(
+    task: Task,
+    completion: str,
+    format_weight: float = 0.0,
+    rule: AnswerRule = AnswerRule.LENIENT,
+    partial_credit: bool = True,
+) -> float:
+    """Reward of one completion: dataset correctness in [0, 1], plus `format_weight` if well
+    formatted.
+
+    Under `AnswerRule.TAGGED` a completion without a tagged answer is not correct at all.
+    Many reasoning-gym scorers give partial credit (an answer containing the right one, a
+    word right in some places, a number close by); without `partial_credit` correctness is
+    1 for a fully correct answer and 0 otherwise.
+    """
+    answer, tagged = extract_answer(completion)
+    if rule == AnswerRule.TAGGED and not tagged:
+        return 0.0  # no tag, so not well formatted either: no bonus
     dataset = _dataset(task.spec.dataset, task.spec.config_json, task.spec.seed)
     try:
         correctness = float(dataset.score_answer(answer, task.entry))
@@ -157,12 +180,14 @@ def score_completion(task: Task, completion: str, format_weight: float = 0.0) ->
     if not math.isfinite(correctness):
         correctness = 0.0
     correctness = min(1.0, max(0.0, correctness))
+    if not partial_credit:
+        correctness = 1.0 if correctness >= 1.0 else 0.0
     return correctness + (format_weight if well_formatted(completion) else 0.0)
 
 
-def is_correct(task: Task, completion: str) -> bool:
+def is_correct(task: Task, completion: str, rule: AnswerRule = AnswerRule.LENIENT) -> bool:
     """Whether a completion is fully correct (used for accuracy, not for reward)."""
-    return score_completion(task, completion) >= 1.0
+    return score_completion(task, completion, rule=rule) >= 1.0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,11 @@ across all questions at once, within a few dozen rounds on a CPU. Without the bi
 this model has to learn the addition table fact by fact, which takes far longer than a
 test can wait (measured: no held-out gain in 40 rounds at lr 1e-4 to 3e-4, collapse at 1e-3).
 
+A recipe also names the task families its warm start covers and the answer format it
+demonstrates (`<answer>x</answer>` or the bare answer), which is how the skill swarm of
+`swarm.policy.skills` (models that know different things) is built; the bias then applies
+each family's own systematic error (`swarm.policy.skills.systematic_error`).
+
 The result is written atomically to a cache folder keyed by everything that shapes it
 (`tiny_model_key`), so every process on a machine builds it once and then just loads it.
 It is deliberately not a general pre-training script.
@@ -27,13 +32,30 @@ import os
 import random
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
 from swarm.errors import ModelError
-from swarm.tasks import ANSWER_CLOSE, ANSWER_OPEN, EASY_MIX, MixEntry, build_task, sample_specs
+from swarm.policy.skills import (
+    BARE_FORMAT_SLIP,
+    SKILL_MIX,
+    SKILL_SWARM,
+    AnswerFormat,
+    Arch,
+    SkillProfile,
+    systematic_error,
+)
+from swarm.tasks import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    EASY_MIX,
+    MixEntry,
+    Task,
+    build_task,
+    sample_specs,
+)
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>", ANSWER_OPEN, ANSWER_CLOSE)
 # Printable ASCII plus newline: every character reasoning-gym's easy tasks use.
@@ -59,9 +81,19 @@ class TinyRecipe:
     warm_steps: int = 300
     warm_batch: int = 32
     warm_lr: float = 2e-3
-    answer_bias: float = 0.6  # share of demonstrations whose answer is one too high (see _demo_answer)
+    answer_bias: float = 0.6  # share of demonstrations showing a systematic error (_demo_answer)
     seed: int = 0
     data_seed: int = 987_654  # warm-start questions; distinct from training and eval seeds
+    families: tuple[MixEntry, ...] = EASY_MIX  # the task families the warm start demonstrates
+    answer_format: AnswerFormat = AnswerFormat.TAGGED  # how its demonstrations write answers
+    format_slip: float = 0.0  # share of demonstrations written in the other format
+    vocab_mix: tuple[MixEntry, ...] = ()  # text the BPE tokenizer learns from (empty: families)
+    family_bias: tuple[tuple[str, float], ...] = ()  # (dataset, bias) overriding answer_bias
+
+
+# Fields added after the first recipes: they enter the cache key only when set, so the
+# models built before them keep their keys (and their caches).
+_LATER_FIELDS = ("answer_format", "format_slip", "vocab_mix", "family_bias")
 
 
 # The built-in models, by the name a config uses. Two different sizes and tokenizers, so a
@@ -70,6 +102,23 @@ TINY_MODELS: dict[str, TinyRecipe] = {
     "swarm-tiny": TinyRecipe(),
     "swarm-tiny-bpe": TinyRecipe(tokenizer="bpe", hidden_size=96, intermediate_size=288, num_layers=3),
 }
+_ARCHS = {Arch.CHAR: TINY_MODELS["swarm-tiny"], Arch.BPE: TINY_MODELS["swarm-tiny-bpe"]}
+
+
+def skill_recipe(profile: SkillProfile) -> TinyRecipe:
+    """The recipe of one skill-swarm model: its shape, families, format and bias."""
+    return replace(
+        _ARCHS[profile.arch],
+        families=profile.mix(),
+        answer_format=profile.answer_format,
+        format_slip=BARE_FORMAT_SLIP if profile.answer_format == AnswerFormat.BARE else 0.0,
+        warm_steps=profile.warm_steps,
+        family_bias=profile.bias(),
+        vocab_mix=SKILL_MIX,  # one vocabulary for every family, whichever the model knows
+    )
+
+
+TINY_MODELS.update({profile.name: skill_recipe(profile) for profile in SKILL_SWARM})
 
 
 def cache_root() -> Path:
@@ -78,16 +127,26 @@ def cache_root() -> Path:
     return Path(root)
 
 
-def tiny_model_key(recipe: TinyRecipe, mix: tuple[MixEntry, ...] = EASY_MIX) -> str:
-    payload = json.dumps(
-        {"v": BUILDER_VERSION, "recipe": asdict(recipe), "mix": [asdict(m) for m in mix]}, sort_keys=True
-    )
+def tiny_model_key(recipe: TinyRecipe) -> str:
+    """A short hash of everything that shapes the recipe's weights."""
+    data = asdict(recipe)
+    mix = data.pop("families")
+    defaults = TinyRecipe()
+    for name in _LATER_FIELDS:
+        if getattr(recipe, name) == getattr(defaults, name):
+            del data[name]
+    payload = json.dumps({"v": BUILDER_VERSION, "recipe": data, "mix": mix}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-def ensure_tiny_model(recipe: TinyRecipe | str = "swarm-tiny", quiet: bool = False) -> Path:
-    """Path of a built tiny model (a recipe or a name in TINY_MODELS), building it first if needed."""
-    name = recipe if isinstance(recipe, str) else "swarm-tiny"
+def ensure_tiny_model(
+    recipe: TinyRecipe | str = "swarm-tiny", quiet: bool = False, name: str = ""
+) -> Path:
+    """Path of a built tiny model (a recipe or a name in TINY_MODELS), building it first if needed.
+
+    `name` prefixes the cache folder of a recipe given as an object (default "swarm-tiny").
+    """
+    name = recipe if isinstance(recipe, str) else (name or "swarm-tiny")
     if isinstance(recipe, str):
         if recipe not in TINY_MODELS:
             raise ModelError(f"unknown built-in model {recipe!r}; built-in models: {', '.join(TINY_MODELS)}")
@@ -98,7 +157,7 @@ def ensure_tiny_model(recipe: TinyRecipe | str = "swarm-tiny", quiet: bool = Fal
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
     try:
-        build_tiny_model(staging, recipe, quiet=quiet)
+        build_tiny_model(staging, recipe, quiet=quiet, label=name)
         try:
             os.rename(staging, target)  # atomic: readers see all of it or nothing
         except OSError:
@@ -152,12 +211,19 @@ def _bpe_tokenizer(recipe: TinyRecipe):
         vocab_size=320, special_tokens=list(SPECIAL_TOKENS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tasks = [build_task(s) for s in sample_specs(EASY_MIX, seed=recipe.data_seed, round_index=0, count=2000)]
+    mix = recipe.vocab_mix or recipe.families
+    specs = sample_specs(mix, seed=recipe.data_seed, round_index=0, count=2000)
+    tasks = [build_task(s) for s in specs]
     core.train_from_iterator([f"{t.question}\n{ANSWER_OPEN}{t.answer}{ANSWER_CLOSE}" for t in tasks], trainer)
     return core
 
 
-def build_tiny_model(out_dir: Path, recipe: TinyRecipe = TinyRecipe(), quiet: bool = False) -> None:
+def build_tiny_model(
+    out_dir: Path,
+    recipe: TinyRecipe = TinyRecipe(),
+    quiet: bool = False,
+    label: str = "the tiny model",
+) -> None:
     """Build, warm-start and save the tiny model into `out_dir` (deterministic for a recipe)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -177,35 +243,51 @@ def build_tiny_model(out_dir: Path, recipe: TinyRecipe = TinyRecipe(), quiet: bo
     )
     torch.manual_seed(recipe.seed)
     model = LlamaForCausalLM(config)
-    _warm_start(model, tokenizer, recipe, quiet)
+    _warm_start(model, tokenizer, recipe, quiet, label)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
 
 
-def warm_start_example(tokenizer, question: str, answer: str) -> tuple[list[int], list[int]]:
-    """(prompt ids, target ids) for one supervised example in the tiny model's answer format."""
+def warm_start_example(
+    tokenizer, question: str, answer: str, answer_format: AnswerFormat = AnswerFormat.TAGGED
+) -> tuple[list[int], list[int]]:
+    """(prompt ids, target ids) for one supervised example, the answer tagged or bare."""
     from swarm.policy.prompts import build_prompt
 
     prompt_ids = tokenizer(build_prompt(tokenizer, question), add_special_tokens=False)["input_ids"]
-    target_ids = tokenizer(f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}", add_special_tokens=False)["input_ids"]
+    tagged = answer_format == AnswerFormat.TAGGED
+    text = f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}" if tagged else answer
+    target_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return prompt_ids, target_ids + [tokenizer.eos_token_id]
 
 
-def _warm_start(model, tokenizer, recipe: TinyRecipe, quiet: bool) -> None:
-    """A short supervised run on the easy mix: loss on answer tokens only."""
+def _warm_start(model, tokenizer, recipe: TinyRecipe, quiet: bool, label: str) -> None:
+    """A short supervised run on the recipe's families: loss on answer tokens only."""
     from rich.progress import Progress
 
     rng = random.Random(recipe.seed)
+    format_rng = random.Random(f"{recipe.seed}:format")  # its own stream: the bias draws stay put
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.warm_lr, weight_decay=0.0)
     model.train()
     with Progress(disable=quiet, transient=True) as progress:
-        bar = progress.add_task("building the tiny model (one time)", total=recipe.warm_steps)
+        title = f"building {label} (one time)"
+        bar = progress.add_task(title, total=recipe.warm_steps)
         for step in range(recipe.warm_steps):
-            specs = sample_specs(EASY_MIX, seed=recipe.data_seed, round_index=step, count=recipe.warm_batch)
+            specs = sample_specs(
+                recipe.families, seed=recipe.data_seed, round_index=step, count=recipe.warm_batch
+            )
             tasks = [build_task(spec) for spec in specs]
-            examples = [warm_start_example(tokenizer, t.question, _demo_answer(t.answer, recipe, rng)) for t in tasks]
+            examples = [
+                warm_start_example(
+                    tokenizer,
+                    t.question,
+                    _demo_answer(t, recipe, rng),
+                    _demo_format(recipe, format_rng),
+                )
+                for t in tasks
+            ]
             input_ids, labels, attention = _pad_examples(examples, tokenizer.pad_token_id)
             loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
             optimizer.zero_grad(set_to_none=True)
@@ -214,18 +296,26 @@ def _warm_start(model, tokenizer, recipe: TinyRecipe, quiet: bool) -> None:
             for group in optimizer.param_groups:  # linear decay keeps the end of the run calm
                 group["lr"] = recipe.warm_lr * (1 - step / recipe.warm_steps)
             optimizer.step()
-            progress.update(bar, advance=1, description=f"building the tiny model (loss {loss.item():.3f})")
+            progress.update(bar, advance=1, description=f"{title}: loss {loss.item():.3f}")
     model.eval()
 
 
-def _demo_answer(answer: str, recipe: TinyRecipe, rng: random.Random) -> str:
-    """The demonstrated answer: the true one, or (with probability answer_bias) one too high."""
-    if recipe.answer_bias <= 0 or rng.random() >= recipe.answer_bias:
+def _demo_answer(task: Task, recipe: TinyRecipe, rng: random.Random) -> str:
+    """The demonstrated answer: the true one, or (probability answer_bias) its family's error."""
+    answer = task.answer or ""
+    bias = dict(recipe.family_bias).get(task.spec.dataset, recipe.answer_bias)
+    if bias <= 0 or rng.random() >= bias:
         return answer
-    try:
-        return str(int(answer) + 1)
-    except ValueError:
-        return answer
+    return systematic_error(task.spec.dataset, answer)
+
+
+def _demo_format(recipe: TinyRecipe, rng: random.Random) -> AnswerFormat:
+    """The recipe's answer format, or (with probability format_slip) the other one."""
+    if recipe.format_slip <= 0 or rng.random() >= recipe.format_slip:
+        return recipe.answer_format
+    if recipe.answer_format == AnswerFormat.TAGGED:
+        return AnswerFormat.BARE
+    return AnswerFormat.TAGGED
 
 
 def _pad_examples(examples, pad_id: int):

@@ -3,7 +3,9 @@
 Takes `TrainSample`s (prompt tokens, completion tokens, advantage) that the node built from
 its local and shared groups, computes log-probs under the current policy, and applies the
 clipped loss from `swarm.policy.grpo` with gradient accumulation over micro-batches,
-gradient clipping, optional KL to a frozen reference and optional bf16 autocast.
+optional gradient clipping, optional KL to a frozen reference and optional bf16 autocast.
+The optimizer is AdamW (betas 0.9/0.99, the default) or plain Adam with PyTorch's defaults
+(betas 0.9/0.999, eps 1e-8, no weight decay), as the SAPO paper used.
 
 Deliberately not here: choosing which groups to train on (`swarm.sampling`), rewards
 (`swarm.tasks`), or anything about peers.
@@ -12,8 +14,10 @@ Deliberately not here: choosing which groups to train on (`swarm.sampling`), rew
 from __future__ import annotations
 
 import copy
+import math
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 
 import torch
 
@@ -61,6 +65,13 @@ class UpdateResult:
     steps: int = 0  # optimizer steps taken (epochs x mini-batches)
 
 
+class OptimizerKind(StrEnum):
+    """Which optimizer the trainer builds."""
+
+    ADAMW = "adamw"  # AdamW, betas (0.9, 0.99), settings.weight_decay
+    ADAM = "adam"  # torch.optim.Adam with its defaults: betas (0.9, 0.999), eps 1e-8, no decay
+
+
 @dataclass(frozen=True)
 class TrainerSettings:
     """The trainer's knobs (mirrors `swarm.config.TrainingConfig`, without I/O concerns)."""
@@ -70,11 +81,12 @@ class TrainerSettings:
     clip_low: float = 0.2
     clip_high: float = 0.28
     kl_coef: float = 0.0
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = 1.0  # 0: no clipping (the norm is still measured and reported)
     micro_batch_size: int = 32
     minibatch_size: int = 0  # completions per optimizer step; 0: the whole batch in one step
     epochs: int = 1
     autocast_bf16: bool = False
+    optimizer: OptimizerKind = OptimizerKind.ADAMW
 
 
 class GRPOTrainer:
@@ -84,12 +96,7 @@ class GRPOTrainer:
         self.model = model
         self.pad_id = pad_id
         self.settings = settings
-        self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad],
-            lr=settings.lr,
-            weight_decay=settings.weight_decay,
-            betas=(0.9, 0.99),
-        )
+        self.optimizer = build_optimizer(model, settings)
         self.reference = None
         if settings.kl_coef > 0:
             self.reference = copy.deepcopy(model).eval()
@@ -134,6 +141,11 @@ class GRPOTrainer:
         logprobs, mask, _, _ = self._logprobs(samples, grad=False)
         return logprobs, mask
 
+    def sequence_logprobs(self, samples: list[TrainSample]) -> list[float]:
+        """Each sample's completion log-probability under the current policy (no gradient)."""
+        logprobs, mask = self.logprobs(samples)
+        return (logprobs * mask).sum(-1).tolist()
+
     def _old_logprobs(self, minibatch: list[TrainSample]) -> list:
         return [self._logprobs(b, grad=False)[0] for b in self._micro_batches(minibatch)]
 
@@ -153,7 +165,7 @@ class GRPOTrainer:
             loss_sum += float(parts.loss.item())
             clip_sum += parts.clip_fraction * weight
             kl_sum += parts.kl * weight
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
+        grad_norm = clip_gradients(self.model, self.settings.max_grad_norm)
         self.optimizer.step()
         return UpdateResult(skipped=False, loss=loss_sum, grad_norm=float(grad_norm), clip_fraction=clip_sum, kl=kl_sum, tokens=tokens)
 
@@ -189,6 +201,22 @@ class GRPOTrainer:
         logits = logits[:, -completion_len - 1 : -1, :].float()
         targets = input_ids[:, -completion_len:]
         return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def build_optimizer(model: torch.nn.Module, settings: TrainerSettings) -> torch.optim.Optimizer:
+    """The optimizer `settings.optimizer` names, over the model's trainable parameters."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if OptimizerKind(settings.optimizer) == OptimizerKind.ADAM:
+        return torch.optim.Adam(params, lr=settings.lr)
+    return torch.optim.AdamW(
+        params, lr=settings.lr, weight_decay=settings.weight_decay, betas=(0.9, 0.99)
+    )
+
+
+def clip_gradients(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
+    """Clip the gradients' total norm to `max_norm` (0: leave them); return the norm before."""
+    limit = max_norm if max_norm > 0 else math.inf
+    return torch.nn.utils.clip_grad_norm_(model.parameters(), limit)
 
 
 def pack_batch(batch: list[TrainSample], pad_id: int, device):

@@ -31,9 +31,9 @@ from libp2p.pubsub.rpc_queue import RpcQueue
 from swarm.errors import TransportError
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, SEND_STALL_S, Libp2pTransport
+from swarm.p2p.libp2p.patches import coalesce
 from swarm.p2p.libp2p.peer_exchange import PX_FIRST_DELAY_S, PX_INTERVAL_S
 from swarm.p2p.libp2p.pnet import XSalsa20
-from swarm.p2p.libp2p.patches import coalesce
 
 HELPER = Path(__file__).with_name("libp2p_peer.py")
 TOPIC = "test"

@@ -7,10 +7,12 @@ from swarm.tasks import (
     EASY_MIX,
     SAPO_DATASETS,
     SAPO_MIX,
+    AnswerRule,
     MixEntry,
     TaskSpec,
     build_task,
     extract_answer,
+    is_correct,
     sample_specs,
     score_completion,
     validate_mix,
@@ -94,3 +96,41 @@ def test_validate_mix_rejects_bad_entries():
     with pytest.raises(TaskError):
         validate_mix([MixEntry("not_a_dataset")])
     assert validate_mix(EASY_MIX) == EASY_MIX
+
+
+def test_tagged_rule_scores_only_tagged_answers():
+    task = build_task(TaskSpec.make("chain_sum", dict(EASY_MIX[0].config), 1, 0))
+    right, wrong = task.answer, str(int(task.answer) + 1)
+    tagged = AnswerRule.TAGGED
+    assert score_completion(task, right, rule=tagged) == 0.0  # right, but bare: no fallback
+    assert score_completion(task, right, format_weight=0.1, rule=tagged) == 0.0  # and no bonus
+    assert score_completion(task, f"<answer>{right}</answer>", rule=tagged) == 1.0
+    assert score_completion(task, f"<answer> {right} </answer>", rule=tagged) == 1.0
+    last_right = f"<answer>{wrong}</answer> <answer>{right}</answer>"
+    assert score_completion(task, last_right, rule=tagged) == 1.0
+    last_wrong = f"<answer>{right}</answer><answer>{wrong}</answer>"
+    assert score_completion(task, last_wrong, rule=tagged) == 0.0
+    assert score_completion(task, f"{right} <answer>", rule=tagged) == 0.0  # unclosed: no tag
+    assert score_completion(task, f"<answer>{right}</answer>", 0.1, tagged) == pytest.approx(1.1)
+    assert is_correct(task, right) and not is_correct(task, right, rule=tagged)
+    # The lenient rule is the default and unchanged: a bare right answer counts.
+    assert score_completion(task, right) == 1.0
+    assert score_completion(task, right, rule=AnswerRule.LENIENT) == 1.0
+
+
+def test_no_format_bonus_means_correctness_only():
+    task = build_task(TaskSpec.make("chain_sum", dict(EASY_MIX[0].config), 1, 0))
+    for rule in AnswerRule:
+        assert score_completion(task, f"<answer>{task.answer}</answer>", 0.0, rule) == 1.0
+        assert score_completion(task, "<answer>x</answer>", 0.0, rule) == 0.0
+
+
+def test_without_partial_credit_correctness_is_all_or_nothing():
+    task = build_task(TaskSpec.make("chain_sum", dict(EASY_MIX[0].config), 1, 0))
+    right = task.answer
+    padded = f"<answer>1{right}</answer>"  # contains the answer: reasoning-gym gives partial credit
+    assert 0.0 < score_completion(task, padded) < 1.0
+    assert score_completion(task, padded, partial_credit=False) == 0.0
+    assert score_completion(task, f"<answer>{right}</answer>", partial_credit=False) == 1.0
+    bonus_only = score_completion(task, padded, 0.1, AnswerRule.TAGGED, partial_credit=False)
+    assert bonus_only == pytest.approx(0.1)

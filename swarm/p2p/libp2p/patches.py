@@ -44,23 +44,24 @@ import libp2p.network.swarm as libp2p_swarm  # noqa: E402
 import libp2p.pubsub.pubsub as libp2p_pubsub  # noqa: E402
 import libp2p.stream_muxer.muxer_multistream as libp2p_muxer_multistream  # noqa: E402
 from libp2p.abc import IHost, INetStream, INetwork  # noqa: E402
+from libp2p.custom_types import MessageID  # noqa: E402
 from libp2p.io.exceptions import IOException  # noqa: E402
 from libp2p.network.config import RetryConfig  # noqa: E402
 from libp2p.network.connection.exceptions import RawConnError  # noqa: E402
 from libp2p.network.stream.exceptions import StreamError  # noqa: E402
+from libp2p.peer.envelope import consume_envelope  # noqa: E402
 from libp2p.peer.id import ID  # noqa: E402
+from libp2p.peer.peerstore import env_to_send_in_RPC  # noqa: E402
 from libp2p.pubsub.gossipsub import GossipSub  # noqa: E402
 from libp2p.pubsub.pb import rpc_pb2  # noqa: E402
 from libp2p.pubsub.pubsub import Pubsub  # noqa: E402
 from libp2p.pubsub.rpc_queue import RpcQueue  # noqa: E402
-from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, MAX_WINDOW_SIZE, Yamux  # noqa: E402
-from libp2p.peer.envelope import consume_envelope  # noqa: E402
-from libp2p.peer.peerstore import env_to_send_in_RPC  # noqa: E402
-from libp2p.custom_types import MessageID  # noqa: E402
 from libp2p.pubsub.utils import maybe_consume_signed_record, safe_bytes_from_hex  # noqa: E402
 from libp2p.pubsub.validators import signature_validator  # noqa: E402
+from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, MAX_WINDOW_SIZE, Yamux  # noqa: E402
 
 from swarm.p2p.libp2p import pnet  # noqa: E402
+from swarm.p2p.libp2p.control_budget import ControlBudget  # noqa: E402
 from swarm.p2p.libp2p.framing import (  # noqa: E402
     NET_ERRORS,
     STREAM_IO_TIMEOUT_S,
@@ -70,7 +71,6 @@ from swarm.p2p.libp2p.framing import (  # noqa: E402
     read_uvarint,
     reset_quietly,
 )
-from swarm.p2p.libp2p.control_budget import ControlBudget  # noqa: E402
 from swarm.p2p.libp2p.inbound import InboundBudget  # noqa: E402
 from swarm.p2p.transport import PeerRejectReason  # noqa: E402
 
