@@ -71,13 +71,25 @@ def load_with_origins(
             origin = f"environment variable {key}"
             if not sep or not name:
                 raise ConfigError(f"{origin}: expected {ENV_PREFIX}<SECTION>__<KEY>")
-            _set_dotted(raw, origins, f"{section}.{name}", _parse_override(section, name, value, origin), origin)
+            _set_dotted(
+                raw,
+                origins,
+                f"{section}.{name}",
+                _parse_override(section, name, value, origin),
+                origin,
+            )
     for item in overrides:
         dotted, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--set {item!r}: expected section.key=value")
         section, _, name = dotted.strip().partition(".")
-        _set_dotted(raw, origins, dotted.strip(), _parse_override(section, name, value.strip(), "--set"), "--set")
+        _set_dotted(
+            raw,
+            origins,
+            dotted.strip(),
+            _parse_override(section, name, value.strip(), "--set"),
+            "--set",
+        )
     for dotted, (flag, value) in (flags or {}).items():
         _set_dotted(raw, origins, dotted, value, flag)
     for section, cls in SECTIONS.items():  # defaults too, so every path key comes out absolute
@@ -124,7 +136,7 @@ def _resolve_paths(raw: dict, base: Path) -> None:
     ledger = raw.get("ledger")
     url = ledger.get("url") if isinstance(ledger, dict) else None
     if isinstance(url, str) and url.startswith(_SQLITE) and not url.startswith(_SQLITE + "/"):
-        rest = url[len(_SQLITE):]
+        rest = url[len(_SQLITE) :]
         if rest and not rest.startswith(":memory:"):
             ledger["url"] = _SQLITE + os.path.normpath(base / os.path.expanduser(rest))
 

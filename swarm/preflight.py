@@ -57,8 +57,16 @@ def preflight(config: Config, where: Where = _nowhere) -> None:
 
     `where(*keys)` names who set those keys (`swarm.config_load.LoadedConfig.where`)."""
     for check in (
-        check_role, check_run_folder, check_addresses, check_swarm_key, check_identity,
-        check_ledger, check_tasks, check_model, check_device, check_context,
+        check_role,
+        check_run_folder,
+        check_addresses,
+        check_swarm_key,
+        check_identity,
+        check_ledger,
+        check_tasks,
+        check_model,
+        check_device,
+        check_context,
     ):
         check(config, where)
 
@@ -74,7 +82,11 @@ def check_run_folder(config: Config, where: Where = _nowhere) -> None:
         what = "is a file" if existing == path else f"cannot be created: {existing} is a file"
         raise ConfigError(f"{where('node.run_dir')}: run folder {path} {what}, not a folder: {fix}")
     if not os.access(existing, os.W_OK | os.X_OK):
-        verb = "is not writable" if existing == path else f"cannot be created: {existing} is not writable"
+        verb = (
+            "is not writable"
+            if existing == path
+            else f"cannot be created: {existing} is not writable"
+        )
         raise ConfigError(f"{where('node.run_dir')}: run folder {path} {verb}: {fix}")
 
 
@@ -137,14 +149,18 @@ def identity_problem(path: Path, peer_id: str | None, allowed: list[str]) -> str
     if not allowed:
         return None
     if peer_id is None:
-        return (f"no identity at {path}, but p2p.allow_list is set: a new identity would not be "
-                "on it; point node.run_dir at the folder holding this member's identity.key")
+        return (
+            f"no identity at {path}, but p2p.allow_list is set: a new identity would not be "
+            "on it; point node.run_dir at the folder holding this member's identity.key"
+        )
     if peer_id in allowed:
         return None
     shown = ", ".join(allowed[:4]) + (f", ... ({len(allowed)} in all)" if len(allowed) > 4 else "")
-    return (f"this node's identity {path} is peer {peer_id}, which is not on p2p.allow_list "
-            f"({shown}): use this member's own identity.key, or add the peer ID to every "
-            "member's allow-list")
+    return (
+        f"this node's identity {path} is peer {peer_id}, which is not on p2p.allow_list "
+        f"({shown}): use this member's own identity.key, or add the peer ID to every "
+        "member's allow-list"
+    )
 
 
 def check_ledger(config: Config, where: Where = _nowhere) -> None:
@@ -174,7 +190,9 @@ def check_model(config: Config, where: Where = _nowhere) -> None:
 
     problem = model_problem(config.policy.model)
     if problem:
-        raise ConfigError(f"{where('policy.model')}: policy.model = {config.policy.model!r}: {problem}")
+        raise ConfigError(
+            f"{where('policy.model')}: policy.model = {config.policy.model!r}: {problem}"
+        )
 
 
 def check_device(config: Config, where: Where = _nowhere) -> None:
@@ -193,7 +211,9 @@ def check_device(config: Config, where: Where = _nowhere) -> None:
         key = "policy.device" if device.startswith("cuda") else "generation.backend"
         value = device if device.startswith("cuda") else backend
         fix = "use 'auto' or 'cpu'" if key == "policy.device" else "use 'transformers'"
-        raise ConfigError(f"{where(key)}: {key} = {value!r} needs CUDA, which this machine lacks: {fix}")
+        raise ConfigError(
+            f"{where(key)}: {key} = {value!r} needs CUDA, which this machine lacks: {fix}"
+        )
 
 
 def check_tasks(config: Config, where: Where = _nowhere) -> None:
@@ -230,9 +250,15 @@ def check_context(config: Config, where: Where = _nowhere) -> None:
         return
     keys = where("tasks.preset", "tasks.mix", "generation.max_new_tokens", "policy.model")
     if longest < limit:
-        fix = f"lower generation.max_new_tokens to at most {limit - longest}, or use a model with a longer context"
+        fix = (
+            f"lower generation.max_new_tokens to at most {limit - longest}, "
+            "or use a model with a longer context"
+        )
     else:
-        fix = "use a task mix with shorter questions (tasks.preset = \"easy\") or a model with a longer context"
+        fix = (
+            'use a task mix with shorter questions (tasks.preset = "easy") '
+            "or a model with a longer context"
+        )
     raise ConfigError(
         f"{keys}: prompts of the task mix reach {longest} tokens ({dataset}), which with "
         f"generation.max_new_tokens = {budget} exceeds the {limit} positions of "

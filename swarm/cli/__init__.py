@@ -6,7 +6,8 @@ ledger (`ops_commands`), private clusters (`cluster_commands`). Importing this p
 registers them all; none of it imports torch, so `--help` and config errors are instant.
 """
 
-from swarm.cli import cluster_commands, node_commands, ops_commands  # noqa: F401 - registers the commands
+# Importing the command modules registers their commands on `app`.
+from swarm.cli import cluster_commands, node_commands, ops_commands  # noqa: F401
 from swarm.cli.app import app, main
 
 __all__ = ["app", "main"]

@@ -44,7 +44,9 @@ def root(
     version: Annotated[
         bool,
         typer.Option(
-            "--version", is_eager=True, callback=_show_version,
+            "--version",
+            is_eager=True,
+            callback=_show_version,
             help="Print the version of swarm-node and exit.",
         ),
     ] = False,

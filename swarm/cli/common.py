@@ -17,7 +17,8 @@ from swarm.errors import SwarmError
 ConfigOption = Annotated[
     Path | None,
     typer.Option(
-        "--config", "-c",
+        "--config",
+        "-c",
         help="TOML config file (see node_config/ for annotated presets; relative paths in it are "
         "relative to its folder). Defaults apply without one.",
     ),
@@ -25,7 +26,8 @@ ConfigOption = Annotated[
 SetOption = Annotated[
     list[str] | None,
     typer.Option(
-        "--set", "-s",
+        "--set",
+        "-s",
         help="Override one config key, e.g. --set training.lr=1e-5 (repeatable). Wins over the "
         "file and over SWARM__<SECTION>__<KEY> environment variables.",
     ),
@@ -53,7 +55,9 @@ UntilOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
-def load(config: Path | None, sets: list[str] | None, flags: dict[str, tuple[str, Any]] | None = None):
+def load(
+    config: Path | None, sets: list[str] | None, flags: dict[str, tuple[str, Any]] | None = None
+):
     """The config from file + env + --set, then the dedicated flags (which win over all).
 
     `flags` maps a config key to (flag name, value); a value of None was not given. Errors
@@ -61,11 +65,15 @@ def load(config: Path | None, sets: list[str] | None, flags: dict[str, tuple[str
     return load_traced(config, sets, flags).config
 
 
-def load_traced(config: Path | None, sets: list[str] | None, flags: dict[str, tuple[str, Any]] | None = None):
+def load_traced(
+    config: Path | None, sets: list[str] | None, flags: dict[str, tuple[str, Any]] | None = None
+):
     """`load`, keeping where each key came from (`swarm.config_load.LoadedConfig`)."""
     from swarm.config_load import load_with_origins
 
-    given = {key: (flag, value) for key, (flag, value) in (flags or {}).items() if value is not None}
+    given = {
+        key: (flag, value) for key, (flag, value) in (flags or {}).items() if value is not None
+    }
     return load_with_origins(config, list(sets or []), flags=given)
 
 
@@ -91,7 +99,7 @@ def checked_ledger_url(cfg, ledger: str | None) -> str:
     from swarm.ledger import Ledger, get_meta
 
     url = ledger_url(cfg, ledger)
-    name = url[len("sqlite:///"):] if url.startswith("sqlite:///") else url
+    name = url[len("sqlite:///") :] if url.startswith("sqlite:///") else url
     if Path(name).is_dir():
         raise SwarmError(f"{name} is a folder, not a ledger file")
     opened = Ledger(url, create=False)

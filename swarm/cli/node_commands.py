@@ -19,13 +19,50 @@ DISPLAYS = ("auto", "live", "lines", "none")
 def join(
     config: ConfigOption = None,
     sets: SetOption = None,
-    rounds: Annotated[int | None, typer.Option(help="Stop once this many rounds exist in total (overrides node.rounds; 0 runs until stopped).")] = None,
-    run_dir: Annotated[str | None, typer.Option(help="Folder for identity, ledger and checkpoints (overrides node.run_dir). One node per folder: a second join on it is refused.")] = None,
-    model: Annotated[str | None, typer.Option(help="Hugging Face model name, local model folder, or 'swarm-tiny' (overrides policy.model).")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of this node (overrides node.seed).")] = None,
-    bootstrap: Annotated[list[str] | None, typer.Option(help="Multiaddr /ip4/.../tcp/.../p2p/12D3KooW... of a peer to join through (repeatable; replaces p2p.bootstrap).")] = None,
-    listen: Annotated[str | None, typer.Option(help="Multiaddr to listen on, e.g. /ip4/0.0.0.0/tcp/4001 (overrides p2p.listen).")] = None,
-    display: Annotated[str, typer.Option(help="Progress display: auto (live on a terminal, lines otherwise), live, lines or none.")] = "auto",
+    rounds: Annotated[
+        int | None,
+        typer.Option(
+            help="Stop once this many rounds exist in total (overrides node.rounds; 0 runs until "
+            "stopped)."
+        ),
+    ] = None,
+    run_dir: Annotated[
+        str | None,
+        typer.Option(
+            help="Folder for identity, ledger and checkpoints (overrides node.run_dir). One node "
+            "per folder: a second join on it is refused."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Hugging Face model name, local model folder, or 'swarm-tiny' (overrides "
+            "policy.model)."
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed of this node (overrides node.seed).")
+    ] = None,
+    bootstrap: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Multiaddr /ip4/.../tcp/.../p2p/12D3KooW... of a peer to join through "
+            "(repeatable; replaces p2p.bootstrap)."
+        ),
+    ] = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            help="Multiaddr to listen on, e.g. /ip4/0.0.0.0/tcp/4001 (overrides p2p.listen)."
+        ),
+    ] = None,
+    display: Annotated[
+        str,
+        typer.Option(
+            help="Progress display: auto (live on a terminal, lines otherwise), live, lines or "
+            "none."
+        ),
+    ] = "auto",
 ) -> None:
     """Run a node: generate, score, share and train, round after round.
 
@@ -36,11 +73,18 @@ def join(
     """
     if display not in DISPLAYS:
         raise SwarmError(f"--display must be auto, live, lines or none, not {display!r}")
-    loaded = load_traced(config, sets, {
-        "node.rounds": ("--rounds", rounds), "node.run_dir": ("--run-dir", run_dir),
-        "policy.model": ("--model", model), "node.seed": ("--seed", seed),
-        "p2p.listen": ("--listen", listen), "p2p.bootstrap": ("--bootstrap", bootstrap or None),
-    })
+    loaded = load_traced(
+        config,
+        sets,
+        {
+            "node.rounds": ("--rounds", rounds),
+            "node.run_dir": ("--run-dir", run_dir),
+            "policy.model": ("--model", model),
+            "node.seed": ("--seed", seed),
+            "p2p.listen": ("--listen", listen),
+            "p2p.bootstrap": ("--bootstrap", bootstrap or None),
+        },
+    )
     cfg = loaded.config
     from swarm.node.runlock import check_free
     from swarm.preflight import preflight
@@ -62,8 +106,10 @@ def _target_reached(cfg) -> bool:
     done = completed_rounds(cfg.run_dir / "checkpoints")
     if done < target:
         return False
-    typer.echo(f"{cfg.run_dir} already holds {done} rounds (node.rounds = {target}): nothing to do; "
-               "raise --rounds to train further (0 runs until stopped)")
+    typer.echo(
+        f"{cfg.run_dir} already holds {done} rounds (node.rounds = {target}): nothing to do; "
+        "raise --rounds to train further (0 runs until stopped)"
+    )
     return True
 
 
@@ -89,16 +135,24 @@ def _run_node(cfg, display: str) -> None:
     finally:
         node.close()
         signal.signal(signal.SIGINT, previous)
-    typer.echo(f"stopped at round {state.round}, policy v{state.policy_version}; ledger and checkpoint in {cfg.run_dir}")
+    typer.echo(
+        f"stopped at round {state.round}, policy v{state.policy_version}; ledger and checkpoint "
+        f"in {cfg.run_dir}"
+    )
 
 
 @app.command()
 def init(
     config: ConfigOption = None,
     sets: SetOption = None,
-    run_dir: Annotated[str | None, typer.Option(help="Node folder (overrides node.run_dir); the identity is its identity.key.")] = None,
+    run_dir: Annotated[
+        str | None,
+        typer.Option(
+            help="Node folder (overrides node.run_dir); the identity is its identity.key."
+        ),
+    ] = None,
 ) -> None:
-    """Create this node's persistent identity (Ed25519, libp2p format, mode 0600) and show its peer ID.
+    """Create this node's persistent identity (Ed25519, libp2p format, mode 0600); show its peer ID.
 
     'join' with the same run folder reuses it. Running init again keeps the existing identity:
     an identity is never overwritten.
@@ -113,19 +167,35 @@ def init(
     typer.echo(f"peer ID: {peer_id}")
     listen = cfg.p2p.listen
     if listen.endswith("/tcp/0"):
-        typer.echo(f"listen address: {listen} (a free port is chosen by join; it writes the full address to {cfg.run_dir / 'node.json'})")
+        typer.echo(
+            f"listen address: {listen} (a free port is chosen by join; it writes the full address "
+            f"to {cfg.run_dir / 'node.json'})"
+        )
     else:
         typer.echo(f"listen address: {listen}/p2p/{peer_id}")
 
 
 @app.command()
 def demo(
-    nodes: Annotated[int, typer.Option(min=1, max=32, help="How many node processes to start on 127.0.0.1.")] = 4,
-    rounds: Annotated[int, typer.Option(min=1, help="Rounds each node runs before it stops by itself.")] = 30,
-    out: Annotated[Path | None, typer.Option(help="Run folder (default: runs/demo-<time>); one sub-folder per node.")] = None,
+    nodes: Annotated[
+        int, typer.Option(min=1, max=32, help="How many node processes to start on 127.0.0.1.")
+    ] = 4,
+    rounds: Annotated[
+        int, typer.Option(min=1, help="Rounds each node runs before it stops by itself.")
+    ] = 30,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Run folder (default: runs/demo-<time>); one sub-folder per node."),
+    ] = None,
     config: ConfigOption = None,
     sets: SetOption = None,
-    timeout: Annotated[float | None, typer.Option(help="Stop every node after this many seconds (default: generous, from nodes and rounds).")] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Stop every node after this many seconds (default: generous, from nodes and "
+            "rounds)."
+        ),
+    ] = None,
 ) -> None:
     """Run a local swarm: N node processes on loopback sharing signed rollouts, with a live table.
 
@@ -146,8 +216,17 @@ def demo(
 def config_cmd(
     config: ConfigOption = None,
     sets: SetOption = None,
-    keys: Annotated[bool, typer.Option("--keys", help="List every config key with its default and meaning.")] = False,
-    dump: Annotated[bool, typer.Option("--dump", help="Print the effective config as TOML (every key; paths absolute), which 'join --config' reads back. Checks only the values, not the machine.")] = False,
+    keys: Annotated[
+        bool, typer.Option("--keys", help="List every config key with its default and meaning.")
+    ] = False,
+    dump: Annotated[
+        bool,
+        typer.Option(
+            "--dump",
+            help="Print the effective config as TOML (every key; paths absolute), which 'join "
+            "--config' reads back. Checks only the values, not the machine.",
+        ),
+    ] = False,
 ) -> None:
     """Check a config as 'join' would, before loading anything, and print the effective values.
 
@@ -165,7 +244,10 @@ def config_cmd(
     if dump:
         from swarm.config_dump import dump_config
 
-        header = f"effective swarm-node config (from {loaded.source}); load with: swarm-node join --config FILE"
+        header = (
+            f"effective swarm-node config (from {loaded.source}); "
+            "load with: swarm-node join --config FILE"
+        )
         typer.echo(dump_config(loaded.config, header), nl=False)
         return
     from swarm.preflight import preflight
@@ -178,10 +260,17 @@ def config_cmd(
 
 @app.command()
 def export(
-    out: Annotated[Path, typer.Option(help="Folder to write the model to (must not exist, or be empty).")],
+    out: Annotated[
+        Path, typer.Option(help="Folder to write the model to (must not exist, or be empty).")
+    ],
     config: ConfigOption = None,
     sets: SetOption = None,
-    run_dir: Annotated[str | None, typer.Option(help="Node folder whose newest checkpoint to export (overrides node.run_dir).")] = None,
+    run_dir: Annotated[
+        str | None,
+        typer.Option(
+            help="Node folder whose newest checkpoint to export (overrides node.run_dir)."
+        ),
+    ] = None,
 ) -> None:
     """Write a node's current policy (its newest checkpoint) as a Hugging Face model folder.
 
@@ -192,5 +281,7 @@ def export(
     from swarm.ops.export import export_policy
 
     result = export_policy(cfg.run_dir, out)
-    typer.echo(f"wrote {result.model} at policy v{result.policy_version} (round {result.round}, "
-               f"{result.dtype}) from {result.checkpoint.name} to {result.out}")
+    typer.echo(
+        f"wrote {result.model} at policy v{result.policy_version} (round {result.round}, "
+        f"{result.dtype}) from {result.checkpoint.name} to {result.out}"
+    )

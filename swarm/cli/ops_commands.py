@@ -23,7 +23,10 @@ from swarm.cli.common import (
 )
 from swarm.errors import SwarmError
 
-SORT_HELP = "Order by: advantage, used, accepted, rejected, received, reward, deltas, last-seen, first-seen or peer."
+SORT_HELP = (
+    "Order by: advantage, used, accepted, rejected, received, reward, deltas, last-seen, "
+    "first-seen or peer."
+)
 
 
 def _run_dir_flag(run_dir: str | None) -> dict:
@@ -34,7 +37,9 @@ def _run_dir_flag(run_dir: str | None) -> dict:
 def status(
     config: ConfigOption = None,
     sets: SetOption = None,
-    run_dir: Annotated[str | None, typer.Option(help="Node folder to inspect (overrides node.run_dir).")] = None,
+    run_dir: Annotated[
+        str | None, typer.Option(help="Node folder to inspect (overrides node.run_dir).")
+    ] = None,
     ledger: LedgerOption = None,
     last: Annotated[int, typer.Option(min=1, help="How many recent rounds to show.")] = 10,
     json_out: JsonOption = False,
@@ -86,7 +91,13 @@ def contributions(
     since: SinceOption = None,
     until: UntilOption = None,
     json_out: JsonOption = False,
-    plot: Annotated[Path | None, typer.Option(help="Also draw each peer's contribution over time (advantage used, groups accepted) to this PNG.")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also draw each peer's contribution over time (advantage used, groups accepted) "
+            "to this PNG."
+        ),
+    ] = None,
 ) -> None:
     """Show what each peer contributed to this node: groups accepted and rejected (by reason),
     used in updates, advantage and reward they carried, deltas exchanged; and this node's own
@@ -97,7 +108,9 @@ def contributions(
     data = _ops_data(config, sets, run_dir, ledger, sort, since, until)
     show_contributions(data, json_out)
     if plot is not None:
-        count = plot_contributions(data["ledger"], Window(parse_when(since), parse_when(until)), plot)
+        count = plot_contributions(
+            data["ledger"], Window(parse_when(since), parse_when(until)), plot
+        )
         typer.echo(f"wrote {plot} ({count} peers)", err=json_out)
 
 
@@ -107,12 +120,47 @@ def replay(
     sets: SetOption = None,
     ledger: LedgerOption = None,
     run_dir: RunDirOption = None,
-    train: Annotated[bool, typer.Option("--train", help="Train a fresh policy.model on the verified groups, one update per recorded round (the node's GRPO path and batch rules: training.local_groups sent + training.shared_groups accepted groups), and report held-out accuracy before and after.")] = False,
-    export: Annotated[Path | None, typer.Option(help="Write the verified groups to this JSONL file, one record per completion: prompt (formatted for policy.model), completion, ground_truth, reward, advantage and where it came from; loads with datasets and TRL as it is.")] = None,
-    swarm_id: Annotated[str | None, typer.Option(help="Also require every group to belong to this swarm id.")] = None,
-    format_reward: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Format bonus for completions ending with a tagged answer, in the rewards trained on (default: tasks.format_reward); claimed rewards are checked with each sender's declared bonus.")] = None,
-    passes: Annotated[int, typer.Option(min=1, max=100, help="Passes over the stored groups with --train.")] = 1,
-    eval_size: Annotated[int | None, typer.Option(min=1, help="Held-out questions for the before/after accuracy (default: tasks.eval_size).")] = None,
+    train: Annotated[
+        bool,
+        typer.Option(
+            "--train",
+            help="Train a fresh policy.model on the verified groups, one update per recorded "
+            "round (the node's GRPO path and batch rules: training.local_groups sent + "
+            "training.shared_groups accepted groups), and report held-out accuracy before "
+            "and after.",
+        ),
+    ] = False,
+    export: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the verified groups to this JSONL file, one record per completion: prompt "
+            "(formatted for policy.model), completion, ground_truth, reward, advantage and "
+            "where it came from; loads with datasets and TRL as it is."
+        ),
+    ] = None,
+    swarm_id: Annotated[
+        str | None, typer.Option(help="Also require every group to belong to this swarm id.")
+    ] = None,
+    format_reward: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Format bonus for completions ending with a tagged answer, in the rewards "
+            "trained on (default: tasks.format_reward); claimed rewards are checked with "
+            "each sender's declared bonus.",
+        ),
+    ] = None,
+    passes: Annotated[
+        int, typer.Option(min=1, max=100, help="Passes over the stored groups with --train.")
+    ] = 1,
+    eval_size: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Held-out questions for the before/after accuracy (default: tasks.eval_size).",
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Re-verify every rollout group stored in a ledger, offline: signature, rebuilt task,
@@ -134,12 +182,17 @@ def replay(
     err = Console(stderr=True)
     with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("verifying stored groups", total=count_rows(url))
-        report, groups = verify_ledger(url, weight, swarm_id, progress=lambda n: progress.advance(task, n))
+        report, groups = verify_ledger(
+            url, weight, swarm_id, progress=lambda n: progress.advance(task, n)
+        )
     result: dict = {"ledger": url, "verify": report.as_dict()}
     if not json_out:
         failed = ", ".join(f"{r} {n}" for r, n in report.failed_by_reason.most_common()) or "none"
-        typer.echo(f"{report.total} stored groups: {report.passed} pass, {report.total - report.passed} fail ({failed}); "
-                   f"{report.trainable} distinct sent or accepted groups verified")
+        typer.echo(
+            f"{report.total} stored groups: {report.passed} pass, {report.total - report.passed} "
+            f"fail ({failed}); "
+            f"{report.trainable} distinct sent or accepted groups verified"
+        )
     if export is not None:
         result["export"] = _export(export, groups, cfg, json_out)
     if train:
@@ -167,12 +220,16 @@ def _train(groups, cfg, passes: int, eval_size: int | None, err, quiet: bool) ->
         task = progress.add_task("training on stored groups", total=updates)
         if not err.is_terminal and not quiet:
             typer.echo(f"training {cfg.policy.model} on {len(groups)} groups: {updates} updates...")
-        trained = train_offline(groups, cfg, passes, eval_size, progress=lambda _s, n: progress.advance(task, n))
+        trained = train_offline(
+            groups, cfg, passes, eval_size, progress=lambda _s, n: progress.advance(task, n)
+        )
     if not quiet:
         typer.echo(
-            f"trained {trained.model} with {trained.updates} updates ({trained.skipped_updates} skipped) on "
+            f"trained {trained.model} with {trained.updates} updates ({trained.skipped_updates} "
+            f"skipped) on "
             f"{trained.groups_trained} groups in {trained.seconds:.0f}s: held-out accuracy "
-            f"{trained.accuracy_before:.1%} -> {trained.accuracy_after:.1%} on {trained.eval_questions} questions"
+            f"{trained.accuracy_before:.1%} -> {trained.accuracy_after:.1%} on "
+            f"{trained.eval_questions} questions"
         )
     return trained.as_dict()
 
@@ -196,11 +253,22 @@ def doctor(
     from swarm.ops.doctor import diagnose, healthy
 
     cfg = load(config, sets, _run_dir_flag(run_dir))
-    url = ledger_url(cfg, ledger)  # a file that is no ledger at all is a finding here, not a usage error
+    url = ledger_url(
+        cfg, ledger
+    )  # a file that is no ledger at all is a finding here, not a usage error
     checkpoints = None if ledger is not None else cfg.run_dir / "checkpoints"
     findings = diagnose(url, checkpoints)
     if json_out:
-        typer.echo(json.dumps({"ledger": url, "healthy": healthy(findings), "findings": [f.__dict__ for f in findings]}, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    "ledger": url,
+                    "healthy": healthy(findings),
+                    "findings": [f.__dict__ for f in findings],
+                },
+                indent=2,
+            )
+        )
     else:
         marks = {"ok": "ok     ", "warning": "warning", "problem": "PROBLEM"}
         for f in findings:
@@ -218,7 +286,10 @@ PeerArgument = Annotated[
         "'swarm-node peers' prints (…XyZ1234567).",
     ),
 ]
-BanRunDirOption = Annotated[str | None, typer.Option(help="Folder of the node whose ledger holds its bans (overrides node.run_dir).")]
+BanRunDirOption = Annotated[
+    str | None,
+    typer.Option(help="Folder of the node whose ledger holds its bans (overrides node.run_dir)."),
+]
 
 
 def _ban_target(config, sets, run_dir, peer: str) -> tuple[str, str]:
@@ -251,7 +322,7 @@ def unban(
     sets: SetOption = None,
     run_dir: BanRunDirOption = None,
 ) -> None:
-    """Lift a ban, whether set by 'ban' or automatically by the peer's reputation (which starts afresh)."""
+    """Lift a ban, set by 'ban' or automatically by the peer's reputation (which starts afresh)."""
     url, peer_id = _ban_target(config, sets, run_dir, peer)
     from swarm.verify.bans import unban as unban_peer
 

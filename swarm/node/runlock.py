@@ -65,8 +65,10 @@ def check_free(folder: str | os.PathLike) -> None:
 
 def busy_message(folder: Path, pid: int | None) -> str:
     who = f"process {pid}" if pid else "another process"
-    return (f"run folder {folder} is in use by {who} (a running swarm-node join?): stop it first, "
-            "or give this node its own run folder (--run-dir)")
+    return (
+        f"run folder {folder} is in use by {who} (a running swarm-node join?): stop it first, "
+        "or give this node its own run folder (--run-dir)"
+    )
 
 
 def _open(folder: Path) -> int:

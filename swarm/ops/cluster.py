@@ -100,7 +100,7 @@ def member_config(member: Member, members: list[Member], swarm_id: str) -> str:
         "",
         "[node]",
         f"name = {json.dumps(member.name)}  # display name in tables and plots",
-        'run_dir = "."  # this file\'s folder: identity.key, ledger.sqlite and checkpoints/ live here',
+        'run_dir = "."  # this folder: identity.key, ledger.sqlite and checkpoints/ live here',
         f"seed = {member.index}  # each member samples its own questions and completions",
         "",
         "[p2p]",
@@ -108,7 +108,7 @@ def member_config(member: Member, members: list[Member], swarm_id: str) -> str:
         f"listen = {json.dumps(member.listen)}  # fixed, so the other members can bootstrap from it",
         "# every other member: any subset can start first, the rest are dialed as they come up",
         "bootstrap = [" + ", ".join(json.dumps(a) for a in others) + "]",
-        'psk_file = "swarm.key"  # next to this file: the shared swarm key; peers without it cannot connect',
+        'psk_file = "swarm.key"  # the shared swarm key, next to this file: peers without it fail',
         "# the members' peer IDs: connections from any other peer are closed",
         "allow_list = [" + ", ".join(json.dumps(p) for p in allow) + "]",
         "",
@@ -130,7 +130,9 @@ def init_cluster(out: Path, nodes: int, hosts: list[str], base_port: int, swarm_
     taken = [out / f"member-{i}" / "identity.key" for i in range(nodes)]
     taken = [p for p in taken if p.exists()]
     if taken:
-        raise SwarmError(f"{taken[0]} already exists: choose another --out (a member's identity is never overwritten)")
+        raise SwarmError(
+            f"{taken[0]} already exists: choose another --out (a member's identity is never overwritten)"
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
         psk = generate_key()
@@ -147,7 +149,8 @@ def init_cluster(out: Path, nodes: int, hosts: list[str], base_port: int, swarm_
         manifest = {
             "swarm_id": swarm_id,
             "members": [{"name": m.name, "peer_id": m.peer_id, "listen": m.listen, "addr": m.addr,
-                         "config": f"{m.name}/config.toml"} for m in members],  # relative to this file
+                         "config": f"{m.name}/config.toml"}  # relative to cluster.json
+                        for m in members],
         }
         (out / "cluster.json").write_text(json.dumps(manifest, indent=2) + "\n")
     except IdentityError as e:

@@ -91,7 +91,8 @@ def prepare(out: Path, nodes: int, rounds: int, base_config: Path | None, sets: 
         for i in range(nodes):
             (out / f"node-{i}").mkdir(exist_ok=True)
     except OSError as e:
-        raise SwarmError(f"cannot create the demo folder {out}: {e.strerror or e}: choose a writable --out") from None
+        reason = e.strerror or e
+        raise SwarmError(f"cannot create the demo folder {out}: {reason}: choose a writable --out") from None
     ports = free_ports(nodes)
     demo = []
     for i in range(nodes):
@@ -202,6 +203,8 @@ def watch(demo: list[DemoNode], rounds: int, timeout: float, console: Console) -
         for node in demo:
             node.stats = read_stats(node) or node.stats
         live.update(render(demo, rounds, time.monotonic() - start))
+    if not console.is_terminal:
+        console.line()  # off a terminal, Live prints the final table without ending its line
     return not interrupted
 
 
@@ -284,7 +287,9 @@ def run_demo(nodes: int, rounds: int, out: Path, base_config: Path | None, sets:
         from swarm.policy.tiny import ensure_tiny_model
 
         hf_logging.disable_progress_bar()  # no "Writing model shards" bar in the demo's output
-        ensure_tiny_model()  # build once here, not in every node process at the same time
+        # Built once here, not in every node process at the same time; its progress bar only
+        # on a terminal (elsewhere a transient bar leaves nothing but an empty line).
+        ensure_tiny_model(quiet=not console.is_terminal)
     console.print(f"starting {nodes} node processes in {out} (logs: node-*/log.txt)")
     started = time.monotonic()
     try:

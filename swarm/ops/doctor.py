@@ -138,7 +138,9 @@ def snapshot(url: str) -> Iterator[str]:
         yield f"sqlite:///{copy}"
 
 
-def ledger_findings(url: str, name: str | None = None) -> tuple[list[Finding], list[int], str | None]:
+def ledger_findings(
+    url: str, name: str | None = None
+) -> tuple[list[Finding], list[int], str | None]:
     """Findings about the ledger, plus its live round numbers and model (for the checkpoint
     checks). `name` is how messages call the ledger (default: its URL)."""
     name = name or url
@@ -148,7 +150,8 @@ def ledger_findings(url: str, name: str | None = None) -> tuple[list[Finding], l
         with ledger.reader() as session:
             tables = set(inspect(session.get_bind()).get_table_names())
             if "meta" not in tables:
-                return [problem("schema", f"{name} is not a swarm-node ledger (no meta table)")], [], None
+                not_ours = problem("schema", f"{name} is not a swarm-node ledger (no meta table)")
+                return [not_ours], [], None
             if ledger.engine.dialect.name == "sqlite":
                 result = [row[0] for row in session.execute(text("PRAGMA integrity_check"))]
                 if result == ["ok"]:

@@ -62,9 +62,13 @@ def export_policy(run_dir: Path, out: Path) -> ExportResult:
             policy.model.save_pretrained(staging, safe_serialization=True)
             policy.tokenizer.save_pretrained(staging)
             provenance = {
-                "source": "swarm-node export", "run_dir": str(run_dir), "checkpoint": checkpoint.name,
-                "base_model": state.model_name, "base_hash": state.base_hash,
-                "policy_version": state.policy_version, "round": state.round,
+                "source": "swarm-node export",
+                "run_dir": str(run_dir),
+                "checkpoint": checkpoint.name,
+                "base_model": state.model_name,
+                "base_hash": state.base_hash,
+                "policy_version": state.policy_version,
+                "round": state.round,
             }
             (staging / "swarm_export.json").write_text(json.dumps(provenance, indent=2) + "\n")
             _usual_modes(staging)
@@ -75,8 +79,14 @@ def export_policy(run_dir: Path, out: Path) -> ExportResult:
             shutil.rmtree(staging, ignore_errors=True)
     except OSError as e:
         raise SwarmError(f"cannot write {out}: {e.strerror or e}") from None
-    return ExportResult(out, checkpoint, state.model_name, state.policy_version, state.round,
-                        str(dtype).removeprefix("torch."))
+    return ExportResult(
+        out,
+        checkpoint,
+        state.model_name,
+        state.policy_version,
+        state.round,
+        str(dtype).removeprefix("torch."),
+    )
 
 
 def _usual_modes(folder: Path) -> None:
@@ -96,7 +106,9 @@ def _saved_dtype(checkpoint: Path):
     with safe_open(checkpoint / "model.safetensors", framework="pt") as f:
         for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
             tensor = f.get_slice(name)
-            dtype = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}.get(tensor.get_dtype())
+            dtype = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}.get(
+                tensor.get_dtype()
+            )
             if dtype is not None:
                 return dtype
     return torch.float32

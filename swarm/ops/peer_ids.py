@@ -27,13 +27,19 @@ def resolve_peer(text: str, known: set[str]) -> str:
     suffix = text.startswith(SUFFIX_MARKS)
     core = text.lstrip(".…")
     if not core:
-        raise SwarmError("give a peer ID, a unique prefix of one, or its short form from 'swarm-node peers'")
+        raise SwarmError(
+            "give a peer ID, a unique prefix of one, or its short form from 'swarm-node peers'"
+        )
     matches = sorted(p for p in known if (p.endswith(core) if suffix else p.startswith(core)))
     if not matches:
-        raise SwarmError(f"no peer this ledger knows matches {text!r}: give the full peer ID "
-                         "('swarm-node peers --json' lists them)")
+        raise SwarmError(
+            f"no peer this ledger knows matches {text!r}: give the full peer ID "
+            "('swarm-node peers --json' lists them)"
+        )
     if len(matches) > 1:
-        shown = ", ".join(matches[:3]) + (f" ... ({len(matches)} in all)" if len(matches) > 3 else "")
+        shown = ", ".join(matches[:3]) + (
+            f" ... ({len(matches)} in all)" if len(matches) > 3 else ""
+        )
         raise SwarmError(f"{text!r} matches {len(matches)} peers ({shown}): give more characters")
     return matches[0]
 

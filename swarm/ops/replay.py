@@ -177,8 +177,9 @@ def export_records(
             yield {
                 "prompt": prompt, "completion": completion, "question": g.question,
                 "ground_truth": item.task.answer if item.task is not None else None,
-                "reward": item.rewards[i], "advantage": advantages[i], "claimed_reward": g.rewards[i],
-                "dataset": g.task.dataset, "task_config": g.task.config_json, "task_seed": g.task.seed,
+                "reward": item.rewards[i], "advantage": advantages[i],
+                "claimed_reward": g.rewards[i], "dataset": g.task.dataset,
+                "task_config": g.task.config_json, "task_seed": g.task.seed,
                 "task_index": g.task.index, "completion_index": i, "finished": g.finished[i],
                 "content_hash": item.content_hash, "direction": item.direction, "sender": g.sender,
                 "swarm_id": g.swarm_id, "model": g.model, "policy_version": g.policy_version,
@@ -187,7 +188,10 @@ def export_records(
 
 
 def write_jsonl(
-    path: Path, groups: list[StoredGroup], format_prompt: Callable[[str], str], scale_advantages: bool = True
+    path: Path,
+    groups: list[StoredGroup],
+    format_prompt: Callable[[str], str],
+    scale_advantages: bool = True,
 ) -> int:
     """Write the export atomically (temporary file, then rename); return the number of records."""
     tmp = path.with_name(path.name + ".tmp")

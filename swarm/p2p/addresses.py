@@ -45,9 +45,13 @@ def parse_listen(addr: object) -> TcpAddress:
     """A listen address `/ip4/<ip>/tcp/<port>` (or /ip6/); raises `ConfigError`."""
     parsed, names = _parse(addr, "listen address")
     if names != ["ip4", "tcp"] and names != ["ip6", "tcp"]:
-        raise ConfigError(f"listen address {addr!r} must be /ip4/<ip>/tcp/<port> or /ip6/<ip>/tcp/<port>")
+        raise ConfigError(
+            f"listen address {addr!r} must be /ip4/<ip>/tcp/<port> or /ip6/<ip>/tcp/<port>"
+        )
     family = socket.AF_INET if names[0] == "ip4" else socket.AF_INET6
-    return TcpAddress(parsed.value_for_protocol(names[0]), int(parsed.value_for_protocol("tcp")), family)
+    return TcpAddress(
+        parsed.value_for_protocol(names[0]), int(parsed.value_for_protocol("tcp")), family
+    )
 
 
 def parse_dial(addr: object) -> TcpAddress:
@@ -59,13 +63,17 @@ def parse_dial(addr: object) -> TcpAddress:
     peer_id = parsed.value_for_protocol("p2p")
     check_peer_id(peer_id, f"bootstrap address {addr!r}: its peer ID")
     family = socket.AF_INET if names[0] == "ip4" else socket.AF_INET6
-    return TcpAddress(parsed.value_for_protocol(names[0]), int(parsed.value_for_protocol("tcp")), family, peer_id)
+    return TcpAddress(
+        parsed.value_for_protocol(names[0]), int(parsed.value_for_protocol("tcp")), family, peer_id
+    )
 
 
 def check_peer_id(peer_id: object, what: str) -> str:
     """`peer_id` if it is an Ed25519 peer ID string (12D3KooW + 44 base58 characters)."""
     if not isinstance(peer_id, str) or not PEER_ID_PATTERN.match(peer_id):
-        raise ConfigError(f"{what} {peer_id!r} is not a peer ID (12D3KooW followed by 44 base58 characters)")
+        raise ConfigError(
+            f"{what} {peer_id!r} is not a peer ID (12D3KooW followed by 44 base58 characters)"
+        )
     return peer_id
 
 
@@ -89,10 +97,18 @@ def describe_bind_error(error: OSError, address: TcpAddress) -> str:
     """One line on why binding `address` failed, with what to do about it."""
     where = f"{address.host}:{address.port}"
     if error.errno == errno.EADDRINUSE:
-        return (f"port {address.port} on {address.host} is already in use (another node, or another "
-                "program): stop it, or choose another port (tcp/0 picks a free one)")
+        return (
+            f"port {address.port} on {address.host} is already in use (another node, or another "
+            "program): stop it, or choose another port (tcp/0 picks a free one)"
+        )
     if error.errno == errno.EADDRNOTAVAIL:
-        return f"{address.host} is not an address of this machine: listen on one of its own (or 0.0.0.0)"
+        return (
+            f"{address.host} is not an address of this machine: "
+            "listen on one of its own (or 0.0.0.0)"
+        )
     if error.errno == errno.EACCES:
-        return f"no permission to listen on {where} (ports below 1024 need privileges): choose a port >= 1024"
+        return (
+            f"no permission to listen on {where} (ports below 1024 need privileges): "
+            "choose a port >= 1024"
+        )
     return f"cannot listen on {where}: {error.strerror or error}"

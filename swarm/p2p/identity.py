@@ -85,7 +85,9 @@ def save_new_identity(key_pair: KeyPair, path: str | os.PathLike[str]) -> None:
     try:
         _write_identity(key_pair, target, replace=False)
     except FileExistsError:
-        raise IdentityError(f"identity file {target} already exists: refusing to overwrite it") from None
+        raise IdentityError(
+            f"identity file {target} already exists: refusing to overwrite it"
+        ) from None
 
 
 def _write_identity(key_pair: KeyPair, target: Path, replace: bool) -> None:

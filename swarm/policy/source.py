@@ -22,7 +22,10 @@ from pathlib import Path
 TINY_PREFIX = "swarm-tiny"  # every built-in model's name starts so
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 WEIGHT_FILES = (
-    "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
 )
 _POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx")
 
@@ -44,8 +47,10 @@ def model_problem(name: str) -> str | None:
     if folder is not None:
         return folder_problem(folder)
     if looks_like_path(name):
-        return ("no such folder: give a local model folder, a Hugging Face model name "
-                "(e.g. Qwen/Qwen2.5-0.5B-Instruct) or swarm-tiny")
+        return (
+            "no such folder: give a local model folder, a Hugging Face model name "
+            "(e.g. Qwen/Qwen2.5-0.5B-Instruct) or swarm-tiny"
+        )
     if name.startswith(TINY_PREFIX):
         from swarm.policy.tiny import TINY_MODELS
 
@@ -65,8 +70,10 @@ def folder_problem(folder: Path) -> str | None:
     if not present & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in present):
         return f"{folder} has no weights ({', '.join(WEIGHT_FILES[::2])})"
     if not present & set(TOKENIZER_FILES):
-        return (f"{folder} has no tokenizer ({', '.join(TOKENIZER_FILES)}): save the model's "
-                "tokenizer into the folder too (tokenizer.save_pretrained)")
+        return (
+            f"{folder} has no tokenizer ({', '.join(TOKENIZER_FILES)}): save the model's "
+            "tokenizer into the folder too (tokenizer.save_pretrained)"
+        )
     return None
 
 
@@ -77,12 +84,19 @@ def hub_problem(name: str) -> str | None:
     try:
         validate_repo_id(name)
     except HFValidationError:
-        return ("not a local folder, and not a Hugging Face model name (org/name: letters, digits, "
-                "'-', '_', '.'); built-in: swarm-tiny")
-    offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
-                  for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+        return (
+            "not a local folder, and not a Hugging Face model name (org/name: letters, digits, "
+            "'-', '_', '.'); built-in: swarm-tiny"
+        )
+    offline = any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
     if offline and cached_folder(name) is None:
-        return "not in the Hugging Face cache, and the hub is offline (HF_HUB_OFFLINE): download it first"
+        return (
+            "not in the Hugging Face cache, and the hub is offline (HF_HUB_OFFLINE): "
+            "download it first"
+        )
     return None
 
 

@@ -61,7 +61,9 @@ class NetworkThread:
         if self.failure is not None:
             failure = self.failure
             self.stop()
-            raise TransportError(f"the libp2p host failed to start: {describe(failure)}") from failure
+            raise TransportError(
+                f"the libp2p host failed to start: {describe(failure)}"
+            ) from failure
 
     def stop(self) -> None:
         """Stop `main`: graceful for up to `grace` seconds, then cancelled; final."""

@@ -429,4 +429,6 @@ def listen_failure(addr: str) -> str:
         problem = listen_problem(parse_listen(addr))
     except ConfigError:
         problem = None
-    return f"cannot listen on {addr}: {problem}" if problem else f"the host is not listening on {addr}"
+    if problem:
+        return f"cannot listen on {addr}: {problem}"
+    return f"the host is not listening on {addr}"
