@@ -18,7 +18,6 @@ import difflib
 import math
 import os
 import re
-import tomllib
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,9 +27,15 @@ from typing import Any
 from swarm.errors import ConfigError
 
 
-def opt(default: Any, help: str, *, choices: tuple = (), min: float | None = None, max: float | None = None):
-    """A config field with its documentation and constraints (shown by `swarm-node config`)."""
-    meta = {"help": help, "choices": choices, "min": min, "max": max}
+def opt(
+    default: Any, help: str, *, choices: tuple = (), min: float | None = None, max: float | None = None,
+    path: bool = False,
+):
+    """A config field with its documentation and constraints (shown by `swarm-node config`).
+
+    `path`: the value is a file or folder; a relative one in a config file is relative to
+    that file's folder (see `load_config`)."""
+    meta = {"help": help, "choices": choices, "min": min, "max": max, "path": path}
     if isinstance(default, list | dict):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -42,7 +47,7 @@ class NodeSection:
 
     name: str = opt("node", "Display name of this node in tables and plots.")
     role: str = opt("trainer", "trainer: generate, share and train; generator: follow a trainer's weights and share; observer: only collect and verify.", choices=("trainer", "generator", "observer"))
-    run_dir: str = opt("runs/node", "Folder for this node's identity, ledger and checkpoints (created if missing).")
+    run_dir: str = opt("runs/node", "Folder for this node's identity, ledger and checkpoints (created if missing; relative: to the config file's folder).", path=True)
     rounds: int = opt(0, "Stop after this many rounds in total (0: run until stopped).", min=0)
     seed: int = opt(0, "Seed for sampling, task streams and everything random in this node.", min=0)
     checkpoint_every: int = opt(10, "Write a checkpoint every this many rounds (and always on a clean stop).", min=1)
@@ -162,7 +167,7 @@ class TasksSection:
 class LedgerSection:
     """Where the contribution ledger lives."""
 
-    url: str = opt("", "SQLAlchemy URL of the ledger ('' : SQLite file ledger.sqlite in node.run_dir).")
+    url: str = opt("", "SQLAlchemy URL of the ledger ('' : SQLite file ledger.sqlite in node.run_dir; a relative sqlite:/// path in a config file is relative to its folder).")
 
 
 @dataclass(frozen=True)
@@ -172,7 +177,7 @@ class P2PSection:
     swarm_id: str = opt("swarm-local", "Name of the swarm; messages of other swarms are rejected.")
     listen: str = opt("/ip4/127.0.0.1/tcp/0", "Multiaddr to listen on (tcp/0: any free port; /ip4/0.0.0.0 to accept remote peers).")
     bootstrap: list = opt([], "Multiaddrs (/ip4/.../tcp/.../p2p/12D3KooW...) of peers to join through.")
-    psk_file: str = opt("", "File holding the private swarm key (64 hex characters); '' : open swarm. Peers without the same key cannot connect.")
+    psk_file: str = opt("", "File holding the private swarm key (libp2p swarm.key format; relative: to the config file's folder); '' : open swarm. Peers without the same key cannot connect.", path=True)
     allow_list: list = opt([], "Peer IDs allowed to connect and send (empty: anyone). Connections from other peers are closed.")
 
 
@@ -256,38 +261,37 @@ SECTIONS: dict[str, type] = {f.name: typing.get_type_hints(Config)[f.name] for f
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading
-
-ENV_PREFIX = "SWARM__"
+# Loading and validation
 
 
 def load_config(
     path: str | os.PathLike | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     env: Mapping[str, str] | None = None,
+    flags: Mapping[str, tuple[str, Any]] | None = None,
 ) -> Config:
-    """The config from `path` (or defaults), then env vars, then `section.key=value` overrides."""
-    raw: dict[str, dict[str, Any]] = {}
-    origins: dict[tuple[str, str], str] = {}  # where each overridden key came from, for errors
-    source = "defaults"
-    if path is not None:
-        source = str(path)
-        raw = _read_toml(Path(path))
-    env = os.environ if env is None else env
-    for key, value in env.items():
-        # SWARM__<SECTION>__<KEY>: a prefix no other variable of ours (SWARM_NODE_CACHE) shares.
-        if key.startswith(ENV_PREFIX):
-            section, sep, name = key[len(ENV_PREFIX) :].lower().partition("__")
-            origin = f"environment variable {key}"
-            if not sep or not name:
-                raise ConfigError(f"{origin}: expected {ENV_PREFIX}<SECTION>__<KEY>")
-            _set_dotted(raw, origins, f"{section}.{name}", _parse_literal(value), origin)
-    for item in overrides:
-        dotted, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {item!r}: expected section.key=value")
-        _set_dotted(raw, origins, dotted.strip(), _parse_literal(value.strip()), "--set")
-    return build_config(raw, source, origins)
+    """The config from `path` (or defaults), then env vars (`SWARM__<SECTION>__<KEY>`), then
+    `section.key=value` overrides, then `flags` ({"section.key": (flag name, value)}).
+    Reading, and where relative paths point, are `swarm.config_load`'s."""
+    from swarm.config_load import load_with_origins
+
+    return load_with_origins(path, overrides, env, flags).config
+
+
+def who_set(origins: Mapping[tuple[str, str], str], source: str, *keys: str) -> str:
+    """Who set these `section.key`s, for an error message: the strongest setter among them
+    (a flag such as --rounds, then --set, then an env var, then the file); `source` (the
+    file, or "defaults") if none of them was set."""
+    found = [origins[k] for k in (tuple(key.split(".", 1)) for key in keys) if k in origins]
+    return max(found, key=_origin_rank, default=source)
+
+
+def _origin_rank(origin: str) -> int:
+    if origin == "--set":
+        return 2
+    if origin.startswith("--"):
+        return 3  # a dedicated flag such as --rounds
+    return 1 if origin.startswith("environment variable") else 0
 
 
 def build_config(raw: Mapping[str, Any], source: str = "config", origins: Mapping | None = None) -> Config:
@@ -306,39 +310,8 @@ def build_config(raw: Mapping[str, Any], source: str = "config", origins: Mappin
             raise ConfigError(f"{source}: [{section_name}] must be a table")
         sections[section_name] = _build_section(SECTIONS[section_name], section_name, section_data, source, origins)
     config = Config(**sections)
-    _check_cross_field(config, lambda section, key: origins.get((section, key), source))
+    _check_cross_field(config, lambda section, key, *also: who_set(origins, source, f"{section}.{key}", *also))
     return config
-
-
-def _read_toml(path: Path) -> dict:
-    try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: invalid TOML: {e}") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-
-
-def _set_dotted(raw: dict, origins: dict, dotted: str, value: Any, origin: str) -> None:
-    section, sep, key = dotted.partition(".")
-    if not sep or not key:
-        raise ConfigError(f"{origin}: expected section.key, got {dotted!r}")
-    raw.setdefault(section, {})
-    if not isinstance(raw[section], dict):
-        raise ConfigError(f"{origin}: [{section}] is not a table")
-    raw[section][key] = value
-    origins[(section, key)] = origin
-
-
-def _parse_literal(text: str) -> Any:
-    """A CLI or env value as a TOML literal (numbers, booleans, lists), else as a plain string."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
 
 
 def _build_section(cls: type, section: str, data: Mapping[str, Any], source: str, origins: Mapping):
@@ -394,7 +367,7 @@ def _check_type(value: Any, expected: Any, where: str) -> Any:
 
 def _check_cross_field(config: Config, origin) -> None:
     """Rules that involve more than one key; `origin(section, key)` names where a value came from."""
-    source = origin("tasks", "mix")
+    source = origin("tasks", "mix", "tasks.preset")
     if config.tasks.preset == "custom" and not config.tasks.mix:
         raise ConfigError(f"{source}: tasks.mix must list datasets when tasks.preset = \"custom\"")
     if config.tasks.preset != "custom" and config.tasks.mix:
@@ -415,22 +388,22 @@ def _check_cross_field(config: Config, origin) -> None:
             raise ConfigError(f"{origin('p2p', 'bootstrap')}: p2p.bootstrap[{i}] must be a multiaddr ending in /p2p/<peer id>, got {addr!r}")
     _check_sync(config, origin)
     if config.generation.temperature == 0 and config.node.role != "observer":
-        raise ConfigError(f"{origin('generation', 'temperature')}: generation.temperature = 0 gives every group equal rewards and GRPO nothing to learn")
+        raise ConfigError(f"{origin('generation', 'temperature', 'node.role')}: generation.temperature = 0 gives every group equal rewards and GRPO nothing to learn")
 
 
 def _check_sync(config: Config, origin) -> None:
     """The [sync] keys against the node's role."""
     follow, role = config.sync.follow, config.node.role
     if role == "generator" and not follow:
-        raise ConfigError(f"{origin('node', 'role')}: node.role = \"generator\" needs sync.follow = the peer ID of the trainer to follow")
+        raise ConfigError(f"{origin('node', 'role', 'sync.follow')}: node.role = \"generator\" needs sync.follow = the peer ID of the trainer to follow")
     if follow and role != "generator":
-        raise ConfigError(f"{origin('sync', 'follow')}: sync.follow is only used with node.role = \"generator\"")
+        raise ConfigError(f"{origin('sync', 'follow', 'node.role')}: sync.follow is only used with node.role = \"generator\"")
     if follow and not PEER_ID_PATTERN.match(follow):
         raise ConfigError(f"{origin('sync', 'follow')}: sync.follow = {follow!r} is not a peer ID (expected 12D3KooW followed by 44 base58 characters)")
     if config.sync.keep_deltas < config.sync.anchor_every:
-        raise ConfigError(f"{origin('sync', 'keep_deltas')}: sync.keep_deltas ({config.sync.keep_deltas}) must be at least sync.anchor_every ({config.sync.anchor_every}), so a follower starting from the latest anchor finds every delta after it")
+        raise ConfigError(f"{origin('sync', 'keep_deltas', 'sync.anchor_every')}: sync.keep_deltas ({config.sync.keep_deltas}) must be at least sync.anchor_every ({config.sync.anchor_every}), so a follower starting from the latest anchor finds every delta after it")
     if config.sync.publish_deltas and role != "trainer":
-        raise ConfigError(f"{origin('sync', 'publish_deltas')}: sync.publish_deltas needs node.role = \"trainer\" (only a trainer makes new versions)")
+        raise ConfigError(f"{origin('sync', 'publish_deltas', 'node.role')}: sync.publish_deltas needs node.role = \"trainer\" (only a trainer makes new versions)")
 
 
 def _suggest(name: str, options) -> str:

@@ -61,3 +61,7 @@ class RejectedMessage(SwarmError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+
+class RunFolderBusy(SwarmError):
+    """Another process holds a node's run folder (two nodes on one folder corrupt its rounds)."""

@@ -28,28 +28,35 @@ One module per concern; `Node` is their composition:
   spot check);
 - `following`: a generator's following of its trainer, a trainer's delta publishing;
 - `records`: the ledger rows of rounds, updates, groups, deltas and evaluations;
-- `sync`: the delta publisher and follower over a transport (no ledger, no model).
+- `sync`: the delta publisher and follower over a transport (no ledger, no model);
+- `runlock`: one node per run folder (an exclusive lock file, held until `close()`).
+
+The checks of a whole config before a node loads anything are `swarm.preflight`.
 """
 
-from swarm.node.assembly import (
-    make_generator,
-    make_transport,
-    read_psk,
-    trainer_settings,
-)
-from swarm.node.lifecycle import Node
-from swarm.node.rounds import evaluate_policy
-from swarm.node.state import LocalGroup, NodeState, RoundTimes, SharingStats
+from __future__ import annotations
 
-__all__ = [
-    "LocalGroup",
-    "Node",
-    "NodeState",
-    "RoundTimes",
-    "SharingStats",
-    "evaluate_policy",
-    "make_generator",
-    "make_transport",
-    "read_psk",
-    "trainer_settings",
-]
+import importlib
+
+# Imported on first use (PEP 562), so that `swarm.node.runlock` (which `swarm-node join`
+# needs before it loads anything) does not pull in torch and libp2p with the package.
+_EXPORTS = {
+    "LocalGroup": "swarm.node.state",
+    "Node": "swarm.node.lifecycle",
+    "NodeState": "swarm.node.state",
+    "RoundTimes": "swarm.node.state",
+    "SharingStats": "swarm.node.state",
+    "evaluate_policy": "swarm.node.rounds",
+    "make_generator": "swarm.node.assembly",
+    "make_transport": "swarm.node.assembly",
+    "read_psk": "swarm.node.assembly",
+    "trainer_settings": "swarm.node.assembly",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -1,8 +1,8 @@
 """Building a node's parts from its config.
 
-Plain functions, one per part: the transport, the generator, the trainer (none for the
-generator role), the verifier and the spot checker, the sampling settings, the evaluation
-questions, and the sync parts (a trainer's delta publisher or a generator's follower).
+Plain functions, one per part: the run folder and identity, the transport, the generator,
+the trainer (none for the generator role), the verifier and the spot checker, the sampling
+settings, the evaluation questions, and the sync parts (a trainer's delta publisher or a generator's follower).
 `Node` calls them in a fixed order; the seed is set before the policy is loaded, so a
 node's start is reproducible. Nothing here runs a round or touches the ledger.
 """
@@ -14,26 +14,47 @@ import torch
 from swarm.config import Config
 from swarm.errors import ConfigError, TransportError
 from swarm.node.sync import DeltaFollower, DeltaPublisher, Expectation, TopicTap
-from swarm.p2p.identity import public_key_from_peer_id
+from swarm.p2p.identity import (
+    identity_exists,
+    load_or_create_identity,
+    peer_id_of,
+    public_key_from_peer_id,
+)
 from swarm.p2p.transport import Transport
 from swarm.policy.delta import bf16_state_dict
 from swarm.policy.generator import Generator, SamplingParams, TransformersGenerator
 from swarm.policy.model import Policy
 from swarm.policy.trainer import GRPOTrainer, TrainerSettings
+from swarm.preflight import identity_problem
 from swarm.tasks import Task, build_task, eval_specs
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings
 
-ROLES = ("trainer", "generator")
 
-
-def check_role(config: Config) -> None:
-    """Refuse a role this version does not have."""
-    if config.node.role not in ROLES:
+def make_run_folder(config: Config) -> None:
+    """Create the run folder (and its parents); one line if that is impossible."""
+    try:
+        config.run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
         raise ConfigError(
-            f"node.role = {config.node.role!r} is not available in this version; "
-            "use 'trainer' or 'generator'"
-        )
+            f"cannot create run folder {config.run_dir}: {e.strerror or e}: "
+            "choose a writable node.run_dir (--run-dir)"
+        ) from None
+
+
+def node_identity(config: Config, key_pair=None):
+    """The node's key pair: `key_pair`, else the run folder's identity (made on first start).
+
+    With an allow-list, a missing identity is not made (it would not be on the list) and
+    an identity not on the list is refused: such a node would run cut off from its swarm."""
+    path = config.run_dir / "identity.key"
+    if key_pair is None and config.p2p.allow_list and not identity_exists(path):
+        raise ConfigError(identity_problem(path, None, config.p2p.allow_list))
+    key_pair = key_pair or load_or_create_identity(path)
+    problem = identity_problem(path, peer_id_of(key_pair), config.p2p.allow_list)
+    if problem:
+        raise ConfigError(problem)
+    return key_pair
 
 
 def make_transport(config: Config, key_pair) -> Transport:

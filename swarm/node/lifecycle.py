@@ -22,24 +22,26 @@ from swarm.errors import CheckpointError, ConfigError
 from swarm.experience import ExperiencePool
 from swarm.ledger import Ledger, get_meta, set_meta, supersede_after
 from swarm.node.assembly import (
-    check_role,
     make_eval_tasks,
     make_generator,
+    make_run_folder,
     make_spot_checker,
     make_sync,
     make_trainer,
     make_transport,
     make_verifier,
+    node_identity,
     sampling_params,
 )
 from swarm.node.following import Following
 from swarm.node.records import Records
 from swarm.node.rounds import RoundLoop, evaluate_policy
+from swarm.node.runlock import RunLock
 from swarm.node.sharing import Sharing
 from swarm.node.state import LocalGroup, NodeState
 from swarm.node.sync import DeltaFollower, DeltaPublisher
 from swarm.ops.display import EvalReport, Reporter, RoundReport, RunInfo, SilentReporter
-from swarm.p2p.identity import load_or_create_identity, peer_id_of
+from swarm.p2p.identity import peer_id_of
 from swarm.p2p.transport import Transport
 from swarm.policy.checkpoint import (
     CheckpointState,
@@ -48,6 +50,7 @@ from swarm.policy.checkpoint import (
     save_checkpoint,
 )
 from swarm.policy.model import load_policy
+from swarm.preflight import check_role
 from swarm.tasks import validate_mix
 from swarm.wire import rollout_topic
 
@@ -62,12 +65,24 @@ class Node:
         reporter: Reporter | None = None,
         key_pair=None,
     ):
-        """`transport` defaults to libp2p as configured; `key_pair` to the run folder's identity."""
+        """`transport` defaults to libp2p as configured; `key_pair` to the run folder's identity.
+
+        The node holds its run folder's lock (`swarm.node.runlock`) from here until `close()`:
+        a second node on the same folder is refused before it loads anything."""
         check_role(config)
         self.config = config
         self.reporter = reporter or SilentReporter()
-        config.run_dir.mkdir(parents=True, exist_ok=True)
-        self.key_pair = key_pair or load_or_create_identity(config.run_dir / "identity.key")
+        make_run_folder(config)
+        self.run_lock = RunLock.acquire(config.run_dir)
+        try:
+            self._assemble(transport, key_pair)
+        except BaseException:
+            self.run_lock.release()
+            raise
+
+    def _assemble(self, transport: Transport | None, key_pair) -> None:
+        config = self.config
+        self.key_pair = node_identity(config, key_pair)
         self.peer_id = peer_id_of(self.key_pair)
         self.transport = transport or make_transport(config, self.key_pair)
         if self.transport.peer_id != self.peer_id:
@@ -205,11 +220,14 @@ class Node:
         return self.state
 
     def close(self) -> None:
-        """Stop (if not stopped yet) and release the generator and the ledger."""
-        self.stop()
-        self.following.close()  # fetches of the trainer's deltas since the last update
-        self.generator.close()
-        self.ledger.close()
+        """Stop (if not stopped yet), release the generator and the ledger, then the run folder."""
+        try:
+            self.stop()
+            self.following.close()  # fetches of the trainer's deltas since the last update
+            self.generator.close()
+            self.ledger.close()
+        finally:
+            self.run_lock.release()
 
     def _write_node_info(self) -> None:
         """node.json in the run folder: how other nodes (and `swarm-node demo`) reach this one."""

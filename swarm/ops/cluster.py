@@ -15,8 +15,13 @@ Writes::
 
 Member i listens on HOST_i:BASE_PORT+i and bootstraps from every other member, so any
 subset can start in any order. With one --host all members share it (one machine or
-loopback); with N hosts each member gets its own. Paths in the configs are absolute; a
-member folder copied to another machine needs its `run_dir` and `psk_file` lines adjusted.
+loopback); with N hosts each member gets its own. Paths in the configs are relative to the
+config file (`run_dir = "."`, `psk_file = "swarm.key"`), and cluster.json names each config
+relative to itself, so the cluster folder, or one member folder, can be moved or copied to
+another machine as it is.
+
+Nothing is ever overwritten: a folder that already holds a cluster, or any member's
+identity key, is refused before anything is written.
 
 A member refuses anyone without the swarm key (the connection fails during the handshake)
 and anyone whose peer ID is not on the allow-list (the connection is closed at once).
@@ -83,8 +88,9 @@ def plan_ports(nodes: int, hosts: list[str], base_port: int) -> list[int]:
     return [base_port + i for i in range(nodes)]
 
 
-def member_config(member: Member, members: list[Member], folder: Path, psk_file: Path, swarm_id: str) -> str:
-    """The TOML config of one member: the private-cluster keys filled in, each commented."""
+def member_config(member: Member, members: list[Member], swarm_id: str) -> str:
+    """The TOML config of one member, kept in its member folder: the private-cluster keys
+    filled in, each commented; its paths relative to the member folder."""
     others = [m.addr for m in members if m.index != member.index]
     allow = [m.peer_id for m in members]
     return "\n".join([
@@ -94,7 +100,7 @@ def member_config(member: Member, members: list[Member], folder: Path, psk_file:
         "",
         "[node]",
         f"name = {json.dumps(member.name)}  # display name in tables and plots",
-        f"run_dir = {json.dumps(str(folder))}  # identity.key, ledger.sqlite and checkpoints/ live here",
+        'run_dir = "."  # this folder: identity.key, ledger.sqlite and checkpoints/ live here',
         f"seed = {member.index}  # each member samples its own questions and completions",
         "",
         "[p2p]",
@@ -102,7 +108,7 @@ def member_config(member: Member, members: list[Member], folder: Path, psk_file:
         f"listen = {json.dumps(member.listen)}  # fixed, so the other members can bootstrap from it",
         "# every other member: any subset can start first, the rest are dialed as they come up",
         "bootstrap = [" + ", ".join(json.dumps(a) for a in others) + "]",
-        f"psk_file = {json.dumps(str(psk_file))}  # the shared swarm key: peers without it cannot connect",
+        'psk_file = "swarm.key"  # the shared swarm key, next to this file: peers without it fail',
         "# the members' peer IDs: connections from any other peer are closed",
         "allow_list = [" + ", ".join(json.dumps(p) for p in allow) + "]",
         "",
@@ -111,7 +117,7 @@ def member_config(member: Member, members: list[Member], folder: Path, psk_file:
 
 def init_cluster(out: Path, nodes: int, hosts: list[str], base_port: int, swarm_id: str) -> list[Member]:
     """Create the cluster folder; refuse to overwrite an existing one (its keys would be lost)."""
-    from swarm.p2p.identity import create_identity, peer_id_of, save_identity
+    from swarm.p2p.identity import IdentityError, create_identity, peer_id_of, save_new_identity
     from swarm.p2p.swarm_key import generate_key, write_key_file
 
     host_plan = plan_hosts(nodes, hosts)
@@ -121,6 +127,12 @@ def init_cluster(out: Path, nodes: int, hosts: list[str], base_port: int, swarm_
     out = out.resolve()
     if (out / "swarm.key").exists() or (out / "cluster.json").exists():
         raise SwarmError(f"{out} already holds a cluster: choose another --out (its keys would be overwritten)")
+    taken = [out / f"member-{i}" / "identity.key" for i in range(nodes)]
+    taken = [p for p in taken if p.exists()]
+    if taken:
+        raise SwarmError(
+            f"{taken[0]} already exists: choose another --out (a member's identity is never overwritten)"
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
         psk = generate_key()
@@ -130,16 +142,19 @@ def init_cluster(out: Path, nodes: int, hosts: list[str], base_port: int, swarm_
         for member, key in zip(members, keys, strict=True):
             folder = out / member.name
             folder.mkdir(exist_ok=True)
-            save_identity(key, folder / "identity.key")
+            save_new_identity(key, folder / "identity.key")
             write_key_file(folder / "swarm.key", psk)
-            (folder / "config.toml").write_text(member_config(member, members, folder, folder / "swarm.key", swarm_id))
+            (folder / "config.toml").write_text(member_config(member, members, swarm_id))
         (out / "allow_list.txt").write_text("".join(m.peer_id + "\n" for m in members))
         manifest = {
             "swarm_id": swarm_id,
             "members": [{"name": m.name, "peer_id": m.peer_id, "listen": m.listen, "addr": m.addr,
-                         "config": str(out / m.name / "config.toml")} for m in members],
+                         "config": f"{m.name}/config.toml"}  # relative to cluster.json
+                        for m in members],
         }
         (out / "cluster.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    except IdentityError as e:
+        raise SwarmError(f"{e}: choose another --out") from None
     except OSError as e:
         raise SwarmError(f"cannot write the cluster folder {out}: {e.strerror or e}") from None
     return members

@@ -80,19 +80,24 @@ def free_ports(count: int) -> list[int]:
 
 
 def prepare(out: Path, nodes: int, rounds: int, base_config: Path | None, sets: list[str]) -> list[DemoNode]:
-    """Create identities and per-node config files under `out`."""
+    """Create identities (or reuse those of an earlier demo in `out`) and per-node config files."""
     from swarm.config import load_config
-    from swarm.p2p.identity import create_identity, peer_id_of, save_identity
+    from swarm.p2p.identity import load_or_create_identity, peer_id_of
 
     if nodes < 1:
         raise SwarmError("--nodes must be at least 1")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for i in range(nodes):
+            (out / f"node-{i}").mkdir(exist_ok=True)
+    except OSError as e:
+        reason = e.strerror or e
+        raise SwarmError(f"cannot create the demo folder {out}: {reason}: choose a writable --out") from None
     ports = free_ports(nodes)
     demo = []
     for i in range(nodes):
         folder = out / f"node-{i}"
-        key = create_identity()
-        save_identity(key, folder / "identity.key")
+        key = load_or_create_identity(folder / "identity.key")  # never replaces an identity
         demo.append(DemoNode(index=i, folder=folder, peer_id=peer_id_of(key), port=ports[i]))
     for node in demo:
         bootstrap = [demo[0].addr] if node.index > 0 else []
@@ -112,26 +117,9 @@ def prepare(out: Path, nodes: int, rounds: int, base_config: Path | None, sets: 
 
 def write_toml(path: Path, data: dict) -> None:
     """Write a config (as `Config.to_dict()` gives it) to a TOML file that `load_config` reads back."""
-    lines = ["# written by swarm-node demo; the effective config of this node"]
-    for section, values in data.items():
-        lines.append(f"\n[{section}]")
-        for key, value in values.items():
-            lines.append(f"{key} = {_toml_value(value)}")
-    path.write_text("\n".join(lines) + "\n")
+    from swarm.config_dump import write_config
 
-
-def _toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"cannot write {value!r} as TOML")
+    write_config(path, data, "written by swarm-node demo; the effective config of this node")
 
 
 def launch(node: DemoNode) -> None:
@@ -215,6 +203,8 @@ def watch(demo: list[DemoNode], rounds: int, timeout: float, console: Console) -
         for node in demo:
             node.stats = read_stats(node) or node.stats
         live.update(render(demo, rounds, time.monotonic() - start))
+    if not console.is_terminal:
+        console.line()  # off a terminal, Live prints the final table without ending its line
     return not interrupted
 
 
@@ -284,14 +274,22 @@ def moving_average(values: list[float], window: int) -> list[float]:
 
 
 def run_demo(nodes: int, rounds: int, out: Path, base_config: Path | None, sets: list[str], timeout: float | None) -> dict:
+    from swarm.config import load_config
+    from swarm.preflight import preflight
+
     console = Console()
     demo = prepare(out, nodes, rounds, base_config, sets)
-    from swarm.config import load_config
+    preflight(load_config(demo[0].folder / "config.toml"))  # a config mistake: one line, not N logs
 
     if load_config(base_config, [*DEMO_DEFAULTS, *sets]).policy.model == "swarm-tiny":
+        from transformers.utils import logging as hf_logging
+
         from swarm.policy.tiny import ensure_tiny_model
 
-        ensure_tiny_model()  # build once here, not in every node process at the same time
+        hf_logging.disable_progress_bar()  # no "Writing model shards" bar in the demo's output
+        # Built once here, not in every node process at the same time; its progress bar only
+        # on a terminal (elsewhere a transient bar leaves nothing but an empty line).
+        ensure_tiny_model(quiet=not console.is_terminal)
     console.print(f"starting {nodes} node processes in {out} (logs: node-*/log.txt)")
     started = time.monotonic()
     try:

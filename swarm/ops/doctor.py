@@ -9,6 +9,10 @@ Checks, each reported as ok / warning / problem:
   shown), its optimizer state loadable, its model the ledger's model; and the newest one not
   ahead of the ledger (a checkpoint after round r needs live rounds 0..r-1 in the ledger).
 
+A running node keeps writing its ledger while the doctor reads it, so the checks run on a
+consistent snapshot: a SQLite ledger is first copied with SQLite's online backup API (one
+read transaction: every committed round or none of a round), and the copy is checked.
+
 Rounds recorded after the newest checkpoint are not a problem: a restart marks them superseded
 and runs them again. A leftover `.tmp-*` folder is an interrupted checkpoint write, ignored
 and removed by the next save.
@@ -18,7 +22,11 @@ Deliberately not here: repairing anything. The doctor only reads.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import sqlite3
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,15 +113,45 @@ def _few(items: list, limit: int = 8) -> str:
 # I/O: reading the ledger and the checkpoints
 
 
-def ledger_findings(url: str) -> tuple[list[Finding], list[int], str | None]:
-    """Findings about the ledger, plus its live round numbers and model (for the checkpoint checks)."""
+@contextlib.contextmanager
+def snapshot(url: str) -> Iterator[str]:
+    """The URL of a consistent copy of a SQLite ledger file, made with the online backup API
+    in one step (a single read transaction, so a writer's commit is in the copy whole or not
+    at all), removed afterwards. Other URLs, and files SQLite cannot back up (not a database),
+    are read where they are."""
+    if not url.startswith("sqlite:///") or not Path(url[len("sqlite:///"):]).is_file():
+        yield url
+        return
+    source_path = Path(url[len("sqlite:///"):])
+    with tempfile.TemporaryDirectory(prefix="swarm-doctor-") as tmp:
+        copy = Path(tmp) / source_path.name
+        try:
+            source = sqlite3.connect(f"file:{source_path}?mode=rw", uri=True, timeout=10)
+            try:
+                with contextlib.closing(sqlite3.connect(copy)) as target:
+                    source.backup(target)  # pages=-1: everything in one step
+            finally:
+                source.close()
+        except sqlite3.Error:
+            yield url  # not a database (or unreadable): the checks on the file itself say so
+            return
+        yield f"sqlite:///{copy}"
+
+
+def ledger_findings(
+    url: str, name: str | None = None
+) -> tuple[list[Finding], list[int], str | None]:
+    """Findings about the ledger, plus its live round numbers and model (for the checkpoint
+    checks). `name` is how messages call the ledger (default: its URL)."""
+    name = name or url
     ledger = Ledger(url, create=False)
     out: list[Finding] = []
     try:
         with ledger.reader() as session:
             tables = set(inspect(session.get_bind()).get_table_names())
             if "meta" not in tables:
-                return [problem("schema", f"{url} is not a swarm-node ledger (no meta table)")], [], None
+                not_ours = problem("schema", f"{name} is not a swarm-node ledger (no meta table)")
+                return [not_ours], [], None
             if ledger.engine.dialect.name == "sqlite":
                 result = [row[0] for row in session.execute(text("PRAGMA integrity_check"))]
                 if result == ["ok"]:
@@ -142,7 +180,7 @@ def ledger_findings(url: str) -> tuple[list[Finding], list[int], str | None]:
                 out.append(ok("group uses", "every use of a shared group points at a stored group"))
             return out, rounds, get_meta(session, "model")
     except LedgerError as e:
-        return [*out, problem("ledger", str(e))], [], None
+        return [*out, problem("ledger", str(e).replace(url, name))], [], None
     finally:
         ledger.close()
 
@@ -225,7 +263,8 @@ def diagnose(url: str | None, checkpoint_dir: Path | None) -> list[Finding]:
     findings: list[Finding] = []
     rounds, model = None, None
     if url is not None:
-        ledger, rounds, model = ledger_findings(url)
+        with snapshot(url) as copy:
+            ledger, rounds, model = ledger_findings(copy, name=url)
         findings += ledger
     if checkpoint_dir is not None:
         findings += checkpoint_findings(checkpoint_dir, model, rounds)

@@ -9,7 +9,9 @@ rewards with the ones the sender claimed (`swarm.verify.rules.check_rewards`, wi
 bonus the sender declared). No network, no run folder: a ledger copied from another
 machine is enough.
 
-What passes can be exported (one JSON line per completion) or used to train a fresh model
+What passes can be exported (one JSON line per completion: the prompt formatted for
+`policy.model`, the completion, ground truth, reward and advantage, flat columns that
+`datasets` and TRL read as they are) or used to train a fresh model
 with the node's own GRPO path: one update per recorded round, its batch chosen from that
 round's sent (local) and accepted (shared) groups by `swarm.sampling.choose_batch` with the
 config's I, J and per-peer cap (groups without learning signal dropped), advantages from the
@@ -164,33 +166,62 @@ def verify_ledger(
 # Export
 
 
-def export_records(groups: list[StoredGroup]) -> Iterator[dict]:
-    """One plain record per completion of each verified group."""
+def export_records(
+    groups: list[StoredGroup], format_prompt: Callable[[str], str], scale_advantages: bool = True
+) -> Iterator[dict]:
+    """One flat record per completion of each verified group, ready for a training library:
+    `prompt` (the question as `format_prompt` formats it for a model) and `completion`,
+    `ground_truth`, the re-scored `reward` and the group-relative `advantage`, then where
+    the completion came from. Flat columns of one type each, so `datasets.load_dataset("json")`
+    reads a file of several datasets' groups; the task config is a JSON string."""
+    from swarm.policy.grpo import group_advantages
+
     for item in groups:
         g = item.group
+        prompt = format_prompt(g.question)
+        advantages = group_advantages(item.rewards, scale_by_std=scale_advantages)
         for i, completion in enumerate(g.completions):
             yield {
+                "prompt": prompt, "completion": completion, "question": g.question,
+                "ground_truth": item.task.answer if item.task is not None else None,
+                "reward": item.rewards[i], "advantage": advantages[i],
+                "claimed_reward": g.rewards[i], "dataset": g.task.dataset,
+                "task_config": g.task.config_json, "task_seed": g.task.seed,
+                "task_index": g.task.index, "completion_index": i, "finished": g.finished[i],
                 "content_hash": item.content_hash, "direction": item.direction, "sender": g.sender,
-                "swarm_id": g.swarm_id, "model": g.model, "policy_version": g.policy_version, "round": g.round,
-                "created_at": g.created_at, "task": g.task.as_dict(), "question": g.question,
-                "completion_index": i, "completion": completion, "finished": g.finished[i],
-                "reward": item.rewards[i], "claimed_reward": g.rewards[i],
+                "swarm_id": g.swarm_id, "model": g.model, "policy_version": g.policy_version,
+                "round": g.round, "created_at": g.created_at,
             }
 
 
-def write_jsonl(path: Path, groups: list[StoredGroup]) -> int:
+def write_jsonl(
+    path: Path,
+    groups: list[StoredGroup],
+    format_prompt: Callable[[str], str],
+    scale_advantages: bool = True,
+) -> int:
     """Write the export atomically (temporary file, then rename); return the number of records."""
     tmp = path.with_name(path.name + ".tmp")
     count = 0
     try:
         with tmp.open("w") as f:
-            for record in export_records(groups):
+            for record in export_records(groups, format_prompt, scale_advantages):
                 f.write(json.dumps(record, sort_keys=True) + "\n")
                 count += 1
         tmp.replace(path)
     except OSError as e:
         raise SwarmError(f"cannot write {path}: {e.strerror or e}") from None
     return count
+
+
+def prompt_formatter(config) -> Callable[[str], str]:
+    """How `config.policy.model` is prompted with a question (its chat template, the
+    config's system prompt), as the node formats its own prompts."""
+    from swarm.policy.model import load_tokenizer, resolve_model_path
+    from swarm.policy.prompts import build_prompt
+
+    tokenizer = load_tokenizer(resolve_model_path(config.policy.model))
+    return lambda question: build_prompt(tokenizer, question, config.policy.system_prompt)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -79,6 +79,17 @@ def save_identity(key_pair: KeyPair, path: str | os.PathLike[str]) -> None:
     _write_identity(key_pair, Path(path), replace=True)
 
 
+def save_new_identity(key_pair: KeyPair, path: str | os.PathLike[str]) -> None:
+    """`save_identity`, but never over an existing file (an identity, once made, is for good)."""
+    target = Path(path)
+    try:
+        _write_identity(key_pair, target, replace=False)
+    except FileExistsError:
+        raise IdentityError(
+            f"identity file {target} already exists: refusing to overwrite it"
+        ) from None
+
+
 def _write_identity(key_pair: KeyPair, target: Path, replace: bool) -> None:
     if key_pair.private_key.get_type() != KeyType.Ed25519:
         raise IdentityError("only Ed25519 identities are supported")
@@ -253,6 +264,7 @@ __all__ = [
     "peer_id_of",
     "public_key_from_peer_id",
     "save_identity",
+    "save_new_identity",
     "sign",
     "verify",
 ]

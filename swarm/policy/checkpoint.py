@@ -94,6 +94,13 @@ def list_checkpoints(folder: Path) -> list[Path]:
     return [p for _, _, p in sorted(found)]
 
 
+def completed_rounds(folder: Path) -> int:
+    """Rounds the newest complete checkpoint in `folder` covers (0 without one): where a
+    restarted node resumes."""
+    path = latest_checkpoint(folder)
+    return 0 if path is None else read_state(path).round
+
+
 def read_state(path: Path) -> CheckpointState:
     try:
         data = json.loads((path / "state.json").read_text())

@@ -73,8 +73,9 @@ def load_tokenizer(path: str):
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load tokenizer {path!r}: {e}") from None
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:  # what broken folders raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+        raise ModelError(f"cannot load tokenizer {path!r}: {first}") from None
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -86,15 +87,21 @@ def load_policy(name: str, device: str = "auto", dtype: str = "auto") -> Policy:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
+    from swarm.policy.source import model_problem
+
     hf_logging.disable_progress_bar()  # a per-load bar is noise in a node's output
+    problem = model_problem(name)
+    if problem:
+        raise ModelError(f"policy.model = {name!r}: {problem}")
     path = resolve_model_path(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
     tokenizer = load_tokenizer(path)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dt)
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load model {name!r}: {e}") from None
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+        raise ModelError(f"cannot load model {name!r}: {first}") from None
     model.to(dev)
     model.eval()
     return Policy(name=name, model=model, tokenizer=tokenizer, device=dev, dtype=dt, base_hash=weights_hash(model))

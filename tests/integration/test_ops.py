@@ -39,7 +39,15 @@ def swarm_run(tmp_path_factory, tiny_model_path) -> Path:
     result = _cli("demo", "--nodes", "2", "--rounds", str(ROUNDS), "--out", str(out), *SETTINGS, "--timeout", "900",
                   timeout=1000)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (out / "demo-output.txt").write_text(result.stdout + result.stderr)  # what the user saw
     return out
+
+
+def test_demo_output_is_clean(swarm_run):
+    seen = (swarm_run / "demo-output.txt").read_text()
+    assert "Writing model shards" not in seen and "Traceback" not in seen
+    table_end = next(i for i, line in enumerate(seen.splitlines()) if line.startswith("└"))
+    assert seen.splitlines()[table_end + 1].startswith("wrote "), seen[-800:]  # the table's line ended
 
 
 def _peer_id(run: Path, node: str) -> str:
@@ -128,9 +136,7 @@ def test_replay_verifies_a_copied_ledger_and_exports(swarm_run, tmp_path):
     assert len(records) == report["export"]["records"] == 8 * verify["trainable"]
     senders = {r["sender"] for r in records}
     assert senders == {_peer_id(swarm_run, "node-0"), _peer_id(swarm_run, "node-1")}
-    first = records[0]
-    assert {"task", "question", "completion", "reward", "sender", "policy_version"} <= set(first)
-    assert first["task"]["dataset"] and first["reward"] == pytest.approx(first["claimed_reward"])
+    _check_training_columns(export, records)
 
     # tamper with two stored groups: one completion's bytes, one signature
     with sqlite3.connect(copy) as db:
@@ -144,6 +150,46 @@ def test_replay_verifies_a_copied_ledger_and_exports(swarm_run, tmp_path):
     assert tampered["passed"] == verify["passed"] - 2
     assert sum(tampered["failed_by_reason"].values()) == tampered["total"] - tampered["passed"]
     assert set(tampered["failed_by_reason"]) <= {"hash_mismatch", "bad_signature"} and tampered["failed_by_reason"]
+
+
+def _check_training_columns(export: Path, records: list[dict]) -> None:
+    """The export is a training set as it is: one type per column, the prompt as the tiny
+    model is prompted (its chat template: the question, then a newline), the ground truth,
+    rewards and group advantages (summing to zero per group)."""
+    first = records[0]
+    assert first["prompt"] == first["question"] + "\n" and first["ground_truth"]
+    assert first["dataset"] == "chain_sum" and json.loads(first["task_config"])["min_terms"] == 2
+    assert first["reward"] == pytest.approx(first["claimed_reward"])
+    for column in ("prompt", "completion", "ground_truth", "reward", "advantage", "sender", "policy_version"):
+        assert len({type(r[column]) for r in records}) == 1, column
+    by_group: dict[str, float] = {}
+    for r in records:
+        by_group[r["content_hash"]] = by_group.get(r["content_hash"], 0.0) + r["advantage"]
+    assert all(abs(total) < 1e-4 for total in by_group.values())
+    try:
+        import datasets
+    except ImportError:  # not a dependency: the columns were checked above with json
+        return
+    table = datasets.load_dataset("json", data_files=str(export), split="train")
+    assert {"prompt", "completion", "ground_truth", "reward", "advantage"} <= set(table.column_names)
+    assert len(table) == len(records)
+
+
+def test_ban_takes_a_unique_prefix_or_the_short_form_peers_prints(swarm_run, tmp_path):
+    node = tmp_path / "node-0"
+    shutil.copytree(swarm_run / "node-0", node)
+    other, own = _peer_id(swarm_run, "node-1"), _peer_id(swarm_run, "node-0")
+    shown = _cli("peers", "--run-dir", str(node))
+    short = "…" + other[-10:]
+    assert short in shown.stdout
+    banned = _cli("ban", short, "--run-dir", str(node))
+    assert banned.returncode == 0 and banned.stdout.strip() == f"banned {other}", banned.stderr
+    lifted = _cli("unban", other[:14], "--run-dir", str(node))
+    assert lifted.returncode == 0 and lifted.stdout.startswith(f"unbanned {other}"), lifted.stderr
+    for text, message in [("12D3KooW", "matches 2 peers"), ("12D3KooWzzzzzz", "no peer this ledger knows")]:
+        result = _cli("ban", text, "--run-dir", str(node))
+        assert result.returncode == 2 and message in result.stderr and len(result.stderr.splitlines()) == 1
+    assert own in _cli("ban", "12D3KooW", "--run-dir", str(node)).stderr  # the candidates are named
 
 
 REPLAY_ROUNDS = 30

@@ -92,7 +92,8 @@ def test_members_share_and_outsiders_are_refused(tmp_path, tiny_model_path):
         for m in manifest["members"]:
             log = open(tmp_path / f"{m['name']}.log", "w")  # noqa: SIM115 - the child owns it
             members.append(subprocess.Popen(
-                [sys.executable, "-m", "swarm.cli", "join", "--config", m["config"], "--rounds", "400", "--display", "lines", *FAST],
+                [sys.executable, "-m", "swarm.cli", "join", "--config", str(out / m["config"]), "--rounds", "400",
+                 "--display", "lines", *FAST],
                 stdout=log, stderr=subprocess.STDOUT, env=ENV,
             ))
         run_dirs = [out / m["name"] for m in manifest["members"]]

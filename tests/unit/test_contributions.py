@@ -168,11 +168,12 @@ def test_cluster_plan_and_member_config(tmp_path):
         plan_ports(3, ["127.0.0.1"] * 3, 65534)
     ids = ["12D3KooWEyoppNCUx8Yx66oV9fJnriXwCcXwDDUA2kj6vnc6iDEp", "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"]
     members = [Member(i, ids[i], "127.0.0.1", 4100 + i) for i in range(2)]
-    psk = tmp_path / "swarm.key"
-    path = tmp_path / "m0.toml"
-    path.write_text(member_config(members[0], members, tmp_path / "m0", psk, "my-swarm"))
+    path = tmp_path / "m0" / "config.toml"  # a member's config lives in its member folder
+    path.parent.mkdir()
+    path.write_text(member_config(members[0], members, "my-swarm"))
     config = load_config(path, env={})
     assert config.p2p.listen == "/ip4/127.0.0.1/tcp/4100" and config.p2p.swarm_id == "my-swarm"
     assert config.p2p.bootstrap == [f"/ip4/127.0.0.1/tcp/4101/p2p/{ids[1]}"]
-    assert config.p2p.allow_list == ids and config.p2p.psk_file == str(psk)
-    assert config.run_dir == tmp_path / "m0"
+    assert config.p2p.allow_list == ids
+    assert config.p2p.psk_file == str(tmp_path / "m0" / "swarm.key")
+    assert config.run_dir == tmp_path / "m0"  # relative to the config file: the folder can move

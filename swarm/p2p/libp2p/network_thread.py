@@ -61,7 +61,9 @@ class NetworkThread:
         if self.failure is not None:
             failure = self.failure
             self.stop()
-            raise TransportError(f"the libp2p host failed to start: {failure}") from failure
+            raise TransportError(
+                f"the libp2p host failed to start: {describe(failure)}"
+            ) from failure
 
     def stop(self) -> None:
         """Stop `main`: graceful for up to `grace` seconds, then cancelled; final."""
@@ -152,3 +154,19 @@ class NetworkThread:
             self._root_scope.deadline = min(
                 self._root_scope.deadline, trio.current_time() + self._grace
             )
+
+
+def describe(failure: BaseException) -> str:
+    """What failed, in one line: the innermost errors of trio's nested exception groups
+    (their own message only says how many sub-exceptions there were)."""
+    leaves: list[str] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        elif str(exc) not in leaves:
+            leaves.append(str(exc) or exc.__class__.__name__)
+
+    walk(failure)
+    return "; ".join(leaves)

@@ -29,7 +29,8 @@ from libp2p.crypto.keys import KeyPair
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from swarm.errors import TransportError
+from swarm.errors import ConfigError, TransportError
+from swarm.p2p.addresses import listen_problem, parse_listen
 from swarm.p2p.identity import peer_id_of
 from swarm.p2p.libp2p import host as hosting
 from swarm.p2p.libp2p.blobs import DEFAULT_MAX_BLOB_SIZE, BlobServer, check_blob_key, fetch_blob
@@ -189,7 +190,7 @@ class Libp2pTransport(Transport):
                     f"{addr}/p2p/{self.peer_id}" for addr in net.host.get_transport_addrs()
                 ]
                 if not self._listen_addrs:
-                    raise TransportError(f"the host is not listening on {self._listen_addr}")
+                    raise TransportError(listen_failure(str(self._listen_addr)))
                 self._start_background_tasks(net, nursery)
                 self._thread.mark_ready()
                 await self._thread.wait_for_stop()
@@ -419,3 +420,15 @@ def _parse_peer_id(peer_id: str) -> ID:
         return ID.from_base58(peer_id)
     except ValueError as exc:
         raise TransportError(f"not a peer ID: {peer_id!r}") from exc
+
+
+def listen_failure(addr: str) -> str:
+    """Why the host is not listening on `addr`: the port probed again for the cause (py-libp2p
+    only logs it), e.g. a port another program took."""
+    try:
+        problem = listen_problem(parse_listen(addr))
+    except ConfigError:
+        problem = None
+    if problem:
+        return f"cannot listen on {addr}: {problem}"
+    return f"the host is not listening on {addr}"

@@ -1,0 +1,287 @@
+"""Commands that run or prepare a node: join, init, demo, config, export."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from swarm.cli.app import app
+from swarm.cli.common import ConfigOption, SetOption, load, load_traced
+from swarm.errors import SwarmError
+
+DISPLAYS = ("auto", "live", "lines", "none")
+
+
+@app.command()
+def join(
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option(
+            help="Stop once this many rounds exist in total (overrides node.rounds; 0 runs until "
+            "stopped)."
+        ),
+    ] = None,
+    run_dir: Annotated[
+        str | None,
+        typer.Option(
+            help="Folder for identity, ledger and checkpoints (overrides node.run_dir). One node "
+            "per folder: a second join on it is refused."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Hugging Face model name, local model folder, or 'swarm-tiny' (overrides "
+            "policy.model)."
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed of this node (overrides node.seed).")
+    ] = None,
+    bootstrap: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Multiaddr /ip4/.../tcp/.../p2p/12D3KooW... of a peer to join through "
+            "(repeatable; replaces p2p.bootstrap)."
+        ),
+    ] = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            help="Multiaddr to listen on, e.g. /ip4/0.0.0.0/tcp/4001 (overrides p2p.listen)."
+        ),
+    ] = None,
+    display: Annotated[
+        str,
+        typer.Option(
+            help="Progress display: auto (live on a terminal, lines otherwise), live, lines or "
+            "none."
+        ),
+    ] = "auto",
+) -> None:
+    """Run a node: generate, score, share and train, round after round.
+
+    With no bootstrap peers the node trains alone (solo mode). It resumes from the latest
+    checkpoint in its run folder. The whole config is checked before the model is loaded
+    (the same checks as 'swarm-node config'). Ctrl-C stops it after the current round, with
+    the ledger and a checkpoint written; a second Ctrl-C aborts at once.
+    """
+    if display not in DISPLAYS:
+        raise SwarmError(f"--display must be auto, live, lines or none, not {display!r}")
+    loaded = load_traced(
+        config,
+        sets,
+        {
+            "node.rounds": ("--rounds", rounds),
+            "node.run_dir": ("--run-dir", run_dir),
+            "policy.model": ("--model", model),
+            "node.seed": ("--seed", seed),
+            "p2p.listen": ("--listen", listen),
+            "p2p.bootstrap": ("--bootstrap", bootstrap or None),
+        },
+    )
+    cfg = loaded.config
+    from swarm.node.runlock import check_free
+    from swarm.preflight import preflight
+
+    check_free(cfg.run_dir)  # before anything slow: one node per run folder
+    preflight(cfg, loaded.where)
+    if _target_reached(cfg):
+        return
+    _run_node(cfg, display)
+
+
+def _target_reached(cfg) -> bool:
+    """Say so, and stop, if the run folder already holds node.rounds rounds."""
+    target = cfg.node.rounds
+    if target == 0:
+        return False
+    from swarm.policy.checkpoint import completed_rounds
+
+    done = completed_rounds(cfg.run_dir / "checkpoints")
+    if done < target:
+        return False
+    typer.echo(
+        f"{cfg.run_dir} already holds {done} rounds (node.rounds = {target}): nothing to do; "
+        "raise --rounds to train further (0 runs until stopped)"
+    )
+    return True
+
+
+def _run_node(cfg, display: str) -> None:
+    from swarm.node import Node
+    from swarm.ops.display import make_reporter
+
+    reporter = make_reporter(display)
+    node = Node(cfg, reporter=reporter)
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_interrupt(signum, frame):
+        if node.stop_requested:  # second Ctrl-C: give up on a clean stop
+            signal.signal(signal.SIGINT, previous)
+            raise KeyboardInterrupt
+        reporter.message("stopping after the current round (Ctrl-C again to abort)...")
+        node.request_stop()
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    signal.signal(signal.SIGTERM, on_interrupt)
+    try:
+        state = node.run()
+    finally:
+        node.close()
+        signal.signal(signal.SIGINT, previous)
+    typer.echo(
+        f"stopped at round {state.round}, policy v{state.policy_version}; ledger and checkpoint "
+        f"in {cfg.run_dir}"
+    )
+
+
+@app.command()
+def init(
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    run_dir: Annotated[
+        str | None,
+        typer.Option(
+            help="Node folder (overrides node.run_dir); the identity is its identity.key."
+        ),
+    ] = None,
+) -> None:
+    """Create this node's persistent identity (Ed25519, libp2p format, mode 0600); show its peer ID.
+
+    'join' with the same run folder reuses it. Running init again keeps the existing identity:
+    an identity is never overwritten.
+    """
+    cfg = load(config, sets, {"node.run_dir": ("--run-dir", run_dir)})
+    from swarm.p2p.identity import identity_exists, load_or_create_identity, peer_id_of
+
+    path = cfg.run_dir / "identity.key"
+    verb = "existing" if identity_exists(path) else "new"
+    peer_id = peer_id_of(load_or_create_identity(path))  # never replaces a file
+    typer.echo(f"{verb} identity {path}")
+    typer.echo(f"peer ID: {peer_id}")
+    listen = cfg.p2p.listen
+    if listen.endswith("/tcp/0"):
+        typer.echo(
+            f"listen address: {listen} (a free port is chosen by join; it writes the full address "
+            f"to {cfg.run_dir / 'node.json'})"
+        )
+    else:
+        typer.echo(f"listen address: {listen}/p2p/{peer_id}")
+
+
+@app.command()
+def demo(
+    nodes: Annotated[
+        int, typer.Option(min=1, max=32, help="How many node processes to start on 127.0.0.1.")
+    ] = 4,
+    rounds: Annotated[
+        int, typer.Option(min=1, help="Rounds each node runs before it stops by itself.")
+    ] = 30,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Run folder (default: runs/demo-<time>); one sub-folder per node."),
+    ] = None,
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Stop every node after this many seconds (default: generous, from nodes and "
+            "rounds)."
+        ),
+    ] = None,
+) -> None:
+    """Run a local swarm: N node processes on loopback sharing signed rollouts, with a live table.
+
+    Each node has its own identity, ledger and checkpoints under the run folder. At the end
+    the demo writes summary.json and reward.png (reward per node over rounds) there.
+    """
+    import time as _time
+
+    from swarm.ops.demo import run_demo
+
+    folder = out or Path("runs") / f"demo-{_time.strftime('%Y%m%d-%H%M%S')}"
+    summary = run_demo(nodes, rounds, folder, config, list(sets or []), timeout)
+    if any(n["exit_code"] not in (0, None) for n in summary["per_node"]):
+        raise typer.Exit(1)
+
+
+@app.command("config")
+def config_cmd(
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    keys: Annotated[
+        bool, typer.Option("--keys", help="List every config key with its default and meaning.")
+    ] = False,
+    dump: Annotated[
+        bool,
+        typer.Option(
+            "--dump",
+            help="Print the effective config as TOML (every key; paths absolute), which 'join "
+            "--config' reads back. Checks only the values, not the machine.",
+        ),
+    ] = False,
+) -> None:
+    """Check a config as 'join' would, before loading anything, and print the effective values.
+
+    Catches every config error 'join' would hit at start: values, addresses (and whether the
+    listen port is free), the swarm key, the identity against the allow-list, the model
+    folder, the task mix and whether its prompts fit the model's context.
+    """
+    from swarm.config import describe_config
+
+    if keys:
+        for key, default, help_text in describe_config():
+            typer.echo(f"{key} = {default}\n    {help_text}")
+        return
+    loaded = load_traced(config, sets)
+    if dump:
+        from swarm.config_dump import dump_config
+
+        header = (
+            f"effective swarm-node config (from {loaded.source}); "
+            "load with: swarm-node join --config FILE"
+        )
+        typer.echo(dump_config(loaded.config, header), nl=False)
+        return
+    from swarm.preflight import preflight
+
+    preflight(loaded.config, loaded.where)
+    import json
+
+    typer.echo(json.dumps(loaded.config.to_dict(), indent=2))
+
+
+@app.command()
+def export(
+    out: Annotated[
+        Path, typer.Option(help="Folder to write the model to (must not exist, or be empty).")
+    ],
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    run_dir: Annotated[
+        str | None,
+        typer.Option(
+            help="Node folder whose newest checkpoint to export (overrides node.run_dir)."
+        ),
+    ] = None,
+) -> None:
+    """Write a node's current policy (its newest checkpoint) as a Hugging Face model folder.
+
+    The folder holds config.json, model.safetensors and the tokenizer files, so
+    AutoModelForCausalLM.from_pretrained(OUT) loads it without swarm-node.
+    """
+    cfg = load(config, sets, {"node.run_dir": ("--run-dir", run_dir)})
+    from swarm.ops.export import export_policy
+
+    result = export_policy(cfg.run_dir, out)
+    typer.echo(
+        f"wrote {result.model} at policy v{result.policy_version} (round {result.round}, "
+        f"{result.dtype}) from {result.checkpoint.name} to {result.out}"
+    )

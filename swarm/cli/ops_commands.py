@@ -1,0 +1,329 @@
+"""Commands that read (or, ban and unban, amend) a node's ledger: status, peers,
+contributions, replay, doctor, ban, unban."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from swarm.cli.app import app
+from swarm.cli.common import (
+    ConfigOption,
+    JsonOption,
+    LedgerOption,
+    RunDirOption,
+    SetOption,
+    SinceOption,
+    UntilOption,
+    checked_ledger_url,
+    ledger_url,
+    load,
+)
+from swarm.errors import SwarmError
+
+SORT_HELP = (
+    "Order by: advantage, used, accepted, rejected, received, reward, deltas, last-seen, "
+    "first-seen or peer."
+)
+
+
+def _run_dir_flag(run_dir: str | None) -> dict:
+    return {"node.run_dir": ("--run-dir", run_dir)}
+
+
+@app.command()
+def status(
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    run_dir: Annotated[
+        str | None, typer.Option(help="Node folder to inspect (overrides node.run_dir).")
+    ] = None,
+    ledger: LedgerOption = None,
+    last: Annotated[int, typer.Option(min=1, help="How many recent rounds to show.")] = 10,
+    json_out: JsonOption = False,
+) -> None:
+    """Show a node's latest rounds, evaluations and update counts from its ledger."""
+    cfg = load(config, sets, _run_dir_flag(run_dir))
+    from swarm.ops.status import show_status
+
+    show_status(ledger_url(cfg, ledger), last=last, as_json=json_out)
+
+
+def _ops_data(config, sets, run_dir, ledger, sort, since, until) -> dict:
+    from swarm.ops.contributions import SORT_KEYS, Window, parse_when
+    from swarm.ops.views import collect
+
+    if sort not in SORT_KEYS:
+        raise SwarmError(f"--sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
+    cfg = load(config, sets, _run_dir_flag(run_dir))
+    window = Window(parse_when(since), parse_when(until))
+    return collect(checked_ledger_url(cfg, ledger), window, sort)
+
+
+@app.command()
+def peers(
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    run_dir: RunDirOption = None,
+    ledger: LedgerOption = None,
+    sort: Annotated[str, typer.Option(help=SORT_HELP)] = "last-seen",
+    since: SinceOption = None,
+    until: UntilOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """List the peers in a node's ledger: model, first and last seen, groups received, accepted,
+    rejected and used, bans. Peer IDs are shortened to their last characters ('ban' takes that
+    form, a unique prefix, or the full ID; --json prints them in full)."""
+    from swarm.ops.views import show_peers
+
+    show_peers(_ops_data(config, sets, run_dir, ledger, sort, since, until), json_out)
+
+
+@app.command()
+def contributions(
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    run_dir: RunDirOption = None,
+    ledger: LedgerOption = None,
+    sort: Annotated[str, typer.Option(help=SORT_HELP)] = "advantage",
+    since: SinceOption = None,
+    until: UntilOption = None,
+    json_out: JsonOption = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also draw each peer's contribution over time (advantage used, groups accepted) "
+            "to this PNG."
+        ),
+    ] = None,
+) -> None:
+    """Show what each peer contributed to this node: groups accepted and rejected (by reason),
+    used in updates, advantage and reward they carried, deltas exchanged; and this node's own
+    contribution."""
+    from swarm.ops.contributions import Window, parse_when
+    from swarm.ops.views import plot_contributions, show_contributions
+
+    data = _ops_data(config, sets, run_dir, ledger, sort, since, until)
+    show_contributions(data, json_out)
+    if plot is not None:
+        count = plot_contributions(
+            data["ledger"], Window(parse_when(since), parse_when(until)), plot
+        )
+        typer.echo(f"wrote {plot} ({count} peers)", err=json_out)
+
+
+@app.command()
+def replay(
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    ledger: LedgerOption = None,
+    run_dir: RunDirOption = None,
+    train: Annotated[
+        bool,
+        typer.Option(
+            "--train",
+            help="Train a fresh policy.model on the verified groups, one update per recorded "
+            "round (the node's GRPO path and batch rules: training.local_groups sent + "
+            "training.shared_groups accepted groups), and report held-out accuracy before "
+            "and after.",
+        ),
+    ] = False,
+    export: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the verified groups to this JSONL file, one record per completion: prompt "
+            "(formatted for policy.model), completion, ground_truth, reward, advantage and "
+            "where it came from; loads with datasets and TRL as it is."
+        ),
+    ] = None,
+    swarm_id: Annotated[
+        str | None, typer.Option(help="Also require every group to belong to this swarm id.")
+    ] = None,
+    format_reward: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Format bonus for completions ending with a tagged answer, in the rewards "
+            "trained on (default: tasks.format_reward); claimed rewards are checked with "
+            "each sender's declared bonus.",
+        ),
+    ] = None,
+    passes: Annotated[
+        int, typer.Option(min=1, max=100, help="Passes over the stored groups with --train.")
+    ] = 1,
+    eval_size: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Held-out questions for the before/after accuracy (default: tasks.eval_size).",
+        ),
+    ] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Re-verify every rollout group stored in a ledger, offline: signature, rebuilt task,
+    recomputed rewards.
+
+    Needs no network and no run folder: a ledger copied from another machine is enough.
+    Optionally export what passes, or train a fresh model on it.
+    """
+    import json
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from swarm.ops.replay import count_rows, verify_ledger
+
+    cfg = load(config, sets, _run_dir_flag(run_dir))
+    url = checked_ledger_url(cfg, ledger)
+    weight = cfg.tasks.format_reward if format_reward is None else format_reward
+    err = Console(stderr=True)
+    with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
+        task = progress.add_task("verifying stored groups", total=count_rows(url))
+        report, groups = verify_ledger(
+            url, weight, swarm_id, progress=lambda n: progress.advance(task, n)
+        )
+    result: dict = {"ledger": url, "verify": report.as_dict()}
+    if not json_out:
+        failed = ", ".join(f"{r} {n}" for r, n in report.failed_by_reason.most_common()) or "none"
+        typer.echo(
+            f"{report.total} stored groups: {report.passed} pass, {report.total - report.passed} "
+            f"fail ({failed}); "
+            f"{report.trainable} distinct sent or accepted groups verified"
+        )
+    if export is not None:
+        result["export"] = _export(export, groups, cfg, json_out)
+    if train:
+        result["train"] = _train(groups, cfg, passes, eval_size, err, json_out)
+    if json_out:
+        typer.echo(json.dumps(result, indent=2))
+
+
+def _export(path: Path, groups, cfg, quiet: bool) -> dict:
+    from swarm.ops.replay import prompt_formatter, write_jsonl
+
+    records = write_jsonl(path, groups, prompt_formatter(cfg), cfg.training.scale_advantages)
+    if not quiet:
+        typer.echo(f"wrote {records} completions of {len(groups)} groups to {path}")
+    return {"path": str(path), "records": records, "groups": len(groups)}
+
+
+def _train(groups, cfg, passes: int, eval_size: int | None, err, quiet: bool) -> dict:
+    from rich.progress import Progress
+
+    from swarm.ops.replay import plan_updates, train_offline
+
+    updates = passes * len(plan_updates(groups))
+    with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
+        task = progress.add_task("training on stored groups", total=updates)
+        if not err.is_terminal and not quiet:
+            typer.echo(f"training {cfg.policy.model} on {len(groups)} groups: {updates} updates...")
+        trained = train_offline(
+            groups, cfg, passes, eval_size, progress=lambda _s, n: progress.advance(task, n)
+        )
+    if not quiet:
+        typer.echo(
+            f"trained {trained.model} with {trained.updates} updates ({trained.skipped_updates} "
+            f"skipped) on "
+            f"{trained.groups_trained} groups in {trained.seconds:.0f}s: held-out accuracy "
+            f"{trained.accuracy_before:.1%} -> {trained.accuracy_after:.1%} on "
+            f"{trained.eval_questions} questions"
+        )
+    return trained.as_dict()
+
+
+@app.command()
+def doctor(
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    run_dir: RunDirOption = None,
+    ledger: LedgerOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Check a node's ledger and checkpoints: SQLite integrity, schema version, round history
+    (no gaps, no duplicate live rounds), checkpoints loadable, the newest one backed by the ledger.
+
+    Safe on a running node: the ledger is read from a consistent snapshot. Exits 0 when
+    healthy, 1 when a problem was found. With --ledger only the ledger is checked.
+    """
+    import json
+
+    from swarm.ops.doctor import diagnose, healthy
+
+    cfg = load(config, sets, _run_dir_flag(run_dir))
+    url = ledger_url(
+        cfg, ledger
+    )  # a file that is no ledger at all is a finding here, not a usage error
+    checkpoints = None if ledger is not None else cfg.run_dir / "checkpoints"
+    findings = diagnose(url, checkpoints)
+    if json_out:
+        typer.echo(
+            json.dumps(
+                {
+                    "ledger": url,
+                    "healthy": healthy(findings),
+                    "findings": [f.__dict__ for f in findings],
+                },
+                indent=2,
+            )
+        )
+    else:
+        marks = {"ok": "ok     ", "warning": "warning", "problem": "PROBLEM"}
+        for f in findings:
+            typer.echo(f"{marks[f.level]}  {f.check}: {f.message}")
+        typer.echo("healthy" if healthy(findings) else "problems found")
+    if not healthy(findings):
+        raise typer.Exit(1)
+
+
+PeerArgument = Annotated[
+    str,
+    typer.Argument(
+        metavar="PEER",
+        help="The peer: its full ID (12D3KooW...), a unique prefix of it, or the short form "
+        "'swarm-node peers' prints (…XyZ1234567).",
+    ),
+]
+BanRunDirOption = Annotated[
+    str | None,
+    typer.Option(help="Folder of the node whose ledger holds its bans (overrides node.run_dir)."),
+]
+
+
+def _ban_target(config, sets, run_dir, peer: str) -> tuple[str, str]:
+    from swarm.ops.peer_ids import known_peers, resolve_peer
+
+    cfg = load(config, sets, _run_dir_flag(run_dir))
+    url = checked_ledger_url(cfg, None)
+    return url, resolve_peer(peer, known_peers(url))
+
+
+@app.command()
+def ban(
+    peer: PeerArgument,
+    reason: Annotated[str, typer.Option(help="Why, for the ledger.")] = "",
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    run_dir: BanRunDirOption = None,
+) -> None:
+    """Refuse every rollout group from a peer. A running node picks the ban up within one round."""
+    url, peer_id = _ban_target(config, sets, run_dir, peer)
+    from swarm.verify.bans import ban as ban_peer
+
+    typer.echo(ban_peer(url, peer_id, reason))
+
+
+@app.command()
+def unban(
+    peer: PeerArgument,
+    config: ConfigOption = None,
+    sets: SetOption = None,
+    run_dir: BanRunDirOption = None,
+) -> None:
+    """Lift a ban, set by 'ban' or automatically by the peer's reputation (which starts afresh)."""
+    url, peer_id = _ban_target(config, sets, run_dir, peer)
+    from swarm.verify.bans import unban as unban_peer
+
+    typer.echo(unban_peer(url, peer_id))

@@ -1,0 +1,284 @@
+"""Checking a whole config before a node loads anything: every config error `join` would hit.
+
+`swarm-node join` runs these checks before it loads a model (which takes many seconds), and
+`swarm-node config` runs the very same ones, so a config that `config` accepts does not fail
+at start for a reason `config` could have named. Each problem is a `ConfigError` of one line
+that names who set the value (the file, --set, an env var or a flag), the key, and the fix.
+
+Cheapest checks first, so most mistakes are refused within a second or two:
+
+1. the role; the run folder can be created and written;
+2. the listen address parses and its port is free on an address of this machine; the
+   bootstrap addresses and the allow-list's peer IDs parse;
+3. the swarm key file reads; the run folder's identity, if any, reads and is on the
+   allow-list (a member without its identity would otherwise make a new, unlisted one);
+   the run folder's ledger belongs to this model;
+4. the task mix builds;
+5. the model: a local folder holds a config, weights and a tokenizer; CUDA and vLLM are
+   there when asked for; the task mix's prompts (a sample of the questions, formatted as the node
+   formats them) plus `generation.max_new_tokens` fit the model's context.
+
+Deliberately not here: whether another process holds the run folder (`swarm.node.runlock`),
+or anything that needs the model's weights.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from swarm.config import Config, task_mix
+from swarm.errors import ConfigError, SwarmError
+from swarm.p2p.addresses import check_peer_id, listen_problem, parse_dial, parse_listen
+
+ROLES = ("trainer", "generator")
+CONTEXT_SAMPLE = 64  # questions of the training stream (and as many held-out ones) measured
+
+Where = Callable[..., str]
+
+
+def _nowhere(*_keys: str) -> str:
+    return "config"
+
+
+def check_role(config: Config, where: Where = _nowhere) -> None:
+    """Refuse a role this version does not have."""
+    if config.node.role not in ROLES:
+        raise ConfigError(
+            f"{where('node.role')}: node.role = {config.node.role!r} is not available in this "
+            "version; use 'trainer' or 'generator'"
+        )
+
+
+def preflight(config: Config, where: Where = _nowhere) -> None:
+    """Every check, cheapest first; raises the first problem as a `ConfigError`.
+
+    `where(*keys)` names who set those keys (`swarm.config_load.LoadedConfig.where`)."""
+    for check in (
+        check_role,
+        check_run_folder,
+        check_addresses,
+        check_swarm_key,
+        check_identity,
+        check_ledger,
+        check_tasks,
+        check_model,
+        check_device,
+        check_context,
+    ):
+        check(config, where)
+
+
+def check_run_folder(config: Config, where: Where = _nowhere) -> None:
+    """The run folder exists as a writable folder, or can be created."""
+    path = Path(config.run_dir)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    fix = "choose a writable node.run_dir (--run-dir)"
+    if not existing.is_dir():
+        what = "is a file" if existing == path else f"cannot be created: {existing} is a file"
+        raise ConfigError(f"{where('node.run_dir')}: run folder {path} {what}, not a folder: {fix}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        verb = (
+            "is not writable"
+            if existing == path
+            else f"cannot be created: {existing} is not writable"
+        )
+        raise ConfigError(f"{where('node.run_dir')}: run folder {path} {verb}: {fix}")
+
+
+def check_addresses(config: Config, where: Where = _nowhere) -> None:
+    """Listen address (parses, port free here), bootstrap addresses, allow-list peer IDs."""
+    p2p = config.p2p
+    try:
+        address = parse_listen(p2p.listen)
+    except ConfigError as e:
+        raise ConfigError(f"{where('p2p.listen')}: p2p.listen: {e}") from None
+    problem = listen_problem(address)
+    if problem:
+        raise ConfigError(f"{where('p2p.listen')}: p2p.listen = {p2p.listen!r}: {problem}")
+    for i, addr in enumerate(p2p.bootstrap):
+        try:
+            parse_dial(addr)
+        except ConfigError as e:
+            raise ConfigError(f"{where('p2p.bootstrap')}: p2p.bootstrap[{i}]: {e}") from None
+    for i, peer in enumerate(p2p.allow_list):
+        try:
+            check_peer_id(peer, "")
+        except ConfigError as e:
+            raise ConfigError(f"{where('p2p.allow_list')}: p2p.allow_list[{i}]:{e}") from None
+
+
+def check_swarm_key(config: Config, where: Where = _nowhere) -> None:
+    """The private swarm key file, if one is configured, reads as a 32-byte pnet key."""
+    if not config.p2p.psk_file:
+        return
+    from swarm.p2p.swarm_key import read_key_file
+
+    try:
+        read_key_file(config.p2p.psk_file)
+    except SwarmError as e:
+        raise ConfigError(
+            f"{where('p2p.psk_file')}: p2p.psk_file: {e}: give the swarm's key file (a private "
+            "cluster's swarm.key from 'swarm-node cluster init'), or '' for an open swarm"
+        ) from None
+
+
+def check_identity(config: Config, where: Where = _nowhere) -> None:
+    """The run folder's identity reads; with an allow-list it must exist and be on it."""
+    path = Path(config.run_dir) / "identity.key"
+    peer_id = None
+    if path.exists():
+        from swarm.p2p.identity import load_identity, peer_id_of
+
+        try:
+            peer_id = peer_id_of(load_identity(path))
+        except SwarmError as e:
+            raise ConfigError(f"{where('node.run_dir')}: {e}") from None
+    problem = identity_problem(path, peer_id, config.p2p.allow_list)
+    if problem:
+        raise ConfigError(f"{where('p2p.allow_list', 'node.run_dir')}: {problem}")
+
+
+def identity_problem(path: Path, peer_id: str | None, allowed: list[str]) -> str | None:
+    """Why the identity at `path` (peer `peer_id`, None if there is none yet) cannot be used
+    with this allow-list: a node not on its own allow-list would run cut off, unlisted."""
+    if not allowed:
+        return None
+    if peer_id is None:
+        return (
+            f"no identity at {path}, but p2p.allow_list is set: a new identity would not be "
+            "on it; point node.run_dir at the folder holding this member's identity.key"
+        )
+    if peer_id in allowed:
+        return None
+    shown = ", ".join(allowed[:4]) + (f", ... ({len(allowed)} in all)" if len(allowed) > 4 else "")
+    return (
+        f"this node's identity {path} is peer {peer_id}, which is not on p2p.allow_list "
+        f"({shown}): use this member's own identity.key, or add the peer ID to every "
+        "member's allow-list"
+    )
+
+
+def check_ledger(config: Config, where: Where = _nowhere) -> None:
+    """A run folder's existing ledger belongs to a node of the configured model."""
+    if config.ledger.url or not (Path(config.run_dir) / "ledger.sqlite").exists():
+        return
+    from swarm.ledger import Ledger, get_meta
+
+    ledger = Ledger(config.ledger_url, create=False)
+    try:
+        with ledger.reader() as session:
+            model = get_meta(session, "model")
+    except SwarmError:
+        return  # not readable as a ledger: opening it at start says why
+    finally:
+        ledger.close()
+    if model is not None and model != config.policy.model:
+        raise ConfigError(
+            f"{where('policy.model', 'node.run_dir')}: {config.run_dir} belongs to a node of model "
+            f"{model!r}, not {config.policy.model!r}: use another node.run_dir"
+        )
+
+
+def check_model(config: Config, where: Where = _nowhere) -> None:
+    """A local model folder holds a config, weights and a tokenizer; a name is well formed."""
+    from swarm.policy.source import model_problem
+
+    problem = model_problem(config.policy.model)
+    if problem:
+        raise ConfigError(
+            f"{where('policy.model')}: policy.model = {config.policy.model!r}: {problem}"
+        )
+
+
+def check_device(config: Config, where: Where = _nowhere) -> None:
+    """CUDA when the device or the vLLM backend needs it; vLLM installed when asked for."""
+    device, backend = config.policy.device, config.generation.backend
+    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            f"{where('generation.backend')}: generation.backend = 'vllm' needs the vllm package: "
+            "pip install 'swarm-node[gpu]', or use generation.backend = 'transformers'"
+        )
+    if not (device.startswith("cuda") or backend == "vllm"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        key = "policy.device" if device.startswith("cuda") else "generation.backend"
+        value = device if device.startswith("cuda") else backend
+        fix = "use 'auto' or 'cpu'" if key == "policy.device" else "use 'transformers'"
+        raise ConfigError(
+            f"{where(key)}: {key} = {value!r} needs CUDA, which this machine lacks: {fix}"
+        )
+
+
+def check_tasks(config: Config, where: Where = _nowhere) -> None:
+    """Every dataset of the task mix builds with its config."""
+    from swarm.tasks import validate_mix
+
+    try:
+        validate_mix(task_mix(config))
+    except SwarmError as e:
+        raise ConfigError(f"{where('tasks.mix', 'tasks.preset')}: task mix: {e}") from None
+
+
+def check_context(config: Config, where: Where = _nowhere) -> None:
+    """The longest prompt of a sample of the mix's questions, plus the completion budget,
+    fits the model's context (positions); skipped for a model that is not on this machine."""
+    from swarm.policy.source import context_source
+
+    source = context_source(config.policy.model)
+    if source is None:
+        return
+    limit = source.max_positions
+    if limit is None:
+        return
+    try:
+        tokenizer = source.tokenizer()
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        raise ConfigError(
+            f"{where('policy.model')}: policy.model = {config.policy.model!r}: cannot load its "
+            f"tokenizer: {e.__class__.__name__}: {e}"
+        ) from None
+    longest, dataset = longest_prompt(config, tokenizer)
+    budget = config.generation.max_new_tokens
+    if longest + budget <= limit:
+        return
+    keys = where("tasks.preset", "tasks.mix", "generation.max_new_tokens", "policy.model")
+    if longest < limit:
+        fix = (
+            f"lower generation.max_new_tokens to at most {limit - longest}, "
+            "or use a model with a longer context"
+        )
+    else:
+        fix = (
+            'use a task mix with shorter questions (tasks.preset = "easy") '
+            "or a model with a longer context"
+        )
+    raise ConfigError(
+        f"{keys}: prompts of the task mix reach {longest} tokens ({dataset}), which with "
+        f"generation.max_new_tokens = {budget} exceeds the {limit} positions of "
+        f"{config.policy.model!r}: {fix}"
+    )
+
+
+def longest_prompt(config: Config, tokenizer) -> tuple[int, str]:
+    """Tokens of the longest prompt among a sample of the mix's training and held-out
+    questions, formatted as the node formats them, and its dataset."""
+    from swarm.policy.prompts import build_prompt
+    from swarm.tasks import build_task, eval_specs, sample_specs
+
+    mix = task_mix(config)
+    specs = sample_specs(mix, config.task_seed, 0, CONTEXT_SAMPLE)
+    specs += eval_specs(mix, config.tasks.eval_seed, min(config.tasks.eval_size, CONTEXT_SAMPLE))
+    longest, dataset = 0, ""
+    for spec in specs:
+        prompt = build_prompt(tokenizer, build_task(spec).question, config.policy.system_prompt)
+        length = len(tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"])
+        if length > longest:
+            longest, dataset = length, spec.dataset
+    return longest, dataset
