@@ -38,7 +38,7 @@ def parse_args(argv=None):
 def run(args) -> dict:
     import torch
 
-    from swarm.config import load_config
+    from swarm.config_load import load_config
     from swarm.ledger import RoundRow, UpdateRow
     from swarm.node import Node
 

@@ -48,7 +48,7 @@ def parse_args(argv=None):
 
 def run_rounds(args):
     """Run a real node; return (config, peer id, median round seconds, the signed groups it sent)."""
-    from swarm.config import load_config
+    from swarm.config_load import load_config
     from swarm.ledger import GroupRow, RoundRow
     from swarm.node import Node
     from swarm.wire import SignedGroup

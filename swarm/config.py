@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import os
 import re
 import typing
 from collections.abc import Mapping
@@ -262,20 +261,6 @@ SECTIONS: dict[str, type] = {f.name: typing.get_type_hints(Config)[f.name] for f
 
 # ---------------------------------------------------------------------------------------------
 # Loading and validation
-
-
-def load_config(
-    path: str | os.PathLike | None = None,
-    overrides: list[str] | tuple[str, ...] = (),
-    env: Mapping[str, str] | None = None,
-    flags: Mapping[str, tuple[str, Any]] | None = None,
-) -> Config:
-    """The config from `path` (or defaults), then env vars (`SWARM__<SECTION>__<KEY>`), then
-    `section.key=value` overrides, then `flags` ({"section.key": (flag name, value)}).
-    Reading, and where relative paths point, are `swarm.config_load`'s."""
-    from swarm.config_load import load_with_origins
-
-    return load_with_origins(path, overrides, env, flags).config
 
 
 def who_set(origins: Mapping[tuple[str, str], str], source: str, *keys: str) -> str:

@@ -160,3 +160,15 @@ def _parse_override(section: str, key: str, text: str, origin: str) -> Any:
             f"and the whole value for the shell, e.g. --set '{section}.{key}=[\"...\"]'"
         )
     return text
+
+
+def load_config(
+    path: str | os.PathLike | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, tuple[str, Any]] | None = None,
+) -> Config:
+    """The config from `path` (or defaults), then env vars (`SWARM__<SECTION>__<KEY>`), then
+    `section.key=value` overrides, then `flags` ({"section.key": (flag name, value)}).
+    Relative paths in the file are relative to its folder."""
+    return load_with_origins(path, overrides, env, flags).config

@@ -81,7 +81,7 @@ def free_ports(count: int) -> list[int]:
 
 def prepare(out: Path, nodes: int, rounds: int, base_config: Path | None, sets: list[str]) -> list[DemoNode]:
     """Create identities (or reuse those of an earlier demo in `out`) and per-node config files."""
-    from swarm.config import load_config
+    from swarm.config_load import load_config
     from swarm.p2p.identity import load_or_create_identity, peer_id_of
 
     if nodes < 1:
@@ -274,7 +274,7 @@ def moving_average(values: list[float], window: int) -> list[float]:
 
 
 def run_demo(nodes: int, rounds: int, out: Path, base_config: Path | None, sets: list[str], timeout: float | None) -> dict:
-    from swarm.config import load_config
+    from swarm.config_load import load_config
     from swarm.preflight import preflight
 
     console = Console()

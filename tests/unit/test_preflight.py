@@ -8,7 +8,8 @@ import socket
 
 import pytest
 
-from swarm.config import load_config, who_set
+from swarm.config import who_set
+from swarm.config_load import load_config
 from swarm.errors import ConfigError, RunFolderBusy, SwarmError
 from swarm.node.runlock import RunLock, check_free
 from swarm.ops.peer_ids import resolve_peer
