@@ -91,8 +91,13 @@ def test_version():
     assert result.returncode == 0 and result.stdout.strip() == f"swarm-node {swarm.__version__}"
 
 
+# Without a terminal (CI) typer cannot detect the shell; this switch makes the completion
+# options take the shell as their value instead.
+EXPLICIT_SHELL = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+
+
 def test_shell_completion(tmp_path):
-    script = _cli("--show-completion", "bash")
+    script = _cli("--show-completion", "bash", env=EXPLICIT_SHELL)
     assert script.returncode == 0 and "_SWARM_NODE_COMPLETE=complete_bash" in script.stdout
     words = _cli(
         env={
@@ -111,7 +116,7 @@ def test_shell_completion(tmp_path):
     )
     assert options.stdout.split() == ["--rounds"]
     installed = _cli(
-        "--install-completion", "bash", env={"HOME": str(tmp_path), "SHELL": "/bin/bash"}
+        "--install-completion", "bash", env={"HOME": str(tmp_path), **EXPLICIT_SHELL}
     )
     assert installed.returncode == 0 and (tmp_path / ".bash_completions" / "swarm-node.sh").exists()
 
