@@ -220,10 +220,26 @@ def check_tasks(config: Config, where: Where = _nowhere) -> None:
     """Every dataset of the task mix builds with its config."""
     from swarm.tasks import validate_mix
 
+    mix = task_mix(config)
     try:
-        validate_mix(task_mix(config))
+        validate_mix(mix)
     except SwarmError as e:
-        raise ConfigError(f"{where('tasks.mix', 'tasks.preset')}: task mix: {e}") from None
+        keys = where("tasks.mix", "tasks.preset")
+        raise ConfigError(f"{keys}: task mix: {e}: {_mix_fix(mix)}") from None
+
+
+def _mix_fix(mix) -> str:
+    """What to do about a task mix that does not build: a dataset name, or its config."""
+    import difflib
+
+    from reasoning_gym.factory import DATASETS
+
+    for entry in mix:
+        if entry.dataset not in DATASETS:
+            close = difflib.get_close_matches(entry.dataset, list(DATASETS), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            return f"{hint}tasks.mix takes reasoning-gym dataset names (e.g. 'chain_sum')"
+    return "fix the dataset's config in tasks.mix (its keys are the reasoning-gym dataset's)"
 
 
 def check_context(config: Config, where: Where = _nowhere) -> None:
