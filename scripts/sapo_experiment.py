@@ -1,217 +1,242 @@
-"""The SAPO comparison at CPU scale: 8 tiny-model nodes, I local + J shared groups per update.
+"""Does sharing pay? The SAPO experiment: arms of 8 nodes, tuned, run over paired seeds, judged.
 
-Reproduces the shape of the table in "Sharing is Caring" (SAPO, Gensyn 2025), which ran 8
-Qwen2.5-0.5B nodes for 2000 rounds: 8 local/0 shared 561.79, 6/2 854.43, 4/4 1093.31
-(+94 % over 8/0), 2/6 945.87. Here every node is a real `Node` (generator, verifier, GRPO
-trainer, ledger) on the built-in tiny model; each configuration starts all nodes from the
-same model with the same seeds and task streams. As in the paper, every node generates the
-same Q questions × G completions per round in every configuration (the paper: one question
-per each of its nine datasets, so Q = 9) and shares them all; I and J only choose what it
-trains on: up to I of its own groups and up to J of its peers' (re-scored and re-tokenized
-locally), after groups whose rewards are all equal were dropped. So 8/0 and 4/4 cost the
-same to generate, and a node sharing nothing trains on fewer groups whenever fewer than 8 of
-its own Q groups carry signal.
+Every unit is one swarm of `--nodes` real `Node`s (generator, verifier, GRPO trainer, ledger)
+running one arm (`I/J`: I own groups and up to J peers' groups per update; a node generates I
+questions a round, as in the paper's code) for `--rounds` rounds under one seed and learning
+rate. The nodes run in ONE process over the in-memory transport, round-robin (a node sees its
+peers' groups of the same or the previous round); `--check-libp2p` runs the same swarm as
+separate processes over libp2p for comparison. Arms, protocols, testbeds and the acceptance
+rule live in `swarm.ops.experiment`; docs/SAPO.md explains them.
 
-The 8 nodes run in ONE process over the in-memory transport (round-robin, so a node sees
-its peers' groups of the same or the previous round), which measures the learning
-dynamics without 8 × the process start-up; the libp2p path is exercised by
-`swarm-node demo` and the integration tests. The output says so.
+Each unit writes results/sapo/<protocol>-<testbed>/units/<arm>_s<seed>_lr<lr>.json when it
+ends, so a stopped run loses at most the unit in progress; finished units are skipped.
 
-Cumulative reward = sum over nodes and rounds of the mean reward of the node's own sampled
-completions that round (so it does not grow with I). Writes a JSON table and a PNG of the
-smoothed curves.
+    python scripts/sapo_experiment.py quick                  # smoke test: 2 arms, 3 rounds
+    python scripts/sapo_experiment.py tune [--shard 0/2]     # every arm x lr on the tuning seed
+    python scripts/sapo_experiment.py verdict [--shard 0/2]  # every arm at its best lr, 6 seeds
+    python scripts/sapo_experiment.py report                 # tables, verdict, JSON and PNG
+    python scripts/sapo_experiment.py run --arms 8/0,4/4 --seeds 0 --lr 1e-4 --rounds 20
 
-    python scripts/sapo_experiment.py                 # 8 nodes, 40 rounds, four configurations
-    python scripts/sapo_experiment.py --configs 8/0,4/4 --tasks sparse --seed 1
-    python scripts/sapo_experiment.py --quick         # smoke test: 3 rounds
+Per node and round it logs the mean reward of the node's own fresh rollouts (the learning
+metric; summed over nodes and rounds it is the cumulative reward) and of its training batch
+(what the paper's public code logs; the zero-advantage filter raises it without learning),
+the share of its completions that tag their answer, and the shared groups it trained on per
+task family. Held-out greedy accuracy per family is measured at the start and the end.
+
+GPU (the paper's setting, one command): `--testbed sapo --model Qwen/Qwen2.5-0.5B-Instruct
+--device cuda --backend vllm --checkpoint-every 25` (nodes resume from their checkpoints).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
-import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
-CONFIGS = ((8, 0), (6, 2), (4, 4), (2, 6))
-# Task mixes, by how often a node's own group carries learning signal. "easy": the 2-term
-# one-digit sums the tiny model learns quickly (about 85 % of groups have signal); "hard":
-# 2- or 3-term sums, about half of all groups all-wrong; "sparse": one part easy sums to
-# three parts 3-term two-digit sums beyond the tiny model, so most groups carry no signal,
-# as with the paper's small model on its nine reasoning-gym tasks.
-_EASY_SUMS = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
-TASK_MIXES = {
-    "easy": {"preset": "easy"},
-    "hard": {"preset": "custom", "mix": [{"dataset": "chain_sum", "weight": 1.0,
-             "config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}]},
-    "sparse": {"preset": "custom", "mix": [
-        {"dataset": "chain_sum", "weight": 1.0, "config": _EASY_SUMS},
-        {"dataset": "chain_sum", "weight": 3.0, "config": {"min_terms": 3, "max_terms": 3, "min_digits": 2, "max_digits": 2}},
-    ]},
-}
-PAPER = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}
+from swarm.ops.experiment import (
+    ARMS, LEARNING_RATES, TUNING_SEED, VERDICT_SEEDS, Arm, Protocol, RunShape, Testbed, node_config, parse_arm,
+)
+
+console = Console(highlight=False)
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=8, help="nodes in the swarm")
-    parser.add_argument("--rounds", type=int, default=40, help="rounds per configuration")
-    parser.add_argument("--questions", type=int, default=9, help="Q: questions each node generates per round, in every configuration")
+    parser.add_argument("command", choices=("quick", "run", "tune", "verdict", "report"), help="what to do (see above)")
+    parser.add_argument("--protocol", default="paper", choices=[p.value for p in Protocol], help="training rules: the paper's or this project's defaults")
+    parser.add_argument("--testbed", default="skills", choices=[t.value for t in Testbed], help="skills: 8 heterogeneous skill models; tiny: 8 copies of swarm-tiny; sapo: --model on the paper's 9 datasets")
+    parser.add_argument("--arms", default="", help=f"arms, comma-separated, I/J or I/J-need (default: {','.join(ARMS)}; quick: 4/0,4/4)")
+    parser.add_argument("--seeds", default="", help="seeds, comma-separated (run; default: the verdict seeds)")
+    parser.add_argument("--lr", type=float, default=1e-4, help="learning rate (run)")
+    parser.add_argument("--rounds", type=int, default=150, help="rounds per unit")
+    parser.add_argument("--nodes", type=int, default=8, help="nodes per swarm (the skills testbed has 8 models)")
     parser.add_argument("--completions", type=int, default=8, help="G: completions per question")
-    parser.add_argument("--configs", default=",".join(f"{i}/{j}" for i, j in CONFIGS), help="I/J pairs, comma-separated")
-    parser.add_argument("--eval-size", type=int, default=100, help="held-out questions per node at the end")
-    # 3e-4 (the solo preset's rate, made for 32 groups an update) learns nothing from ~8 groups an
-    # update: measured 32.0 % -> 32.9 % held-out after 30 rounds; 1e-4 reaches ~55 %.
-    parser.add_argument("--lr", type=float, default=1e-4, help="learning rate of every node")
-    parser.add_argument("--minibatch-size", type=int, default=0, help="completions per optimizer step (0: one step per update, however many groups it holds)")
-    parser.add_argument("--max-version-gap", type=int, default=1, help="skip shared groups more than this many versions behind (-1: no bound)")
-    parser.add_argument("--per-peer-cap", type=int, default=2, help="at most this many shared groups per peer per update (0: no cap)")
-    parser.add_argument("--seed", type=int, default=0, help="base seed: node i uses seed+i (and a matching identity)")
-    parser.add_argument("--tasks", default="easy", choices=sorted(TASK_MIXES), help="task mix (see TASK_MIXES)")
-    parser.add_argument("--max-new-tokens", type=int, default=10, help="longest completion, in tokens")
-    parser.add_argument("--quick", action="store_true", help="smoke test: 3 rounds, 16 eval questions")
-    parser.add_argument("--out", default="runs/sapo_experiment.json", help="JSON results (the PNG goes beside it)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.eval_size = 3, 16
-    return args
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="longest completion, in tokens")
+    parser.add_argument("--eval-size", type=int, default=100, help="held-out questions per node (split over the families)")
+    parser.add_argument("--shard", default="0/1", help="K/N: run every N-th unit starting at K (N processes share the work)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads of this process")
+    parser.add_argument("--results", default="results/sapo", help="results folder")
+    parser.add_argument("--model", default="", help="testbed sapo: the model every node runs (HF name or path)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument("--backend", default="transformers", choices=("transformers", "vllm"), help="generation backend")
+    parser.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint nodes every N rounds and resume a stopped unit from them (0: a stopped unit restarts)")
+    return parser.parse_args(argv)
 
 
-def run_config(local: int, shared: int, args, console: Console) -> dict:
-    """Run one I/J configuration of the whole swarm; return its curves and totals."""
+def testbed_parts(args, index: int) -> tuple[str, dict]:
+    """(model, tasks table) of node `index` in the chosen testbed."""
+    if args.testbed == Testbed.SKILLS:
+        from swarm.policy.skills import SKILL_SWARM, mix_table
+
+        return SKILL_SWARM[index % len(SKILL_SWARM)].name, {"preset": "custom", "mix": mix_table()}
+    if args.testbed == Testbed.TINY:
+        return "swarm-tiny", {"preset": "easy"}
+    if not args.model:
+        raise SystemExit("error: --testbed sapo needs --model NAME_OR_PATH")
+    return args.model, {"preset": "sapo"}
+
+
+def unit_folder(args) -> Path:
+    return Path(args.results) / f"{args.protocol}-{args.testbed}"
+
+
+def unit_path(args, arm: Arm, seed: int, lr: float) -> Path:
+    return unit_folder(args) / "units" / f"{arm.slug}_s{seed}_lr{lr:g}.json"
+
+
+def build_swarm(args, arm: Arm, seed: int, lr: float, work: Path):
     from swarm.config import build_config
     from swarm.node import Node
     from swarm.p2p import MemoryHub, MemoryTransport
     from swarm.p2p.identity import create_identity, peer_id_of
 
-    hub = MemoryHub()
-    nodes = []
-    with tempfile.TemporaryDirectory(prefix="sapo-") as tmp:
-        for i in range(args.nodes):
-            key = create_identity(bytes([(args.seed + i + 1) % 256]) * 32)  # same identities in every configuration
-            config = build_config(
-                {
-                    "node": {"name": f"node-{i}", "seed": args.seed + i, "run_dir": f"{tmp}/node-{i}", "checkpoint_every": 10_000},
-                    "policy": {"device": "cpu", "dtype": "float32"},
-                    "generation": {"questions_per_round": args.questions, "completions_per_question": args.completions, "max_new_tokens": args.max_new_tokens},
-                    "training": {"lr": args.lr, "local_groups": local, "shared_groups": shared, "micro_batch_size": 256, "minibatch_size": args.minibatch_size,
-                                 "max_version_gap": args.max_version_gap, "per_peer_cap": args.per_peer_cap},
-                    "tasks": {"eval_size": args.eval_size, "eval_every": 10_000, **TASK_MIXES[args.tasks]},
-                },
-                f"sapo {local}/{shared}",
-            )
-            node = Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
-            node.start()
-            nodes.append(node)
-        initial = [node.evaluate().accuracy for node in nodes]
-        rewards = [[] for _ in nodes]
-        shared_used = local_used = steps = 0
-        start = time.perf_counter()
-        for r in range(args.rounds):
-            for k, node in enumerate(nodes):
-                report = node.run_round()
-                rewards[k].append(report.mean_reward)
-                shared_used += report.shared_groups
-                local_used += report.trained_groups
-                steps += report.optimizer_steps
-            console.print(
-                f"  {local}/{shared} round {r + 1}/{args.rounds}: mean reward {sum(x[-1] for x in rewards) / len(nodes):.3f}",
-                highlight=False,
-            )
-        final = [node.evaluate().accuracy for node in nodes]
-        elapsed = time.perf_counter() - start
+    hub, nodes = MemoryHub(), []
+    shape = RunShape(args.completions, args.max_new_tokens, args.eval_size, args.rounds)
+    policy = {"device": args.device}
+    if args.device != "cpu":
+        policy["dtype"] = "auto"
+    extra = {"generation": {"backend": args.backend, "gpu_memory_utilization": round(0.9 / args.nodes, 3)}}
+    if args.checkpoint_every:
+        extra["node"] = {"checkpoint_every": args.checkpoint_every}
+    for i in range(args.nodes):
+        model, tasks = testbed_parts(args, i)
+        table = node_config(arm, Protocol(args.protocol), tasks, model, index=i, seed=seed, lr=lr,
+                            run_dir=str(work / f"node-{i}"), shape=shape, policy=policy, extra=extra)
+        key = create_identity(bytes([(seed * 8 + i + 1) % 256]) * 32)
+        node = Node(build_config(table, f"sapo {arm.name} node {i}"), transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
+        nodes.append(node)
+    for node in nodes:
+        node.start()
+    return nodes
+
+
+def run_unit(args, arm: Arm, seed: int, lr: float) -> dict:
+    """Run one swarm; return its per-node, per-round log and held-out accuracy."""
+    work = unit_folder(args) / "work" / f"{arm.slug}_s{seed}_lr{lr:g}"
+    if not args.checkpoint_every:
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    log_path = work / "rounds.jsonl"
+    nodes = build_swarm(args, arm, seed, lr, work)
+    start_round = min(node.state.round for node in nodes)
+    logs = _read_log(log_path, start_round)
+    start_eval = logs.get("start_eval") or [_eval(node) for node in nodes]
+    _rewrite_log(log_path, logs["rounds"], start_eval)
+    t0 = time.perf_counter()
+    for r in range(start_round, args.rounds):
+        row = []
         for node in nodes:
-            node.close()
-    return {
-        "config": f"{local}/{shared}",
-        "local_groups": local,
-        "shared_groups": shared,
-        "cumulative_reward": sum(sum(x) for x in rewards),
-        "mean_reward_per_round": [sum(x[r] for x in rewards) / len(nodes) for r in range(args.rounds)],
-        "per_node_rewards": rewards,
-        "shared_groups_used": shared_used,
-        "local_groups_per_update": local_used / (args.rounds * args.nodes),
-        "shared_groups_per_update": shared_used / (args.rounds * args.nodes),
-        "optimizer_steps_per_update": steps / (args.rounds * args.nodes),
-        "held_out_accuracy_start": sum(initial) / len(initial),
-        "held_out_accuracy_end": sum(final) / len(final),
-        "held_out_accuracy_end_per_node": final,
-        "seconds": elapsed,
+            rep = node.run_round()
+            used = Counter(rep.shared_families)
+            row.append({"own": rep.mean_reward, "batch": rep.batch_reward, "tagged": rep.tagged,
+                        "local": rep.trained_groups, "shared": rep.shared_groups, "skipped": rep.skipped,
+                        "shared_by_family": dict(used)})
+        logs["rounds"].append(row)
+        with log_path.open("a") as f:
+            f.write(json.dumps({"round": r, "nodes": row}) + "\n")
+        if (r + 1) % 10 == 0 or r + 1 == args.rounds:
+            done = r + 1 - start_round
+            eta = (time.perf_counter() - t0) / done * (args.rounds - r - 1)
+            own = sum(x["own"] for x in row) / len(row)
+            console.print(f"  {arm.name} seed {seed} lr {lr:g}: round {r + 1}/{args.rounds}, own reward {own:.3f}, ~{eta / 60:.1f} min left")
+    end_eval = [_eval(node) for node in nodes]
+    models = [node.config.policy.model for node in nodes]
+    for node in nodes:
+        node.close()
+    rounds = logs["rounds"]
+    result = {
+        "arm": arm.name, "seed": seed, "lr": lr, "protocol": args.protocol, "testbed": args.testbed,
+        "rounds": len(rounds), "nodes": len(nodes), "models": models,
+        "completions": args.completions, "max_new_tokens": args.max_new_tokens,
+        "cumulative_own_reward": sum(x["own"] for row in rounds for x in row),
+        "cumulative_batch_reward": sum(x["batch"] for row in rounds for x in row),
+        "own_reward": [[row[k]["own"] for row in rounds] for k in range(len(nodes))],
+        "batch_reward": [[row[k]["batch"] for row in rounds] for k in range(len(nodes))],
+        "tagged": [[row[k]["tagged"] for row in rounds] for k in range(len(nodes))],
+        "local_groups": [sum(row[k]["local"] for row in rounds) for k in range(len(nodes))],
+        "shared_groups": [sum(row[k]["shared"] for row in rounds) for k in range(len(nodes))],
+        "skipped_updates": [sum(row[k]["skipped"] for row in rounds) for k in range(len(nodes))],
+        "shared_by_family": [dict(sum((Counter(row[k]["shared_by_family"]) for row in rounds), Counter())) for k in range(len(nodes))],
+        "held_out_start": start_eval, "held_out_end": end_eval,
+        "seconds": time.perf_counter() - t0,
     }
+    shutil.rmtree(work, ignore_errors=True)
+    return result
 
 
-def plot(results: list[dict], path: Path, window: int = 5) -> None:
-    import matplotlib
+def _eval(node) -> dict:
+    report = node.evaluate()
+    return {"accuracy": report.accuracy, "by_family": report.by_family}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    from swarm.ops.demo import moving_average
+def _read_log(path: Path, start_round: int) -> dict:
+    """The rounds already logged before `start_round` (a resumed unit), and the start evaluation."""
+    logs = {"rounds": [], "start_eval": None}
+    if start_round == 0 or not path.exists():
+        return logs
+    for line in path.read_text().splitlines():
+        item = json.loads(line)
+        if "start_eval" in item:
+            logs["start_eval"] = item["start_eval"]
+        elif item["round"] < start_round:
+            logs["rounds"].append(item["nodes"])
+    return logs
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for res in results:
-        curve = res["mean_reward_per_round"]
-        ax.plot(range(len(curve)), moving_average(curve, window), label=f"{res['config']} (Σ {res['cumulative_reward']:.1f})", linewidth=1.8)
-    ax.set_xlabel("round")
-    ax.set_ylabel(f"mean reward over nodes ({window}-round moving average)")
-    ax.set_title("SAPO at CPU scale: local/shared groups per update")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+
+def _rewrite_log(path: Path, rounds: list, start_eval: list) -> None:
+    lines = [json.dumps({"start_eval": start_eval})] + [json.dumps({"round": r, "nodes": row}) for r, row in enumerate(rounds)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_json(path: Path, payload) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=1))
+    os.replace(tmp, path)
+
+
+def units_for(args) -> list[tuple[Arm, int, float]]:
+    arms = [parse_arm(a) for a in (args.arms or ",".join(ARMS)).split(",") if a.strip()]
+    if args.command == "tune":
+        return [(arm, TUNING_SEED, lr) for arm in arms for lr in LEARNING_RATES]
+    if args.command == "verdict":
+        from sapo_report import chosen_lrs
+
+        lrs = chosen_lrs(unit_folder(args), arms)
+        return [(arm, seed, lrs[arm.name]) for seed in VERDICT_SEEDS for arm in arms]
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] or list(VERDICT_SEEDS)
+    return [(arm, seed, args.lr) for seed in seeds for arm in arms]
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    console = Console()
-    configs = []
-    for item in args.configs.split(","):
-        i, _, j = item.partition("/")
-        configs.append((int(i), int(j)))
-    from swarm.policy.tiny import ensure_tiny_model
+    if args.command == "quick":
+        args.arms, args.rounds, args.eval_size = args.arms or "4/0,4/4", min(args.rounds, 3), 8
+        args.seeds, args.command = args.seeds or "0", "run"
+        args.results = args.results if args.results != "results/sapo" else "runs/sapo-quick"
+    if args.command == "report":
+        from sapo_report import report
 
-    ensure_tiny_model()
-    results = []
-    for local, shared in configs:
-        console.print(f"[bold]configuration {local}/{shared}[/bold]: {args.nodes} nodes, {args.rounds} rounds")
-        results.append(run_config(local, shared, args, console))
-    base = next((r["cumulative_reward"] for r in results if r["shared_groups"] == 0), None)
-    table = Table(title=f"SAPO at CPU scale: {args.nodes} tiny-model nodes in one process (in-memory transport), {args.rounds} rounds, Q={args.questions}, G={args.completions}")
-    for column in ("local/shared", "cumulative reward", "vs no sharing", "held-out acc start → end", "groups per update (own + peers')", "steps per update", "paper (2000 rounds)"):
-        table.add_column(column, justify="right")
-    for res in results:
-        res["ratio_to_no_sharing"] = None if not base else res["cumulative_reward"] / base
-        ratio = "" if res["ratio_to_no_sharing"] is None else f"{res['ratio_to_no_sharing']:.3f}×"
-        table.add_row(
-            res["config"], f"{res['cumulative_reward']:.2f}", ratio,
-            f"{res['held_out_accuracy_start']:.1%} → {res['held_out_accuracy_end']:.1%}",
-            f"{res['local_groups_per_update']:.2f} + {res['shared_groups_per_update']:.2f}",
-            f"{res['optimizer_steps_per_update']:.2f}",
-            str(PAPER.get(res["config"], "")),
-        )
-    console.print(table)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "setup": {
-            "nodes": args.nodes, "rounds": args.rounds, "questions_per_round": args.questions, "completions_per_question": args.completions, "lr": args.lr,
-            "model": "swarm-tiny", "tasks": args.tasks, "task_mix": TASK_MIXES[args.tasks], "max_new_tokens": args.max_new_tokens, "eval_size": args.eval_size, "seed": args.seed,
-            "max_version_gap": args.max_version_gap, "per_peer_cap": args.per_peer_cap, "minibatch_size": args.minibatch_size,
-            "transport": "all nodes in one process over MemoryTransport (round-robin), not separate libp2p processes",
-            "cumulative_reward": "sum over nodes and rounds of each node's mean reward of its own sampled completions",
-        },
-        "paper": PAPER,
-        "results": results,
-    }
-    out.write_text(json.dumps(payload, indent=2))
-    plot(results, out.with_suffix(".png"))
-    console.print(f"wrote {out} and {out.with_suffix('.png')}")
+        return report(unit_folder(args), console)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    k, _, n = args.shard.partition("/")
+    units = units_for(args)[int(k)::int(n)]
+    for number, (arm, seed, lr) in enumerate(units, 1):
+        path = unit_path(args, arm, seed, lr)
+        if path.exists():
+            continue
+        console.print(f"[bold]unit {number}/{len(units)}[/bold]: arm {arm.name}, seed {seed}, lr {lr:g}, {args.rounds} rounds ({args.protocol}, {args.testbed})")
+        write_json(path, run_unit(args, arm, seed, lr))
+        console.print(f"  wrote {path}")
     return 0
 
 

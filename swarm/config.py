@@ -161,6 +161,12 @@ class TasksSection:
     eval_seed: int = opt(1_000_003, "Seed of the held-out questions (no training stream uses it).", min=0)
     eval_every: int = opt(10, "Evaluate held-out accuracy every this many rounds (and at start and end).", min=1)
 
+    def scoring(self):
+        """These settings as a `swarm.tasks.Scoring` (how this node scores completions)."""
+        from swarm.tasks import AnswerRule, Scoring  # tasks imports reasoning-gym: load it lazily
+
+        return Scoring(self.format_reward, AnswerRule(self.answer_rule), self.partial_credit)
+
 
 @dataclass(frozen=True)
 class LedgerSection:

@@ -36,6 +36,9 @@ class SharedGroup:
     policy_version: int
     same_model: bool
     received_at: float
+    round: int = 0  # the sender's round when it generated the group
+    family: str = ""  # the task's dataset
+
 
 
 class ExperiencePool:
@@ -61,6 +64,8 @@ class ExperiencePool:
                 same_model=g.same_model,
                 policy_version=g.policy_version,
                 received_at=g.received_at,
+                round=g.round,
+                family=g.family or g.task.spec.dataset,
             )
             for g in self._groups.values()
         ]

@@ -190,6 +190,44 @@ def is_correct(task: Task, completion: str, rule: AnswerRule = AnswerRule.LENIEN
     return score_completion(task, completion, rule=rule) >= 1.0
 
 
+@dataclass(frozen=True)
+class Scoring:
+    """How a node scores its completions: its `tasks.format_reward`, `answer_rule` and
+    `partial_credit` settings in one value."""
+
+    format_weight: float = 0.0
+    rule: AnswerRule = AnswerRule.LENIENT
+    partial_credit: bool = True
+
+    def reward(self, task: Task, completion: str) -> float:
+        return score_completion(task, completion, self.format_weight, self.rule, self.partial_credit)
+
+    def correct(self, task: Task, completion: str) -> bool:
+        return is_correct(task, completion, self.rule)
+
+    def from_parts(self, correctness: float, tagged: bool, formatted: bool) -> float:
+        """The reward from a completion's parts: lenient, partial correctness in [0, 1], whether
+        it tagged an answer, whether it ends with it (what `score_completion` computes)."""
+        if self.rule == AnswerRule.TAGGED and not tagged:
+            return 0.0
+        if not self.partial_credit:
+            correctness = 1.0 if correctness >= 1.0 else 0.0
+        return correctness + (self.format_weight if formatted else 0.0)
+
+
+def claim_rules(format_weight: float) -> tuple[Scoring, ...]:
+    """Every scoring a sender declaring `format_weight` may have used for its claimed rewards.
+
+    The wire declares the format bonus but not the answer rule or partial credit, so a
+    receiver accepts claims made under any of the four; it trains on its own rewards anyway.
+    """
+    return tuple(
+        Scoring(format_weight, rule, partial)
+        for rule in AnswerRule
+        for partial in (True, False)
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Task mixes
 

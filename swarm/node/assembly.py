@@ -25,7 +25,7 @@ from swarm.p2p.transport import Transport
 from swarm.policy.delta import bf16_state_dict
 from swarm.policy.generator import Generator, SamplingParams, TransformersGenerator
 from swarm.policy.model import Policy
-from swarm.policy.trainer import GRPOTrainer, TrainerSettings
+from swarm.policy.trainer import GRPOTrainer, OptimizerKind, TrainerSettings
 from swarm.preflight import identity_problem
 from swarm.tasks import Task, build_task, eval_specs
 from swarm.verify.gate import Verifier, VerifySettings
@@ -104,6 +104,7 @@ def trainer_settings(config: Config, policy: Policy) -> TrainerSettings:
         micro_batch_size=t.micro_batch_size,
         minibatch_size=t.minibatch_size,
         epochs=t.epochs,
+        optimizer=OptimizerKind(t.optimizer),
         autocast_bf16=bf16 and policy.dtype == torch.float32,
     )
 

@@ -35,7 +35,7 @@ from swarm.node.assembly import (
 )
 from swarm.node.following import Following
 from swarm.node.records import Records
-from swarm.node.rounds import RoundLoop, evaluate_policy
+from swarm.node.rounds import RoundLoop, evaluate_by_family
 from swarm.node.runlock import RunLock
 from swarm.node.sharing import Sharing
 from swarm.node.state import LocalGroup, NodeState
@@ -102,7 +102,7 @@ class Node:
         self.trainer = make_trainer(config, self.policy)
         self.spot_checker = make_spot_checker(config, self.policy)
         self.eval_tasks = make_eval_tasks(config, self.mix)
-        self.records = Records(self.ledger, self.state, self.reporter)
+        self.records = Records(self.ledger, self.state, self.reporter, config.tasks.scoring())
         self._resume()
         publisher, follower, self.transport = make_sync(
             config, self.transport, self.key_pair, self.peer_id, self.policy, self.state.policy_version
@@ -251,9 +251,9 @@ class Node:
         """Greedy accuracy on the fixed held-out questions; recorded in the ledger."""
         if not self.eval_tasks:
             return None
-        accuracy, mean_reward = evaluate_policy(self.policy, self.generator, self.eval_tasks, self.config)
+        accuracy, mean_reward, by_family = evaluate_by_family(self.policy, self.generator, self.eval_tasks, self.config)
         self.records.record_eval(len(self.eval_tasks), accuracy, mean_reward)
-        report = EvalReport(self.state.round, self.state.policy_version, accuracy, len(self.eval_tasks))
+        report = EvalReport(self.state.round, self.state.policy_version, accuracy, len(self.eval_tasks), by_family)
         self.reporter.evaluation(report)
         return report
 

@@ -27,7 +27,7 @@ from swarm.node.sync import DeltaEvent
 from swarm.ops.display import Reporter, RoundReport
 from swarm.p2p.transport import PeerInfo
 from swarm.policy.trainer import UpdateResult
-from swarm.tasks import is_correct
+from swarm.tasks import Scoring, extract_answer
 from swarm.verify.reasons import Direction, Status
 
 if TYPE_CHECKING:
@@ -37,10 +37,11 @@ if TYPE_CHECKING:
 class Records:
     """Writes the node's rows to its ledger; `state` gives the round and version they belong to."""
 
-    def __init__(self, ledger: Ledger, state: NodeState, reporter: Reporter):
+    def __init__(self, ledger: Ledger, state: NodeState, reporter: Reporter, scoring: Scoring | None = None):
         self.ledger = ledger
         self.state = state
         self.reporter = reporter
+        self.scoring = scoring or Scoring()
 
     def record_round(
         self, groups, trained, result: UpdateResult, version_before, started, times, shared=(), shared_advantages=(),
@@ -50,11 +51,13 @@ class Records:
         and its update. Returns the round's report (with `sharing`'s totals so far)."""
         rewards = [r for g in groups for r in g.rewards]
         completions = [c for g in groups for c in g.completions]
-        correct = sum(is_correct(g.task, c.text) for g in groups for c in g.completions)
+        correct = sum(self.scoring.correct(g.task, c.text) for g in groups for c in g.completions)
         mean_reward = sum(rewards) / max(len(rewards), 1)
         accuracy = correct / max(len(completions), 1)
+        tagged = sum(extract_answer(c.text)[1] for c in completions) / max(len(completions), 1)
         tokens = sum(len(c.token_ids) for c in completions)
         trained_rewards = [r for g in list(trained) + list(shared) for r in g.rewards]
+        batch_reward = sum(trained_rewards) / max(len(trained_rewards), 1)
         with self.ledger.transaction() as session:
             for group, advantages in zip(shared, shared_advantages, strict=True):
                 session.add(
@@ -84,7 +87,7 @@ class Records:
                     version_after=self.state.policy_version, skipped=result.skipped,
                     skip_reason=result.skip_reason, local_groups=len(trained), shared_groups=len(shared),
                     samples=len(trained_rewards), tokens=result.tokens,
-                    mean_reward=sum(trained_rewards) / max(len(trained_rewards), 1), loss=result.loss,
+                    mean_reward=batch_reward, loss=result.loss,
                     grad_norm=result.grad_norm, clip_fraction=result.clip_fraction, kl=result.kl,
                     seconds=result.seconds, created_at=time.time(),
                 )
@@ -96,7 +99,8 @@ class Records:
             skipped=result.skipped, loss=result.loss, generate_s=times.generate, train_s=times.train,
             total_s=times.total, tokens_generated=tokens, peers=len(peers),
             received=sharing.received_groups, accepted=sharing.accepted_groups,
-            rejected=sharing.rejected_groups, optimizer_steps=result.steps,
+            rejected=sharing.rejected_groups, optimizer_steps=result.steps, batch_reward=batch_reward,
+            tagged=tagged, shared_families=tuple(g.family for g in shared),
         )
 
     def group_row(self, signed, group, direction, status, source="", reason="", detail="", content_hash="", sender=""):

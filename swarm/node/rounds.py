@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import collections
 import time
 
 from swarm.config import Config
@@ -26,8 +27,8 @@ from swarm.policy.grpo import group_advantages
 from swarm.policy.model import Policy
 from swarm.policy.prompts import build_prompt
 from swarm.policy.trainer import GRPOTrainer, TrainSample, UpdateResult, retokenized_samples
-from swarm.sampling import BatchChoice, Candidate, Staleness, choose_batch
-from swarm.tasks import Task, build_task, is_correct, sample_specs, score_completion
+from swarm.sampling import BatchChoice, Candidate, SignalFilter, Staleness, choose_batch, family_success
+from swarm.tasks import Task, build_task, sample_specs
 
 
 class RoundLoop:
@@ -52,6 +53,11 @@ class RoundLoop:
         self.following = following
         self.records = records
         self.reporter = reporter
+        self.scoring = config.tasks.scoring()
+        # (family, rewards) of this node's own groups over the last need_window rounds
+        self._recent_own: collections.deque[list[tuple[str, tuple[float, ...]]]] = collections.deque(
+            maxlen=config.training.need_window
+        )
 
     def run_round(self) -> RoundReport:
         times = RoundTimes()
@@ -100,19 +106,26 @@ class RoundLoop:
         t = time.perf_counter()
         groups = []
         for task, group in zip(tasks, completions, strict=True):
-            rewards = tuple(score_completion(task, c.text, self.config.tasks.format_reward) for c in group)
+            rewards = tuple(self.scoring.reward(task, c.text) for c in group)
             groups.append(LocalGroup(task, group, rewards))
         times.score = time.perf_counter() - t
         return groups
 
     def _choose_batch(self, groups: list[LocalGroup]):
+        """The round's batch (`swarm.sampling.choose_batch` under the training settings)."""
         t = self.config.training
         staleness = Staleness(
             max_version_gap=None if t.max_version_gap < 0 else t.max_version_gap,
             max_age_s=None if t.max_age_s == 0 else t.max_age_s,
         )
+        own = [(g.task.spec.dataset, g.rewards) for g in groups]
+        self._recent_own.append(own)
+        need = None
+        if t.shared_sampling == "need":
+            max_reward = 1.0 + self.scoring.format_weight
+            need = family_success((pair for rnd in self._recent_own for pair in rnd), max_reward)
         return choose_batch(
-            [Candidate(g, g.rewards) for g in groups],
+            [Candidate(g, g.rewards, family=f) for g, (f, _) in zip(groups, own, strict=True)],
             self.pool.candidates() if t.shared_groups else [],
             t.local_groups,
             t.shared_groups,
@@ -121,6 +134,10 @@ class RoundLoop:
             now=time.time(),
             staleness=staleness,
             per_peer_cap=t.per_peer_cap or None,
+            signal_filter=SignalFilter(t.signal_filter),
+            fresh_rounds=t.fresh_rounds or None,
+            need=need,
+            need_floor=t.need_floor,
         )
 
     def _shared_samples(self, groups: list[SharedGroup]) -> tuple[list[TrainSample], list[list[float]]]:
@@ -152,9 +169,24 @@ class RoundLoop:
 
 def evaluate_policy(policy: Policy, generator: Generator, tasks: list[Task], config: Config) -> tuple[float, float]:
     """(accuracy, mean reward) of greedy completions on `tasks`."""
+    accuracy, mean_reward, _ = evaluate_by_family(policy, generator, tasks, config)
+    return accuracy, mean_reward
+
+
+def evaluate_by_family(
+    policy: Policy, generator: Generator, tasks: list[Task], config: Config
+) -> tuple[float, float, dict[str, float]]:
+    """(accuracy, mean reward, accuracy per dataset) of greedy completions on `tasks`,
+    scored under the node's own rule (`tasks.answer_rule`)."""
     prompts = [build_prompt(policy.tokenizer, t.question, config.policy.system_prompt) for t in tasks]
     greedy = SamplingParams(temperature=0.0, max_new_tokens=config.generation.max_new_tokens)
     outputs = generator.generate(prompts, 1, greedy)
-    correct = [is_correct(t, out[0].text) for t, out in zip(tasks, outputs, strict=True)]
-    rewards = [score_completion(t, out[0].text, config.tasks.format_reward) for t, out in zip(tasks, outputs, strict=True)]
-    return sum(correct) / len(tasks), sum(rewards) / len(tasks)
+    scoring = config.tasks.scoring()
+    texts = [out[0].text for out in outputs]
+    correct = [scoring.correct(t, text) for t, text in zip(tasks, texts, strict=True)]
+    rewards = [scoring.reward(t, text) for t, text in zip(tasks, texts, strict=True)]
+    per_family: dict[str, list[bool]] = collections.defaultdict(list)
+    for t, ok in zip(tasks, correct, strict=True):
+        per_family[t.spec.dataset].append(ok)
+    by_family = {f: sum(oks) / len(oks) for f, oks in sorted(per_family.items())}
+    return sum(correct) / len(tasks), sum(rewards) / len(tasks), by_family

@@ -182,7 +182,7 @@ class Sharing:
                 continue
             seen.add(digest)
             try:
-                task, rewards = self.verifier.verify_content(item.group, self.config.tasks.format_reward)
+                task, rewards = self.verifier.verify_content(item.group, self.config.tasks.format_reward, self.config.tasks.scoring())
                 self._spot_check(item)
             except RejectedMessage as e:
                 rejected.append(Rejection(e.reason, e.detail, item.source, digest, item.group.sender, item.signed, item.group))
@@ -230,5 +230,5 @@ class Sharing:
             row_id=row_id, content_hash=item.signed.content_hash, sender=group.sender, task=task,
             completions=group.completions, finished=group.finished, rewards=rewards,
             claimed_rewards=group.rewards, policy_version=group.policy_version, same_model=same_model,
-            received_at=received_at,
+            received_at=received_at, round=group.round, family=group.task.dataset,
         )

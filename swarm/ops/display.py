@@ -41,6 +41,9 @@ class RoundReport:
     accepted: int = 0
     rejected: int = 0
     optimizer_steps: int = 0
+    batch_reward: float = 0.0  # mean reward of the groups trained on (own and shared)
+    tagged: float = 0.0  # share of own completions that give an <answer>-tagged answer
+    shared_families: tuple[str, ...] = ()  # the task family (dataset) of each shared group trained on
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class EvalReport:
     policy_version: int
     accuracy: float
     questions: int
+    by_family: dict[str, float] = field(default_factory=dict)  # accuracy per dataset
 
 
 @dataclass

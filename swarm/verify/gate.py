@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from swarm.errors import RejectedMessage
 from swarm.signing import check_group_signature
-from swarm.tasks import Task
+from swarm.tasks import Scoring, Task, claim_rules
 from swarm.verify import rules
 from swarm.verify.message import Accepted, Rejection, check_message, collateral
 from swarm.verify.reasons import Reason, Status
@@ -252,23 +252,28 @@ class Verifier:
     # -- 3. the expensive checks -------------------------------------------------------------------
 
     def verify_content(
-        self, group: RolloutGroup, format_weight: float
+        self, group: RolloutGroup, format_weight: float, scoring: Scoring | None = None
     ) -> tuple[Task, tuple[float, ...]]:
-        """Copycat, task rebuild, question and reward checks; returns the task and *our* rewards.
+        """Copycat, task rebuild, question and reward checks; returns the task and *our* rewards
+        (under `scoring`, else the lenient rule with partial credit and `format_weight`).
 
-        Raises `RejectedMessage` (copycat, bad_task, question_mismatch, reward_mismatch).
+        Claimed rewards must match one of the scorings the sender may have used
+        (`claim_rules`). Raises `RejectedMessage` (copycat, bad_task, question_mismatch,
+        reward_mismatch).
         """
         prints = rules.fingerprint(group.completions)
         with self._lock:
             earlier = self._recent.get(group.task)
         rules.check_not_copy(group.sender, prints, earlier, self.settings.copycat_overlap)
         rescored = rescore_group(group)
-        rules.check_rewards(
-            group.rewards, rescored.rewards(group.format_bonus), self.settings.reward_tolerance
+        rules.check_rewards_any(
+            group.rewards,
+            [rescored.scored(s) for s in claim_rules(group.format_bonus)],
+            self.settings.reward_tolerance,
         )
         with self._lock:
             self._recent.add(group.task, (group.sender, prints))
-        return rescored.task, rescored.rewards(format_weight)
+        return rescored.task, rescored.scored(scoring or Scoring(format_weight))
 
     def note_own(self, group: RolloutGroup) -> None:
         """Remember a group this node published, so a peer re-signing it is caught as a copycat."""

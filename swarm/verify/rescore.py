@@ -4,7 +4,8 @@ A shared group's task is rebuilt from its spec with reasoning-gym (the question 
 be the one the spec rebuilds) and every completion is scored locally: correctness from the
 dataset's scorer, and whether it ends with its tagged answer (which earns a format bonus).
 The verifier compares the sender's claimed rewards with these under the sender's declared
-bonus; training uses them under this node's own bonus.
+bonus (and any answer rule, which the wire does not declare); training uses them under this
+node's own scoring.
 
 Deliberately not here: what to do with a mismatch (`swarm.verify.gate`, `swarm.replay`) or
 the experience pool that keeps re-scored groups (`swarm.experience`).
@@ -15,7 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swarm.errors import RejectedMessage, TaskError
-from swarm.tasks import Task, build_task, score_completion, well_formatted
+from swarm.tasks import (
+    AnswerRule,
+    Scoring,
+    Task,
+    build_task,
+    extract_answer,
+    score_completion,
+    well_formatted,
+)
 from swarm.verify.reasons import Reason
 from swarm.wire import RolloutGroup
 
@@ -25,16 +34,20 @@ class Rescored:
     """A peer's group as this node's verifier sees it: the rebuilt task, per-completion scores."""
 
     task: Task
-    correctness: tuple[float, ...]  # dataset score in [0, 1], without any format bonus
-    well_formatted: tuple[
-        bool, ...
-    ]  # whether the completion ends with its answer (earns the bonus)
+    correctness: tuple[float, ...]  # dataset score in [0, 1] (lenient answer, partial credit)
+    tagged: tuple[bool, ...]  # whether the completion tagged an answer
+    well_formatted: tuple[bool, ...]  # whether it ends with its tagged answer (earns the bonus)
 
-    def rewards(self, format_weight: float) -> tuple[float, ...]:
-        """The rewards with a format bonus (ours for training, the sender's for its claims)."""
+    def rewards(
+        self, format_weight: float, rule: AnswerRule = AnswerRule.LENIENT, partial_credit: bool = True
+    ) -> tuple[float, ...]:
+        """The rewards under a scoring (ours for training, the sender's for its claims)."""
+        return self.scored(Scoring(format_weight, rule, partial_credit))
+
+    def scored(self, scoring: Scoring) -> tuple[float, ...]:
         return tuple(
-            c + (format_weight if ok else 0.0)
-            for c, ok in zip(self.correctness, self.well_formatted, strict=True)
+            scoring.from_parts(c, t, f)
+            for c, t, f in zip(self.correctness, self.tagged, self.well_formatted, strict=True)
         )
 
 
@@ -53,8 +66,9 @@ def rescore_group(group: RolloutGroup) -> Rescored:
             Reason.QUESTION_MISMATCH, "the question text is not the one the task spec rebuilds"
         )
     correctness = tuple(score_completion(task, c, 0.0) for c in group.completions)
+    tagged = tuple(extract_answer(c)[1] for c in group.completions)
     formatted = tuple(well_formatted(c) for c in group.completions)
-    return Rescored(task, correctness, formatted)
+    return Rescored(task, correctness, tagged, formatted)
 
 
 def rescore(group: RolloutGroup, format_weight: float) -> tuple[Task, tuple[float, ...]]:

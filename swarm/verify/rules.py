@@ -71,6 +71,21 @@ def check_rewards(claimed: Sequence[float], recomputed: Sequence[float], toleran
             )
 
 
+def check_rewards_any(
+    claimed: Sequence[float], options: Sequence[Sequence[float]], tolerance: float
+) -> None:
+    """The claimed rewards must all match one of `options` (each a full recomputation)."""
+    first_error: RejectedMessage | None = None
+    for recomputed in options:
+        try:
+            check_rewards(claimed, recomputed, tolerance)
+            return
+        except RejectedMessage as e:
+            first_error = first_error or e
+    if first_error is not None:
+        raise first_error
+
+
 def fingerprint(completions: Sequence[str]) -> tuple[bytes, ...]:
     """Short digests of a group's completions (surrounding whitespace ignored), for copy checks.
 

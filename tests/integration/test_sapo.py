@@ -107,25 +107,36 @@ def test_heterogeneous_models_use_each_others_groups(tmp_path, tiny_model_path):
         node.close()
 
 
-def test_experiment_quick_mode_writes_the_table(tmp_path, tiny_model_path):
-    """`scripts/sapo_experiment.py --quick` on a small swarm: both configurations run, only 4/4 uses peers' groups."""
+def test_experiment_runs_units_and_reports(tmp_path, tiny_model_path):
+    """`scripts/sapo_experiment.py quick` then `report` on a small swarm: one unit per arm is
+    written, a node generates I questions a round, only the sharing arm trains on peers'
+    groups, and the report holds both reward columns."""
     import importlib.util
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[2] / "scripts" / "sapo_experiment.py"
-    spec = importlib.util.spec_from_file_location("sapo_experiment", script)
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
+    spec = importlib.util.spec_from_file_location("sapo_experiment", scripts / "sapo_experiment.py")
     experiment = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(experiment)
-    out = tmp_path / "sapo.json"
-    args = ["--quick", "--nodes", "3", "--configs", "4/0,2/2", "--questions", "4", "--completions", "4", "--out", str(out)]
-    assert experiment.main(args) == 0
-    payload = json.loads(out.read_text())
-    assert payload["setup"]["questions_per_round"] == 4 and payload["setup"]["rounds"] == 3
-    assert "MemoryTransport" in payload["setup"]["transport"]  # says honestly how the nodes ran
-    solo, sharing = payload["results"]
-    assert solo["config"] == "4/0" and solo["shared_groups_used"] == 0 and solo["ratio_to_no_sharing"] == 1.0
-    assert sharing["config"] == "2/2" and sharing["shared_groups_used"] > 0
-    assert 0 < sharing["shared_groups_per_update"] <= 2 and sharing["local_groups_per_update"] <= 2
-    assert sharing["ratio_to_no_sharing"] == sharing["cumulative_reward"] / solo["cumulative_reward"]
-    assert all(len(r["mean_reward_per_round"]) == 3 for r in payload["results"])
-    assert out.with_suffix(".png").stat().st_size > 0
+    import sys
+
+    sys.path.insert(0, str(scripts))
+    try:
+        spec.loader.exec_module(experiment)
+        common = ["--testbed", "tiny", "--results", str(tmp_path)]
+        args = ["quick", "--nodes", "3", "--arms", "4/0,2/2", "--completions", "4", *common]
+        assert experiment.main(args) == 0
+        assert experiment.main(["report", *common]) == 0
+    finally:
+        sys.path.remove(str(scripts))
+    units = {p.name: json.loads(p.read_text()) for p in (tmp_path / "paper-tiny" / "units").glob("*.json")}
+    solo, sharing = units["4-0_s0_lr0.0001.json"], units["2-2_s0_lr0.0001.json"]
+    assert solo["rounds"] == sharing["rounds"] == 3 and solo["nodes"] == 3
+    assert solo["shared_groups"] == [0, 0, 0] and sum(sharing["shared_groups"]) > 0
+    assert all(n <= 2 * 3 for n in sharing["shared_groups"])  # J = 2 per update, 3 rounds
+    assert solo["local_groups"] == [4 * 3] * 3  # the paper's protocol: every own group kept, I = 4 generated
+    assert sharing["local_groups"] == [2 * 3] * 3
+    assert all(len(curve) == 3 for curve in solo["own_reward"] + solo["batch_reward"])
+    assert solo["cumulative_own_reward"] == solo["cumulative_batch_reward"]  # no sharing, no filter: same groups
+    report = json.loads((tmp_path / "paper-tiny" / "report.json").read_text())
+    assert set(report["per_seed"]) == {"4/0", "2/2"}
+    assert (tmp_path / "paper-tiny" / "cumulative.png").stat().st_size > 0

@@ -373,3 +373,26 @@ def test_recheck_finds_a_message_by_its_bytes_and_its_source():
     assert reasons(rejected) == ["sender_mismatch"]
     accepted, rejected = v.recheck(data, ME)
     assert rejected == [] and [a.group.sender for a in accepted] == [ME]
+
+
+def test_claims_under_the_strict_rule_pass_and_we_train_on_our_own_scoring():
+    """A sender scoring tagged answers only, without partial credit or bonus (the SAPO paper's
+    reward), is not a liar to a lenient receiver; the receiver trains on its own scoring."""
+    from swarm.tasks import AnswerRule, Scoring
+
+    strict = Scoring(0.0, AnswerRule.TAGGED, partial_credit=False)
+    group = honest(bonus=0.0)
+    task = build_task(group.task)
+    group = msgspec.structs.replace(group, rewards=tuple(strict.reward(task, c) for c in group.completions))
+    assert group.rewards == (1.0, 0.0, 0.0, 0.0)  # the untagged right answer scores 0
+    v = verifier()
+    accepted, rejected = v.admit(message(group), ME)
+    assert rejected == []
+    _, lenient = v.verify_content(accepted[0].group, format_weight=0.1)
+    assert lenient == pytest.approx((1.1, 0.1, 1.0, 0.0))
+    _, ours = verifier().verify_content(group, 0.1, strict)
+    assert ours == (1.0, 0.0, 0.0, 0.0)
+    lying = msgspec.structs.replace(group, rewards=(1.0, 1.0, 0.0, 0.0))
+    with pytest.raises(RejectedMessage) as caught:
+        verifier().verify_content(lying, 0.0)
+    assert caught.value.reason == Reason.REWARD_MISMATCH

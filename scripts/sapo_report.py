@@ -1,0 +1,200 @@
+"""Tables, verdict, JSON and PNG from the units `scripts/sapo_experiment.py` wrote.
+
+    python scripts/sapo_experiment.py report [--protocol paper --testbed skills]
+
+Reads <results>/<protocol>-<testbed>/units/*.json; writes report.json and cumulative.png
+beside them. The acceptance rule is `swarm.ops.experiment.compare`, pre-registered in the
+README before the verdict run.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from swarm.ops.experiment import LEARNING_RATES, TUNING_SEED, Arm, best_lr, compare
+
+COMPARISONS = (("4/4", "8/0"), ("4/4", "4/0"), ("4/4-need", "4/4"), ("6/2", "8/0"), ("2/6", "8/0"))
+
+
+def load_units(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((folder / "units").glob("*.json"))]
+
+
+def chosen_lrs(folder: Path, arms: list[Arm]) -> dict[str, float]:
+    """Each arm's learning rate: the best on the tuning seed (every rate must have run)."""
+    scores: dict[str, dict[float, float]] = defaultdict(dict)
+    for u in load_units(folder):
+        if u["seed"] == TUNING_SEED:
+            scores[u["arm"]][u["lr"]] = u["cumulative_own_reward"]
+    missing = [a.name for a in arms if len(scores[a.name]) < len(LEARNING_RATES)]
+    if missing:
+        raise SystemExit(f"error: tuning is not finished for {', '.join(missing)}: run the tune command first")
+    return {a.name: best_lr(scores[a.name]) for a in arms}
+
+
+def report(folder: Path, console: Console) -> int:
+    units = load_units(folder)
+    if not units:
+        console.print(f"no units in {folder / 'units'}")
+        return 1
+    tuning = [u for u in units if u["seed"] == TUNING_SEED]
+    verdict_units = [u for u in units if u["seed"] != TUNING_SEED]
+    payload: dict = {"folder": str(folder), "tuning": _tuning_table(tuning, console)}
+    lrs = {arm: best_lr(scores) for arm, scores in payload["tuning"].items() if scores}
+    chosen = [u for u in verdict_units if lrs.get(u["arm"]) in (None, u["lr"])]
+    cumulative = defaultdict(dict)
+    batch = defaultdict(dict)
+    held_out = defaultdict(dict)
+    for u in chosen:
+        cumulative[u["arm"]][u["seed"]] = u["cumulative_own_reward"]
+        batch[u["arm"]][u["seed"]] = u["cumulative_batch_reward"]
+        held_out[u["arm"]][u["seed"]] = _swarm_by_family(u["held_out_end"])
+    payload["per_seed"] = _seed_table(cumulative, batch, console)
+    payload["comparisons"] = []
+    for cand, base in COMPARISONS:
+        if cumulative.get(cand) and cumulative.get(base):
+            payload["comparisons"].append(asdict(compare(cand, base, cumulative, held_out)))
+    _comparison_table(payload["comparisons"], console)
+    payload["held_out"] = _held_out_table(chosen, console)
+    payload["format"] = _format_table(chosen, console)
+    (folder / "report.json").write_text(json.dumps(payload, indent=1))
+    if chosen:
+        _plot(chosen, folder / "cumulative.png")
+    console.print(f"wrote {folder / 'report.json'}" + (f" and {folder / 'cumulative.png'}" if chosen else ""))
+    return 0
+
+
+def _swarm_by_family(evals: list[dict]) -> dict[str, float]:
+    """Mean over the swarm's nodes of held-out accuracy per family."""
+    families = sorted({f for e in evals for f in e["by_family"]})
+    return {f: statistics.fmean(e["by_family"].get(f, 0.0) for e in evals) for f in families}
+
+
+def _tuning_table(units: list[dict], console: Console) -> dict:
+    scores: dict[str, dict[float, float]] = defaultdict(dict)
+    for u in units:
+        scores[u["arm"]][u["lr"]] = u["cumulative_own_reward"]
+    if not scores:
+        return {}
+    table = Table(title=f"tuning seed {TUNING_SEED}: cumulative own-rollout reward per learning rate")
+    table.add_column("arm")
+    for lr in LEARNING_RATES:
+        table.add_column(f"lr {lr:g}", justify="right")
+    for arm, by_lr in sorted(scores.items()):
+        best = best_lr(by_lr)
+        table.add_row(arm, *[("" if lr not in by_lr else f"{by_lr[lr]:.1f}" + (" *" if lr == best else "")) for lr in LEARNING_RATES])
+    console.print(table)
+    return {arm: dict(by_lr) for arm, by_lr in scores.items()}
+
+
+def _seed_table(cumulative: dict, batch: dict, console: Console) -> dict:
+    seeds = sorted({s for by_seed in cumulative.values() for s in by_seed})
+    table = Table(title="cumulative reward per seed: own fresh rollouts / training batch (sum over 8 nodes and all rounds)")
+    table.add_column("arm")
+    for s in seeds:
+        table.add_column(f"seed {s}", justify="right")
+    out = {}
+    for arm in sorted(cumulative):
+        cells = []
+        for s in seeds:
+            own, bat = cumulative[arm].get(s), batch[arm].get(s)
+            cells.append("" if own is None else f"{own:.1f} / {bat:.1f}")
+        table.add_row(arm, *cells)
+        out[arm] = {str(s): {"own": cumulative[arm][s], "batch": batch[arm][s]} for s in cumulative[arm]}
+    console.print(table)
+    return out
+
+
+def _comparison_table(comparisons: list[dict], console: Console) -> None:
+    if not comparisons:
+        return
+    table = Table(title="pre-registered comparisons (cumulative own-rollout reward, paired seeds)")
+    for col in ("candidate vs baseline", "ratio per seed", "wins", "mean ratio [95 % CI]", "held-out delta per family", "verdict"):
+        table.add_column(col)
+    for c in comparisons:
+        table.add_row(
+            f"{c['candidate']} vs {c['baseline']}", " ".join(f"{r:.3f}" for r in c["ratios"]),
+            f"{c['wins']}/{len(c['seeds'])}", f"{c['mean_ratio']:.3f} [{c['ci_low']:.3f}, {c['ci_high']:.3f}]",
+            " ".join(f"{f.split('_')[0]} {d:+.2f}" for f, d in c["family_deltas"].items()),
+            "PASS" if c["passed"] else "fail: " + "; ".join(c["why"]),
+        )
+    console.print(table)
+
+
+def _held_out_table(units: list[dict], console: Console) -> dict:
+    per_arm: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for u in units:
+        start, end = _swarm_by_family(u["held_out_start"]), _swarm_by_family(u["held_out_end"])
+        for f in end:
+            per_arm[u["arm"]][f].append((start.get(f, 0.0), end[f]))
+    if not per_arm:
+        return {}
+    families = sorted({f for fams in per_arm.values() for f in fams})
+    table = Table(title="held-out greedy accuracy per family, swarm mean over seeds: start -> end")
+    table.add_column("arm")
+    for f in families:
+        table.add_column(f, justify="right")
+    out = {}
+    for arm in sorted(per_arm):
+        row = {f: (statistics.fmean(a for a, _ in v), statistics.fmean(b for _, b in v)) for f, v in per_arm[arm].items()}
+        table.add_row(arm, *[f"{row[f][0]:.0%} -> {row[f][1]:.0%}" if f in row else "" for f in families])
+        out[arm] = row
+    console.print(table)
+    return out
+
+
+def _format_table(units: list[dict], console: Console, window: int = 10) -> dict:
+    """Share of completions that tag their answer, first vs last `window` rounds, per node."""
+    per_arm: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
+    for u in units:
+        per_arm[u["arm"]].append([(statistics.fmean(t[:window]), statistics.fmean(t[-window:])) for t in u["tagged"]])
+    if not per_arm:
+        return {}
+    table = Table(title=f"answers tagged, per node (mean over seeds): first {window} rounds -> last {window}")
+    table.add_column("arm")
+    n = max(len(v[0]) for v in per_arm.values())
+    for k in range(n):
+        table.add_column(f"node {k}", justify="right")
+    out = {}
+    for arm in sorted(per_arm):
+        runs = per_arm[arm]
+        cells = [(statistics.fmean(r[k][0] for r in runs), statistics.fmean(r[k][1] for r in runs)) for k in range(len(runs[0]))]
+        table.add_row(arm, *[f"{a:.0%} -> {b:.0%}" for a, b in cells])
+        out[arm] = cells
+    console.print(table)
+    return out
+
+
+def _plot(units: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    by_arm = defaultdict(list)
+    for u in units:
+        per_round = np.sum(np.array(u["own_reward"]), axis=0)  # sum over nodes
+        by_arm[u["arm"]].append(np.cumsum(per_round))
+    for arm, curves in sorted(by_arm.items()):
+        length = min(len(c) for c in curves)
+        stack = np.stack([c[:length] for c in curves])
+        x = np.arange(1, length + 1)
+        ax.plot(x, stack.mean(axis=0), label=f"{arm} ({len(curves)} seeds)", linewidth=1.6)
+        ax.fill_between(x, stack.min(axis=0), stack.max(axis=0), alpha=0.15)
+    ax.set_xlabel("round")
+    ax.set_ylabel("cumulative own-rollout reward (sum over nodes)")
+    ax.set_title("Does sharing pay? mean over seeds, band: min-max across seeds")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

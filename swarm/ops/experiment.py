@@ -1,0 +1,224 @@
+"""The SAPO experiment's design and statistics: arms, protocols, testbeds, the verdict rule.
+
+Pure data and functions; `scripts/sapo_experiment.py` runs the swarms and writes results,
+docs/SAPO.md explains the choices. An arm `I/J` is a swarm whose every node trains each
+round on its I own groups and up to J groups shared by peers. As in the SAPO paper's public
+code, a node configured I/J generates I questions a round: 4/4 generates half of what 8/0
+does, and 4/0 (same generation as 4/4, no sharing) separates "more data" from "peers' data".
+
+Two protocols:
+- `paper`: the paper's training rules: zero-advantage filter on shared groups only (all own
+  groups are trained on), shared groups from each sender's latest round, uniform sampling
+  with no per-peer cap, torch Adam with its defaults, no gradient clipping, one optimizer
+  step a round, reward = correctness of the tagged answer only (no format bonus).
+- `ours`: this project's defaults: the filter on every group, AdamW (betas 0.9/0.99),
+  gradient clipping at 1, at most 2 groups per peer, shared groups at most one version old
+  (same model) and 10 minutes old; the same reward, so the arms compare training rules only.
+
+Testbeds: `skills` (the eight built-in skill models of `swarm.policy.skills`, which know
+different task families, answer in two formats and come in two sizes: the heterogeneous
+swarm SAPO's premise needs), `tiny` (eight copies of the built-in tiny model on one-digit
+sums, the homogeneous control) and `sapo` (any model on the paper's nine datasets, for GPUs).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from swarm.errors import ConfigError
+
+
+class Protocol(StrEnum):
+    PAPER = "paper"
+    OURS = "ours"
+
+
+class Testbed(StrEnum):
+    SKILLS = "skills"
+    TINY = "tiny"
+    SAPO = "sapo"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One swarm configuration: I own groups and J shared groups per update, and the sampler."""
+
+    local: int
+    shared: int
+    sampler: str = "uniform"  # or "need" (training.shared_sampling)
+
+    @property
+    def name(self) -> str:
+        return f"{self.local}/{self.shared}" + ("" if self.sampler == "uniform" else f"-{self.sampler}")
+
+    @property
+    def slug(self) -> str:
+        """The arm's name as a file name part ("4/4-need" -> "4-4-need")."""
+        return self.name.replace("/", "-")
+
+    @property
+    def questions(self) -> int:
+        """Questions a node generates a round: I (the paper's code: one per own group)."""
+        return self.local
+
+
+ARMS: dict[str, Arm] = {
+    a.name: a
+    for a in (Arm(8, 0), Arm(4, 0), Arm(4, 4), Arm(6, 2), Arm(2, 6), Arm(4, 4, "need"))
+}
+LEARNING_RATES = (3e-5, 1e-4, 3e-4)
+TUNING_SEED = 100  # never a verdict seed
+VERDICT_SEEDS = tuple(range(6))
+# Pre-registered acceptance (README, "Does sharing pay?"), for a candidate arm against a baseline.
+MIN_MEAN_RATIO = 1.15
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def parse_arm(text: str) -> Arm:
+    """An arm from its name ("4/4", "4/4-need"); a one-line error for anything else."""
+    try:
+        counts, _, sampler = text.strip().partition("-")
+        local, shared = (int(x) for x in counts.split("/"))
+    except ValueError:
+        raise ConfigError(f"bad arm {text!r}: write I/J or I/J-need, e.g. 4/4") from None
+    if local < 1 or shared < 0 or sampler not in ("", "uniform", "need"):
+        raise ConfigError(f"bad arm {text!r}: I >= 1, J >= 0, sampler uniform or need")
+    if sampler == "need" and shared == 0:
+        raise ConfigError(f"bad arm {text!r}: need-based sampling needs J > 0")
+    return Arm(local, shared, sampler or "uniform")
+
+
+def protocol_training(protocol: Protocol) -> dict:
+    """The `[training]` settings that differ between the protocols."""
+    if protocol == Protocol.PAPER:
+        return {
+            "optimizer": "adam", "max_grad_norm": 0.0, "signal_filter": "shared", "fresh_rounds": 1,
+            "per_peer_cap": 0, "max_version_gap": -1, "max_age_s": 0.0, "minibatch_size": 0,
+            "epochs": 1, "kl_coef": 0.0, "clip_low": 0.2, "clip_high": 0.28,
+        }
+    return {
+        "optimizer": "adamw", "max_grad_norm": 1.0, "signal_filter": "all", "fresh_rounds": 0,
+        "per_peer_cap": 2, "max_version_gap": 1, "max_age_s": 600.0, "minibatch_size": 0,
+        "epochs": 1, "kl_coef": 0.0, "clip_low": 0.2, "clip_high": 0.28,
+    }
+
+
+# Reward in every arm and protocol: correctness of the tagged answer, 1 or 0, no format bonus.
+STRICT_REWARD = {"format_reward": 0.0, "answer_rule": "tagged", "partial_credit": False}
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What every node of a unit does besides its arm: sizes of a round and of evaluation."""
+
+    completions: int = 8
+    max_new_tokens: int = 32
+    eval_size: int = 100
+    rounds: int = 150
+
+
+def node_config(
+    arm: Arm, protocol: Protocol, testbed_tasks: dict, model: str, *, index: int, seed: int,
+    lr: float, run_dir: str, shape: RunShape, policy: Mapping | None = None, extra: Mapping | None = None,
+) -> dict:
+    """The config table of node `index` of a unit (arm, seed, lr): for `swarm.config.build_config`."""
+    training = {
+        **protocol_training(protocol), "lr": lr, "local_groups": arm.local,
+        "shared_groups": arm.shared, "shared_sampling": arm.sampler, "micro_batch_size": 256,
+    }
+    table = {
+        "node": {"name": f"node-{index}", "seed": seed * 1000 + index, "run_dir": run_dir,
+                 "checkpoint_every": 1_000_000},
+        "policy": {"model": model, "device": "cpu", "dtype": "float32", **(policy or {})},
+        "generation": {"questions_per_round": arm.questions, "completions_per_question": shape.completions,
+                       "max_new_tokens": shape.max_new_tokens},
+        "training": training,
+        "tasks": {**testbed_tasks, **STRICT_REWARD, "eval_size": shape.eval_size, "eval_every": 1_000_000},
+    }
+    for section, values in (extra or {}).items():
+        table.setdefault(section, {}).update(values)
+    return table
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A candidate arm against a baseline over paired seeds (same seeds, same models)."""
+
+    candidate: str
+    baseline: str
+    seeds: tuple[int, ...]
+    ratios: tuple[float, ...]  # candidate / baseline cumulative own-rollout reward, per seed
+    wins: int
+    mean_ratio: float
+    ci_low: float
+    ci_high: float
+    family_deltas: dict[str, float] = field(default_factory=dict)  # held-out accuracy, mean over seeds
+    passed: bool = False
+    why: tuple[str, ...] = ()
+
+
+def paired_ci(values: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, low, high): a two-sided 95 % t-interval of the mean of paired per-seed values."""
+    n = len(values)
+    mean = statistics.fmean(values)
+    if n < 2:
+        return mean, -math.inf, math.inf
+    half = T_975.get(n - 1, 1.96) * statistics.stdev(values) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def compare(
+    candidate: str, baseline: str, cumulative: Mapping[str, Mapping[int, float]],
+    held_out: Mapping[str, Mapping[int, Mapping[str, float]]], *, min_wins: int | None = None,
+) -> Comparison:
+    """Apply the pre-registered rule to `candidate` vs `baseline`.
+
+    `cumulative[arm][seed]`: the swarm's cumulative own-rollout reward; `held_out[arm][seed]`:
+    the swarm's end-of-run held-out accuracy per family. Passing needs: wins in at least
+    `min_wins` seeds (default: all but one), mean ratio >= 1.15, a 95 % CI of the ratio that
+    excludes 1, and held-out accuracy (mean over seeds) not lower on any family.
+    """
+    seeds = tuple(sorted(set(cumulative.get(candidate, {})) & set(cumulative.get(baseline, {}))))
+    if not seeds:
+        raise ConfigError(f"no seed has both {candidate} and {baseline}")
+    ratios = tuple(cumulative[candidate][s] / cumulative[baseline][s] for s in seeds)
+    wins = sum(r > 1.0 for r in ratios)
+    mean, low, high = paired_ci(ratios)
+    deltas = _family_deltas(held_out.get(candidate, {}), held_out.get(baseline, {}), seeds)
+    need = len(seeds) - 1 if min_wins is None else min_wins
+    why = []
+    if wins < need:
+        why.append(f"wins {wins} of {len(seeds)} seeds (needs {need})")
+    if mean < MIN_MEAN_RATIO:
+        why.append(f"mean ratio {mean:.3f} < {MIN_MEAN_RATIO}")
+    if low <= 1.0 <= high:
+        why.append(f"95 % CI [{low:.3f}, {high:.3f}] includes 1")
+    worse = [f"{f} {d:+.3f}" for f, d in deltas.items() if d < 0]
+    if worse:
+        why.append("held-out lower on " + ", ".join(worse))
+    return Comparison(candidate, baseline, seeds, ratios, wins, mean, low, high, deltas, not why, tuple(why))
+
+
+def _family_deltas(cand: Mapping, base: Mapping, seeds: Sequence[int]) -> dict[str, float]:
+    """Held-out accuracy per family, candidate minus baseline, averaged over `seeds`."""
+    families = sorted({f for s in seeds for f in cand.get(s, {})} | {f for s in seeds for f in base.get(s, {})})
+    deltas = {}
+    for f in families:
+        pairs = [(cand[s][f], base[s][f]) for s in seeds if f in cand.get(s, {}) and f in base.get(s, {})]
+        if pairs:
+            deltas[f] = statistics.fmean(c - b for c, b in pairs)
+    return deltas
+
+
+def best_lr(scores: Mapping[float, float]) -> float:
+    """The learning rate with the highest cumulative reward (ties: the smaller rate)."""
+    if not scores:
+        raise ConfigError("no tuning result to choose a learning rate from")
+    return max(sorted(scores), key=lambda lr: scores[lr])

@@ -1,0 +1,85 @@
+"""The SAPO experiment's design: arms, protocol settings, node configs and the verdict rule."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from swarm.config import build_config
+from swarm.errors import ConfigError
+from swarm.node import trainer_settings
+from swarm.ops.experiment import (
+    ARMS, Arm, Protocol, RunShape, best_lr, compare, node_config, paired_ci, parse_arm,
+)
+from swarm.policy.trainer import OptimizerKind
+
+
+def test_a_node_generates_one_question_per_own_group():
+    assert {name: arm.questions for name, arm in ARMS.items()} == {
+        "8/0": 8, "4/0": 4, "4/4": 4, "6/2": 6, "2/6": 2, "4/4-need": 4,
+    }
+    table = node_config(ARMS["4/4"], Protocol.PAPER, {"preset": "easy"}, "swarm-tiny", index=2, seed=1,
+                        lr=1e-4, run_dir="r", shape=RunShape())
+    cfg = build_config(table, "test")
+    assert cfg.generation.questions_per_round == cfg.training.local_groups == 4
+    assert cfg.training.shared_groups == 4 and cfg.node.seed == 1002
+
+
+@pytest.mark.parametrize("protocol", list(Protocol))
+def test_protocol_settings_reach_the_config_and_the_trainer(protocol, tiny_model_path):
+    cfg = build_config(node_config(ARMS["4/4-need"], protocol, {"preset": "easy"}, "swarm-tiny", index=0,
+                                   seed=0, lr=3e-4, run_dir="r", shape=RunShape()), "test")
+    t = cfg.training
+    assert t.shared_sampling == "need" and t.lr == 3e-4
+    # the same reward in both protocols: the tagged answer's correctness, 1 or 0, no bonus
+    assert (cfg.tasks.format_reward, cfg.tasks.answer_rule, cfg.tasks.partial_credit) == (0.0, "tagged", False)
+    paper = protocol == Protocol.PAPER
+    assert (t.signal_filter, t.fresh_rounds, t.optimizer) == (("shared", 1, "adam") if paper else ("all", 0, "adamw"))
+
+    class FakePolicy:  # trainer_settings reads the device and dtype only
+        import torch
+
+        device, dtype = torch.device("cpu"), torch.float32
+
+    settings = trainer_settings(cfg, FakePolicy())
+    assert settings.optimizer == (OptimizerKind.ADAM if paper else OptimizerKind.ADAMW)
+    assert settings.max_grad_norm == (0.0 if paper else 1.0) and settings.minibatch_size == 0
+
+
+@pytest.mark.parametrize("text, arm", [("4/4", Arm(4, 4)), ("4/4-need", Arm(4, 4, "need")), (" 8/0 ", Arm(8, 0))])
+def test_parse_arm(text, arm):
+    assert parse_arm(text) == arm and parse_arm(arm.name) == arm
+
+
+@pytest.mark.parametrize("text", ["4", "a/b", "0/4", "4/0-need", "4/4-best"])
+def test_bad_arms_are_one_line_errors(text):
+    with pytest.raises(ConfigError):
+        parse_arm(text)
+
+
+def _cumulative(cand, base):
+    return {"A": dict(enumerate(cand)), "B": dict(enumerate(base))}
+
+
+def test_the_rule_passes_a_clear_win_and_names_each_failure():
+    held = {"A": {s: {"x": 0.5} for s in range(6)}, "B": {s: {"x": 0.4} for s in range(6)}}
+    win = compare("A", "B", _cumulative([13, 12.5, 12, 13.5, 12, 12.8], [10] * 6), held)
+    assert win.passed and win.wins == 6 and win.ci_low > 1.15 - 0.1 and not win.why
+    mixed = compare("A", "B", _cumulative([13, 12, 9, 9.5, 12, 12], [10] * 6), held)
+    assert not mixed.passed and any("wins 4 of 6" in w for w in mixed.why)
+    worse_held = {"A": {s: {"x": 0.3} for s in range(6)}, "B": held["B"]}
+    lost = compare("A", "B", _cumulative([13] * 5 + [13.1], [10] * 6), worse_held)
+    assert not lost.passed and lost.why == ("held-out lower on x -0.100",)
+
+
+@given(st.lists(st.floats(0.5, 2.0), min_size=2, max_size=9))
+def test_paired_ci_contains_the_mean(values):
+    mean, low, high = paired_ci(values)
+    assert low <= mean + 1e-12 and mean - 1e-12 <= high
+
+
+def test_best_lr_prefers_the_smaller_rate_on_ties():
+    assert best_lr({3e-4: 5.0, 1e-4: 5.0, 3e-5: 1.0}) == 1e-4
+    with pytest.raises(ConfigError):
+        best_lr({})
