@@ -41,7 +41,16 @@ from pathlib import Path
 from rich.console import Console
 
 from swarm.ops.experiment import (
-    ARMS, LEARNING_RATES, TUNING_SEED, VERDICT_SEEDS, Arm, Protocol, RunShape, Testbed, node_config, parse_arm,
+    ARMS,
+    LEARNING_RATES,
+    TUNING_SEED,
+    VERDICT_SEEDS,
+    Arm,
+    Protocol,
+    RunShape,
+    Testbed,
+    node_config,
+    parse_arm,
 )
 
 console = Console(highlight=False)

@@ -27,7 +27,14 @@ from swarm.policy.grpo import group_advantages
 from swarm.policy.model import Policy
 from swarm.policy.prompts import build_prompt
 from swarm.policy.trainer import GRPOTrainer, TrainSample, UpdateResult, retokenized_samples
-from swarm.sampling import BatchChoice, Candidate, SignalFilter, Staleness, choose_batch, family_success
+from swarm.sampling import (
+    BatchChoice,
+    Candidate,
+    SignalFilter,
+    Staleness,
+    choose_batch,
+    family_success,
+)
 from swarm.tasks import Task, build_task, sample_specs
 
 

@@ -10,7 +10,15 @@ from swarm.config import build_config
 from swarm.errors import ConfigError
 from swarm.node import trainer_settings
 from swarm.ops.experiment import (
-    ARMS, Arm, Protocol, RunShape, best_lr, compare, node_config, paired_ci, parse_arm,
+    ARMS,
+    Arm,
+    Protocol,
+    RunShape,
+    best_lr,
+    compare,
+    node_config,
+    paired_ci,
+    parse_arm,
 )
 from swarm.policy.trainer import OptimizerKind
 
