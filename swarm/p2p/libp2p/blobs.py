@@ -9,7 +9,6 @@ Every write and read is bounded in time, so a stalled peer ends its own exchange
 from __future__ import annotations
 
 import collections
-import struct
 import threading
 from collections.abc import Callable
 
@@ -18,13 +17,13 @@ from libp2p.abc import IHost, INetStream
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
+from swarm import wire_streams
 from swarm.errors import TransportError
 from swarm.p2p.libp2p.framing import (
     NET_ERRORS,
     STREAM_IO_TIMEOUT_S,
     StreamProtocolError,
     close_quietly,
-    frame,
     read_exactly,
     read_frame,
     reset_quietly,
@@ -32,22 +31,26 @@ from swarm.p2p.libp2p.framing import (
 from swarm.p2p.libp2p.host import AccessPolicy
 from swarm.p2p.libp2p.stats import Counters
 from swarm.p2p.transport import BlobServed, PeerRejectReason, ServedBlobLog
+from swarm.wire_streams import (
+    BLOB_RESPONSE,
+    BlobStatus,
+    blob_request,
+    blob_response_header,
+    parse_blob_response_header,
+)
 
 # gossip.Gossip.refuse: count, record and penalise something refused from a peer.
 Refuse = Callable[[ID, PeerRejectReason, str, object], None]
 
-BLOB_PROTOCOL = TProtocol("/swarm/blob/1.0.0")
+BLOB_PROTOCOL = TProtocol(wire_streams.BLOB_PROTOCOL)
 # Served in pieces of this size: what one stalled fetch can pin beyond the blob itself (which
 # is shared). It equals Yamux's initial stream window.
 BLOB_CHUNK = 256 * 1024
 # Fetches one peer may have running at once; more are reset, counted and recorded (a peer
 # that opens many fetches and reads none pinned +350 MB before this limit).
 MAX_FETCHES_PER_PEER = 4
-MAX_BLOB_KEY = 1024
+MAX_BLOB_KEY = wire_streams.MAX_BLOB_KEY_BYTES
 DEFAULT_MAX_BLOB_SIZE = 1024 * 1024 * 1024
-
-_BLOB_OK, _BLOB_MISSING = 0, 1
-_BLOB_HEADER = struct.Struct(">BQ")  # status, total length
 
 
 def check_blob_key(key: str) -> None:
@@ -118,9 +121,9 @@ class BlobServer:
                 data = self._blobs.get(key)
             if data is None:
                 with trio.fail_after(STREAM_IO_TIMEOUT_S):
-                    await stream.write(_BLOB_HEADER.pack(_BLOB_MISSING, 0))
+                    await stream.write(blob_response_header(BlobStatus.MISSING, 0))
             else:
-                await _write_chunked(stream, _BLOB_HEADER.pack(_BLOB_OK, len(data)), data)
+                await _write_chunked(stream, blob_response_header(BlobStatus.OK, len(data)), data)
                 self._served.note(str(peer_id), key, len(data))
             await close_quietly(stream)
         except Exception as exc:  # noqa: BLE001 - a peer's request must never stop the host
@@ -149,11 +152,11 @@ async def fetch_blob(host: IHost, peer_id: ID, key: str, timeout: float, max_siz
 
 
 async def _request(stream: INetStream, peer_id: ID, key: str, max_size: int) -> bytes:
-    await stream.write(frame(key.encode("utf-8")))
-    status, size = _BLOB_HEADER.unpack(await read_exactly(stream, _BLOB_HEADER.size))
-    if status == _BLOB_MISSING:
+    await stream.write(blob_request(key))
+    status, size = parse_blob_response_header(await read_exactly(stream, BLOB_RESPONSE.size))
+    if status == BlobStatus.MISSING:
         raise TransportError(f"peer {peer_id} serves no blob {key!r}")
-    if status != _BLOB_OK or size > max_size:
+    if status != BlobStatus.OK or size > max_size:
         raise TransportError(
             f"peer {peer_id} answered blob {key!r} with status {status}, {size} bytes"
         )
