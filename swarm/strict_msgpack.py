@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import functools
 import typing
-from typing import TypeGuard
 from collections.abc import Callable
+from typing import TypeGuard
 
 import msgspec
 
