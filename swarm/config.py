@@ -210,6 +210,7 @@ class VerifySection:
     spot_check_completions: int = opt(1, "Completions per group whose tokens are re-scored under our own policy when the sender declares our model, base and policy version (0: off).", min=0, max=256)
     spot_check_groups_per_round: int = opt(1, "At most this many qualifying groups are spot-checked per round (each costs a forward pass).", min=0)
     spot_check_min_prob: float = opt(1e-6, "A spot-checked token less likely than this under the declared sampler marks the group implausible.", min=0.0, max=1.0)
+    task_catalogue: list = opt([], "Tasks peers' groups may name besides this node's own mix: a list of tables {dataset, config} (exact configs). A group naming any other dataset or config is rejected before its task is rebuilt (unlisted_task), so a peer cannot make this node build costly tasks.")
     recheck_signatures: bool = opt(False, "Check each group's signature again when the round loop takes it from the inbox. Off by default: the transports queue only messages the gossip validator accepted, signature included.")
 
 
@@ -364,6 +365,10 @@ def _check_cross_field(config: Config, origin) -> None:
         raise ConfigError(f"{source}: tasks.mix must list datasets when tasks.preset = \"custom\"")
     if config.tasks.preset != "custom" and config.tasks.mix:
         raise ConfigError(f"{source}: tasks.mix is only used with tasks.preset = \"custom\"")
+    listed = origin("verify", "task_catalogue")
+    for i, entry in enumerate(config.verify.task_catalogue):
+        if not isinstance(entry, Mapping) or "dataset" not in entry or set(entry) - {"dataset", "config"}:
+            raise ConfigError(f"{listed}: verify.task_catalogue[{i}] must be a table with keys dataset and config")
     for i, entry in enumerate(config.tasks.mix):
         if not isinstance(entry, Mapping) or "dataset" not in entry:
             raise ConfigError(f"{source}: tasks.mix[{i}] must be a table with a 'dataset' key")

@@ -62,6 +62,7 @@ class Reason(enum.StrEnum):
     # Expensive checks (`swarm.verify.rescore`, `swarm.verify.rules`, `swarm.verify.spotcheck`).
     COPYCAT = "copycat", 0.5  # soft: two nodes sharing a task seed can meet honestly
     BAD_TASK = "bad_task"
+    UNLISTED_TASK = "unlisted_task", 0.5  # soft: an honest peer may practise another mix
     QUESTION_MISMATCH = "question_mismatch"
     REWARD_MISMATCH = "reward_mismatch"
     IMPLAUSIBLE_TOKENS = "implausible_tokens", 0.5  # soft: weights at one version may differ
