@@ -16,7 +16,10 @@ Cheapest checks first, so most mistakes are refused within a second or two:
 4. the task mix builds;
 5. the model: a local folder holds a config, weights and a tokenizer; CUDA and vLLM are
    there when asked for; the task mix's prompts (a sample of the questions, formatted as the node
-   formats them) plus `generation.max_new_tokens` fit the model's context.
+   formats them) plus `generation.max_new_tokens` fit the model's context (an observer has no
+   model: none of these apply to it);
+6. monitoring: the metrics address parses and its port is free; TensorBoard is installed
+   when asked for.
 
 Deliberately not here: whether another process holds the run folder (`swarm.node.runlock`),
 or anything that needs the model's weights.
@@ -31,9 +34,16 @@ from pathlib import Path
 
 from swarm.config import Config, task_mix
 from swarm.errors import ConfigError, SwarmError
-from swarm.p2p.addresses import check_peer_id, listen_problem, parse_dial, parse_listen
+from swarm.p2p.addresses import (
+    TcpAddress,
+    check_peer_id,
+    listen_problem,
+    parse_dial,
+    parse_listen,
+)
 
-ROLES = ("trainer", "generator")
+ROLES = ("trainer", "generator", "observer")
+OBSERVER = "observer"  # the role without a model
 CONTEXT_SAMPLE = 64  # questions of the training stream (and as many held-out ones) measured
 
 Where = Callable[..., str]
@@ -47,8 +57,8 @@ def check_role(config: Config, where: Where = _nowhere) -> None:
     """Refuse a role this version does not have."""
     if config.node.role not in ROLES:
         raise ConfigError(
-            f"{where('node.role')}: node.role = {config.node.role!r} is not available in this "
-            "version; use 'trainer' or 'generator'"
+            f"{where('node.role')}: node.role = {config.node.role!r} is not a role; use "
+            "'trainer', 'generator' or 'observer'"
         )
 
 
@@ -67,6 +77,7 @@ def preflight(config: Config, where: Where = _nowhere) -> None:
         check_model,
         check_device,
         check_context,
+        check_monitor,
     ):
         check(config, where)
 
@@ -165,6 +176,8 @@ def identity_problem(path: Path, peer_id: str | None, allowed: list[str]) -> str
 
 def check_ledger(config: Config, where: Where = _nowhere) -> None:
     """A run folder's existing ledger belongs to a node of the configured model."""
+    if config.node.role == OBSERVER:
+        return
     if config.ledger.url or not (Path(config.run_dir) / "ledger.sqlite").exists():
         return
     from swarm.ledger import Ledger, get_meta
@@ -188,6 +201,8 @@ def check_model(config: Config, where: Where = _nowhere) -> None:
     """A local model folder holds a config, weights and a tokenizer; a name is well formed."""
     from swarm.policy.source import model_problem
 
+    if config.node.role == OBSERVER:
+        return
     problem = model_problem(config.policy.model)
     if problem:
         raise ConfigError(
@@ -198,6 +213,8 @@ def check_model(config: Config, where: Where = _nowhere) -> None:
 def check_device(config: Config, where: Where = _nowhere) -> None:
     """CUDA when the device or the vLLM backend needs it; vLLM installed when asked for."""
     device, backend = config.policy.device, config.generation.backend
+    if config.node.role == OBSERVER:
+        return
     if backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ConfigError(
             f"{where('generation.backend')}: generation.backend = 'vllm' needs the vllm package: "
@@ -247,6 +264,8 @@ def check_context(config: Config, where: Where = _nowhere) -> None:
     fits the model's context (positions); skipped for a model that is not on this machine."""
     from swarm.policy.source import context_source
 
+    if config.node.role == OBSERVER:
+        return
     source = context_source(config.policy.model)
     if source is None:
         return
@@ -298,3 +317,32 @@ def longest_prompt(config: Config, tokenizer) -> tuple[int, str]:
         if length > longest:
             longest, dataset = length, spec.dataset
     return longest, dataset
+
+
+def check_monitor(config: Config, where: Where = _nowhere) -> None:
+    """The metrics address parses and its port is free here; TensorBoard is installed if asked."""
+    m = config.monitor
+    if m.tensorboard:
+        from swarm.ops.explog import TENSORBOARD_MISSING, tensorboard_available
+
+        if not tensorboard_available():
+            raise ConfigError(f"{where('monitor.tensorboard')}: {TENSORBOARD_MISSING}")
+    if not m.metrics:
+        return
+    import ipaddress
+    import socket
+
+    from swarm.ops.metrics import parse_metrics_address
+
+    try:
+        host, port = parse_metrics_address(m.metrics)
+    except ConfigError as e:
+        raise ConfigError(f"{where('monitor.metrics')}: {e}") from None
+    try:
+        v6 = ipaddress.ip_address(host).version == 6
+    except ValueError:
+        v6 = False  # a host name: bound as IPv4, as the metrics server does
+    family = socket.AF_INET6 if v6 else socket.AF_INET
+    problem = listen_problem(TcpAddress(host, port, family))
+    if problem:
+        raise ConfigError(f"{where('monitor.metrics')}: monitor.metrics = {m.metrics!r}: {problem}")
