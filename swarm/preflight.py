@@ -9,7 +9,8 @@ Cheapest checks first, so most mistakes are refused within a second or two:
 
 1. the role; the run folder can be created and written;
 2. the listen address parses and its port is free on an address of this machine; the
-   bootstrap addresses and the allow-list's peer IDs parse;
+   bootstrap addresses and the allow-list's peer IDs parse; the metrics address parses and
+   its port is free; TensorBoard is installed when asked for;
 3. the swarm key file reads; the run folder's identity, if any, reads and is on the
    allow-list (a member without its identity would otherwise make a new, unlisted one);
    the run folder's ledger belongs to this model;
@@ -17,9 +18,7 @@ Cheapest checks first, so most mistakes are refused within a second or two:
 5. the model: a local folder holds a config, weights and a tokenizer; CUDA and vLLM are
    there when asked for; the task mix's prompts (a sample of the questions, formatted as the node
    formats them) plus `generation.max_new_tokens` fit the model's context (an observer has no
-   model: none of these apply to it);
-6. monitoring: the metrics address parses and its port is free; TensorBoard is installed
-   when asked for.
+   model: none of these apply to it).
 
 Deliberately not here: whether another process holds the run folder (`swarm.node.runlock`),
 or anything that needs the model's weights.
@@ -70,6 +69,7 @@ def preflight(config: Config, where: Where = _nowhere) -> None:
         check_role,
         check_run_folder,
         check_addresses,
+        check_monitor,
         check_swarm_key,
         check_identity,
         check_ledger,
@@ -77,7 +77,6 @@ def preflight(config: Config, where: Where = _nowhere) -> None:
         check_model,
         check_device,
         check_context,
-        check_monitor,
     ):
         check(config, where)
 

@@ -167,7 +167,8 @@ def _run_logged(cfg, display: str, log) -> None:
         if node.stop_requested:  # second Ctrl-C: give up on a clean stop
             signal.signal(signal.SIGINT, previous)
             raise KeyboardInterrupt
-        reporter.message("stopping after the current round (Ctrl-C again to abort)...")
+        step = "pass" if cfg.node.role == "observer" else "round"
+        reporter.message(f"stopping after the current {step} (Ctrl-C again to abort)...")
         node.request_stop()
 
     signal.signal(signal.SIGINT, on_interrupt)

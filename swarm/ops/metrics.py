@@ -29,7 +29,7 @@ NAN = float("nan")
 # (name as exposed, type, help); a counter's samples carry the `_total` suffix.
 METRICS: tuple[tuple[str, str, str], ...] = (
     ("swarm_node_info", "gauge", "Always 1; labels name the node (name, peer_id, role, model)."),
-    ("swarm_round", "gauge", "Rounds completed in total (an observer: passes), resumed runs included."),
+    ("swarm_round", "gauge", "Rounds completed in total, resumed runs included (an observer: passes of this run)."),
     ("swarm_rounds_total", "counter", "Rounds this process ran."),
     ("swarm_policy_version", "gauge", "Policy version: updates applied since the base model."),
     ("swarm_delta_published_version", "gauge", "Version of the newest weights a trainer serves as deltas (-1: none)."),
@@ -50,8 +50,8 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("swarm_groups_rejected_total", "counter", "Peers' groups refused, by reason (the ledger's codes)."),
     ("swarm_delta_manifests_total", "counter", "Peers' delta manifests recorded (observer)."),
     ("swarm_peers", "gauge", "Peers connected."),
-    ("swarm_received_bytes_total", "counter", "Payload bytes received, by channel (gossip, blob)."),
-    ("swarm_sent_bytes_total", "counter", "Payload bytes sent, by channel (gossip, blob)."),
+    ("swarm_received_bytes_total", "counter", "Payload bytes received, by channel: gossip (every message validated) and blob (fetched)."),
+    ("swarm_sent_bytes_total", "counter", "Payload bytes sent, by channel: gossip (each message published once, however many peers) and blob (served)."),
     ("swarm_transport_refused_total", "counter", "What the transport refused from peers by itself, by reason."),
 )
 
