@@ -43,6 +43,7 @@ from swarm.p2p.addresses import (
 
 ROLES = ("trainer", "generator", "observer")
 OBSERVER = "observer"  # the role without a model
+OBSERVER_MODEL = "none (observer)"  # what an observer's ledger says its model is
 CONTEXT_SAMPLE = 64  # questions of the training stream (and as many held-out ones) measured
 
 Where = Callable[..., str]
@@ -174,9 +175,8 @@ def identity_problem(path: Path, peer_id: str | None, allowed: list[str]) -> str
 
 
 def check_ledger(config: Config, where: Where = _nowhere) -> None:
-    """A run folder's existing ledger belongs to a node of the configured model."""
-    if config.node.role == OBSERVER:
-        return
+    """A run folder's existing ledger belongs to a node of the configured model (an observer's:
+    to an observer)."""
     if config.ledger.url or not (Path(config.run_dir) / "ledger.sqlite").exists():
         return
     from swarm.ledger import Ledger, get_meta
@@ -189,11 +189,20 @@ def check_ledger(config: Config, where: Where = _nowhere) -> None:
         return  # not readable as a ledger: opening it at start says why
     finally:
         ledger.close()
-    if model is not None and model != config.policy.model:
-        raise ConfigError(
-            f"{where('policy.model', 'node.run_dir')}: {config.run_dir} belongs to a node of model "
-            f"{model!r}, not {config.policy.model!r}: use another node.run_dir"
-        )
+    problem = ledger_model_problem(config, model)
+    if problem:
+        raise ConfigError(f"{where('policy.model', 'node.run_dir')}: {problem}")
+
+
+def ledger_model_problem(config: Config, model: str | None) -> str | None:
+    """Why a run folder whose ledger names `model` cannot serve this config's node, or None."""
+    expected = OBSERVER_MODEL if config.node.role == OBSERVER else config.policy.model
+    if model is None or model == expected:
+        return None
+    return (
+        f"{config.run_dir} belongs to a node of model {model!r}, not {expected!r}: "
+        "use another node.run_dir"
+    )
 
 
 def check_model(config: Config, where: Where = _nowhere) -> None:

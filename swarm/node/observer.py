@@ -27,7 +27,7 @@ import time
 from swarm.config import Config
 from swarm.errors import ConfigError
 from swarm.experience import ExperiencePool
-from swarm.ledger import Ledger, set_meta, touch_peer
+from swarm.ledger import Ledger, get_meta, set_meta, touch_peer
 from swarm.node.assembly import (
     make_run_folder,
     make_transport,
@@ -46,10 +46,10 @@ from swarm.ops.display import Reporter, RunInfo, SilentReporter, SwarmSample
 from swarm.ops.logs import NodeLog
 from swarm.p2p.identity import peer_id_of
 from swarm.p2p.transport import Transport
-from swarm.preflight import check_role
+from swarm.preflight import OBSERVER_MODEL, check_role, ledger_model_problem
 from swarm.wire import rollout_topic
 
-NO_MODEL = "none (observer)"
+NO_MODEL = OBSERVER_MODEL
 
 
 class Observer:
@@ -100,8 +100,11 @@ class Observer:
         self.verifier = make_verifier(config, self.peer_id)
         self.state = NodeState()
         self.ledger = Ledger(config.ledger_url)
-        with self.ledger.transaction() as session:
-            set_meta(session, "node_name", config.node.name)
+        try:
+            self._claim_ledger()
+        except BaseException:
+            self.ledger.close()
+            raise
         self.records = Records(self.ledger, self.state, self.reporter, config.tasks.scoring())
         self.sharing = Sharing(
             config=config, key_pair=self.key_pair, peer_id=self.peer_id, topic=self.topic,
@@ -115,6 +118,16 @@ class Observer:
         self._stop = threading.Event()
         self._started = False
         self._shown = None
+
+    def _claim_ledger(self) -> None:
+        """Mark the ledger an observer's (`peers` and `status` show it; a trainer is refused
+        on it); refuse a trainer's, whose ledger would then no longer say whose it is."""
+        with self.ledger.transaction() as session:
+            problem = ledger_model_problem(self.config, get_meta(session, "model"))
+            if problem:
+                raise ConfigError(problem)
+            set_meta(session, "node_name", self.config.node.name)
+            set_meta(session, "model", NO_MODEL)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

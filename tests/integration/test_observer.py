@@ -152,3 +152,17 @@ def test_observer_and_node_refuse_each_others_role(tmp_path):
         Node(small_config(tmp_path / "n", node={"role": "observer"}))
     with pytest.raises(ConfigError, match="Observer needs node.role = 'observer'"):
         Observer(small_config(tmp_path / "o"))
+
+
+def test_observer_and_trainer_never_share_a_run_folder(watched_swarm, tmp_path):
+    from swarm.preflight import check_ledger
+
+    a, _, observer, _, _, _ = watched_swarm
+    as_observer = small_config(a.config.run_dir, node={"role": "observer"})
+    with pytest.raises(ConfigError, match="belongs to a node of model 'swarm-tiny', not 'none"):
+        check_ledger(as_observer)
+    with pytest.raises(ConfigError, match="belongs to a node of model 'swarm-tiny'"):
+        Observer(as_observer, transport=MemoryTransport(peer_id_of(_key(1))), key_pair=_key(1))
+    as_trainer = small_config(observer.config.run_dir)
+    with pytest.raises(ConfigError, match="belongs to a node of model 'none \\(observer\\)'"):
+        check_ledger(as_trainer)
