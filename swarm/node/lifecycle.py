@@ -44,7 +44,14 @@ from swarm.node.runlock import RunLock
 from swarm.node.sharing import Sharing
 from swarm.node.state import LocalGroup, NodeState
 from swarm.node.sync import DeltaFollower, DeltaPublisher
-from swarm.ops.display import EvalReport, Reporter, RoundReport, RunInfo, SilentReporter, SwarmSample
+from swarm.ops.display import (
+    EvalReport,
+    Reporter,
+    RoundReport,
+    RunInfo,
+    SilentReporter,
+    SwarmSample,
+)
 from swarm.ops.logs import NodeLog
 from swarm.p2p.identity import peer_id_of
 from swarm.p2p.transport import Transport
@@ -78,7 +85,9 @@ class Node:
         a second node on the same folder is refused before it loads anything."""
         check_role(config)
         if config.node.role == "observer":
-            raise ConfigError("node.role = 'observer' runs as swarm.node.observer.Observer, not Node")
+            raise ConfigError(
+                "node.role = 'observer' runs as swarm.node.observer.Observer, not Node"
+            )
         self.config = config
         make_run_folder(config)
         self.run_lock = RunLock.acquire(config.run_dir)

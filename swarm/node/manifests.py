@@ -79,8 +79,14 @@ class ManifestLog:
                 self._seen.popitem(last=False)
             self._note(
                 DeltaEvent(
-                    Direction.RECEIVED, m.provider, m.kind, m.from_version, m.to_version, m.size,
-                    0.0, Status.ANNOUNCED,
+                    Direction.RECEIVED,
+                    m.provider,
+                    m.kind,
+                    m.from_version,
+                    m.to_version,
+                    m.size,
+                    0.0,
+                    Status.ANNOUNCED,
                 )
             )
 
@@ -103,6 +109,14 @@ class ManifestLog:
 def _refused(message: InboundMessage, e: RejectedMessage) -> DeltaEvent:
     """A refused manifest message (its versions unknown: it may not even decode)."""
     return DeltaEvent(
-        Direction.RECEIVED, message.source or "", "delta", -1, -1, len(message.data), 0.0,
-        Status.REJECTED, e.reason, e.detail[:500],
+        Direction.RECEIVED,
+        message.source or "",
+        "delta",
+        -1,
+        -1,
+        len(message.data),
+        0.0,
+        Status.REJECTED,
+        e.reason,
+        e.detail[:500],
     )

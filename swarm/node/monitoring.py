@@ -38,7 +38,9 @@ class Monitoring:
         self._own_log = log is None
         self.log = log or NodeLog.for_config(config)
         parts: list[Reporter] = [terminal, LogReporter(self.log)]
-        parts.append(JsonlReporter(config.run_dir / JSONL_FILE, samples=config.node.role == OBSERVER))
+        parts.append(
+            JsonlReporter(config.run_dir / JSONL_FILE, samples=config.node.role == OBSERVER)
+        )
         self.metrics: MetricsReporter | None = None
         try:
             if m.tensorboard:

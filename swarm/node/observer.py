@@ -107,11 +107,20 @@ class Observer:
             raise
         self.records = Records(self.ledger, self.state, self.reporter, config.tasks.scoring())
         self.sharing = Sharing(
-            config=config, key_pair=self.key_pair, peer_id=self.peer_id, topic=self.topic,
-            transport=self.transport, verifier=self.verifier,
+            config=config,
+            key_pair=self.key_pair,
+            peer_id=self.peer_id,
+            topic=self.topic,
+            transport=self.transport,
+            verifier=self.verifier,
             pool=ExperiencePool(1),  # it trains on nothing: the smallest pool there is
-            spot_checker=None, policy=None, sampling=None, state=self.state, ledger=self.ledger,
-            records=self.records, reporter=self.reporter,
+            spot_checker=None,
+            policy=None,
+            sampling=None,
+            state=self.state,
+            ledger=self.ledger,
+            records=self.records,
+            reporter=self.reporter,
         )
         self.sharing.restore_memory()
         self.policy = None  # no model, by design
@@ -172,8 +181,12 @@ class Observer:
         write_node_info(self.config, self.peer_id, self.transport.listen_addrs())
         self.reporter.start(
             RunInfo(
-                name=self.config.node.name, model=NO_MODEL, device="-",
-                run_dir=str(self.config.run_dir), peer_id=self.peer_id, start_round=0,
+                name=self.config.node.name,
+                model=NO_MODEL,
+                device="-",
+                run_dir=str(self.config.run_dir),
+                peer_id=self.peer_id,
+                start_round=0,
                 target_rounds=target,
             )
         )
@@ -207,12 +220,15 @@ class Observer:
     def swarm_sample(self) -> SwarmSample:
         """What this observer received and recorded so far (this process)."""
         return swarm_sample(
-            OBSERVER, self.state, self.sharing.stats, self.transport,
+            OBSERVER,
+            self.state,
+            self.sharing.stats,
+            self.transport,
             manifests=self.manifests.recorded,
         )
 
     def _touch_peers(self) -> None:
-        """Connected peers and where they are reachable, in the ledger (as a trainer's round does)."""
+        """Connected peers and where they are reachable, in the ledger (as a round does)."""
         peers = self.transport.peers()
         if not peers:
             return
@@ -223,7 +239,13 @@ class Observer:
 
     def _show(self, s: SwarmSample) -> None:
         """A line for the operator when something changed since the last one shown."""
-        seen = (s.peers, s.groups_received, s.groups_accepted, s.manifests, sum(s.rejected.values()))
+        seen = (
+            s.peers,
+            s.groups_received,
+            s.groups_accepted,
+            s.manifests,
+            sum(s.rejected.values()),
+        )
         if seen == self._shown:
             return
         self._shown = seen

@@ -125,7 +125,9 @@ def member_config(
     ])
 
 
-def observer_config(observer: Member, members: list[Member], swarm_id: str, allow: list[str]) -> str:
+def observer_config(
+    observer: Member, members: list[Member], swarm_id: str, allow: list[str]
+) -> str:
     """The TOML config of one observer: like a member's, with no model to load, every member
     as bootstrap, and Prometheus metrics on its host."""
     metrics = f"{observer.host}:{METRICS_PORT + observer.index}"
@@ -190,7 +192,9 @@ def init_cluster(
         psk = generate_key()
         write_key_file(out / "swarm.key", psk)
         keys = [create_identity() for _ in range(nodes + observers)]
-        members = [Member(i, peer_id_of(k), host_plan[i], ports[i]) for i, k in enumerate(keys[:nodes])]
+        members = [
+            Member(i, peer_id_of(k), host_plan[i], ports[i]) for i, k in enumerate(keys[:nodes])
+        ]
         watchers = [
             Member(j, peer_id_of(k), obs_host, ports[nodes + j], role="observer")
             for j, k in enumerate(keys[nodes:])

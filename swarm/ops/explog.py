@@ -33,7 +33,12 @@ TENSORBOARD_MISSING = (
 
 def round_record(report: RoundReport) -> dict:
     """A round as metrics.jsonl holds it."""
-    return {"kind": "round", "time": time.time(), **dataclasses.asdict(report), "other_s": report.other_s}
+    return {
+        "kind": "round",
+        "time": time.time(),
+        **dataclasses.asdict(report),
+        "other_s": report.other_s,
+    }
 
 
 def eval_record(report: EvalReport) -> dict:

@@ -29,30 +29,71 @@ NAN = float("nan")
 # (name as exposed, type, help); a counter's samples carry the `_total` suffix.
 METRICS: tuple[tuple[str, str, str], ...] = (
     ("swarm_node_info", "gauge", "Always 1; labels name the node (name, peer_id, role, model)."),
-    ("swarm_round", "gauge", "Rounds completed in total, resumed runs included (an observer: passes of this run)."),
+    (
+        "swarm_round",
+        "gauge",
+        "Rounds completed in total, resumed runs included (an observer: passes of this run).",
+    ),
     ("swarm_rounds_total", "counter", "Rounds this process ran."),
     ("swarm_policy_version", "gauge", "Policy version: updates applied since the base model."),
-    ("swarm_delta_published_version", "gauge", "Version of the newest weights a trainer serves as deltas (-1: none)."),
-    ("swarm_delta_applied_version", "gauge", "A generator's version from its trainer's deltas (-1: none)."),
+    (
+        "swarm_delta_published_version",
+        "gauge",
+        "Version of the newest weights a trainer serves as deltas (-1: none).",
+    ),
+    (
+        "swarm_delta_applied_version",
+        "gauge",
+        "A generator's version from its trainer's deltas (-1: none).",
+    ),
     ("swarm_reward_mean", "gauge", "Mean reward of the node's own completions in the last round."),
     ("swarm_batch_reward_mean", "gauge", "Mean reward of the groups trained on in the last round."),
     ("swarm_own_accuracy", "gauge", "Share of own completions correct in the last round."),
     ("swarm_loss", "gauge", "Loss of the last update (NaN when it was skipped)."),
-    ("swarm_updates_skipped_total", "counter", "Rounds whose update was skipped (no signal, generator)."),
+    (
+        "swarm_updates_skipped_total",
+        "counter",
+        "Rounds whose update was skipped (no signal, generator).",
+    ),
     ("swarm_tokens_generated_total", "counter", "Completion tokens this process generated."),
-    ("swarm_heldout_accuracy", "gauge", "Greedy accuracy on the held-out questions, last evaluation."),
+    (
+        "swarm_heldout_accuracy",
+        "gauge",
+        "Greedy accuracy on the held-out questions, last evaluation.",
+    ),
     ("swarm_heldout_family_accuracy", "gauge", "Held-out accuracy per task family (label family)."),
-    ("swarm_last_round_seconds", "gauge", "Time of the last round by phase (generate, score, train, other)."),
+    (
+        "swarm_last_round_seconds",
+        "gauge",
+        "Time of the last round by phase (generate, score, train, other).",
+    ),
     ("swarm_round_seconds_total", "counter", "Time of all rounds by phase."),
     ("swarm_groups_sent_total", "counter", "Own groups published."),
     ("swarm_groups_received_total", "counter", "Peers' groups received (duplicates not counted)."),
     ("swarm_groups_accepted_total", "counter", "Peers' groups that passed every check."),
-    ("swarm_groups_rejected_total", "counter", "Peers' groups refused, by reason (the ledger's codes)."),
+    (
+        "swarm_groups_rejected_total",
+        "counter",
+        "Peers' groups refused, by reason (the ledger's codes).",
+    ),
     ("swarm_delta_manifests_total", "counter", "Peers' delta manifests recorded (observer)."),
     ("swarm_peers", "gauge", "Peers connected."),
-    ("swarm_received_bytes_total", "counter", "Payload bytes received, by channel: gossip (every message validated) and blob (fetched)."),
-    ("swarm_sent_bytes_total", "counter", "Payload bytes sent, by channel: gossip (each message published once, however many peers) and blob (served)."),
-    ("swarm_transport_refused_total", "counter", "What the transport refused from peers by itself, by reason."),
+    (
+        "swarm_received_bytes_total",
+        "counter",
+        "Payload bytes received, by channel: gossip (every message validated) and blob (fetched).",
+    ),
+    (
+        "swarm_sent_bytes_total",
+        "counter",
+        "Payload bytes sent, by channel: gossip (each message published once, however many "
+        "peers) and blob (served).",
+    ),
+    (
+        "swarm_transport_refused_total",
+        "counter",
+        "What the transport refused from peers by itself, by reason.",
+    ),
 )
 
 
@@ -121,7 +162,9 @@ class NodeCollector:
         yield counter("swarm_tokens_generated_total", {"": t.tokens})
         yield gauge("swarm_heldout_accuracy", e.accuracy if e else NAN)
         family = GaugeMetricFamily(
-            "swarm_heldout_family_accuracy", helps["swarm_heldout_family_accuracy"], labels=["family"]
+            "swarm_heldout_family_accuracy",
+            helps["swarm_heldout_family_accuracy"],
+            labels=["family"],
         )
         for name, accuracy in sorted((e.by_family if e else {}).items()):
             family.add_metric([name], accuracy)
@@ -199,8 +242,12 @@ class MetricsReporter(Reporter):
 
     def identify(self, name: str, peer_id: str, model: str) -> None:
         """The labels of swarm_node_info (the model: its identity, never a local path)."""
-        self.collector.identity = {**self.collector.identity, "name": name, "peer_id": peer_id,
-                                   "model": model}
+        self.collector.identity = {
+            **self.collector.identity,
+            "name": name,
+            "peer_id": peer_id,
+            "model": model,
+        }
 
     def start(self, info: RunInfo) -> None:
         self.collector.start_round = info.start_round

@@ -182,7 +182,9 @@ def content_digest(folder: Path, base_hash: str) -> str:
         config = {}
     if isinstance(config, dict):
         config = {
-            k: v for k, v in config.items() if not k.startswith("_") and k not in _UNSTABLE_CONFIG_KEYS
+            k: v
+            for k, v in config.items()
+            if not k.startswith("_") and k not in _UNSTABLE_CONFIG_KEYS
         }
     canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode() + b"\0" + base_hash.encode())

@@ -243,7 +243,8 @@ def _bad_configs(root: Path, busy_port: int) -> list[tuple[str, str, str]]:
         (
             "metrics port in use",
             f'[monitor]\nmetrics = "127.0.0.1:{busy_port}"\n',
-            f"monitor.metrics = '127.0.0.1:{busy_port}': port {busy_port} on 127.0.0.1 is already in use",
+            f"monitor.metrics = '127.0.0.1:{busy_port}': port {busy_port} on 127.0.0.1 is "
+            "already in use",
         ),
         (
             "unknown dataset",

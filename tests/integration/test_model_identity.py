@@ -16,8 +16,11 @@ from tests.conftest import small_config
 def _node(tmp_path, hub, name, seed, model, **sections):
     key = create_identity(bytes([seed]) * 32)
     config = small_config(
-        tmp_path / "runs" / name, node={"name": name, "seed": seed}, policy={"model": model},
-        tasks={"eval_size": 0}, **sections,
+        tmp_path / "runs" / name,
+        node={"name": name, "seed": seed},
+        policy={"model": model},
+        tasks={"eval_size": 0},
+        **sections,
     )
     return Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
 

@@ -41,7 +41,9 @@ def scrape(url: str) -> dict[tuple[str, tuple], float]:
 def _node(tmp_path, hub, name, seed, **monitor):
     key = create_identity(bytes([seed]) * 32)
     config = small_config(
-        tmp_path / name, node={"name": name, "seed": seed}, tasks={"eval_size": 4},
+        tmp_path / name,
+        node={"name": name, "seed": seed},
+        tasks={"eval_size": 4},
         monitor=monitor,
     )
     return Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
@@ -53,8 +55,15 @@ def swarm_of_two(tmp_path_factory, tiny_model_path):
     two rounds each and an evaluation; a is scraped while it still runs."""
     tmp = tmp_path_factory.mktemp("monitoring")
     hub = MemoryHub()
-    a = _node(tmp, hub, "a", 1, metrics=f"127.0.0.1:{free_port()}", log_format="json",
-              tensorboard=explog.tensorboard_available())
+    a = _node(
+        tmp,
+        hub,
+        "a",
+        1,
+        metrics=f"127.0.0.1:{free_port()}",
+        log_format="json",
+        tensorboard=explog.tensorboard_available(),
+    )
     b = _node(tmp, hub, "b", 2, metrics="127.0.0.1:0")
     reports = {"a": [], "b": []}
     try:
@@ -78,10 +87,18 @@ def value(samples, metric, **labels):
 def test_metrics_are_scraped_over_http_per_node(swarm_of_two):
     a, b, reports, evaluation, (ma, mb) = swarm_of_two
     last = reports["a"][-1]
-    assert value(ma, "swarm_node_info", name="a", peer_id=a.peer_id, role="trainer",
-                 model="swarm-tiny") == 1
-    assert value(mb, "swarm_node_info", name="b", peer_id=b.peer_id, role="trainer",
-                 model="swarm-tiny") == 1
+    assert (
+        value(
+            ma, "swarm_node_info", name="a", peer_id=a.peer_id, role="trainer", model="swarm-tiny"
+        )
+        == 1
+    )
+    assert (
+        value(
+            mb, "swarm_node_info", name="b", peer_id=b.peer_id, role="trainer", model="swarm-tiny"
+        )
+        == 1
+    )
     assert value(ma, "swarm_round") == 2 and value(ma, "swarm_rounds_total") == 2
     assert value(ma, "swarm_policy_version") == a.state.policy_version
     assert value(ma, "swarm_reward_mean") == pytest.approx(last.mean_reward)
@@ -95,7 +112,9 @@ def test_metrics_are_scraped_over_http_per_node(swarm_of_two):
     assert value(ma, "swarm_round_seconds_total", phase="generate") == pytest.approx(
         sum(r.generate_s for r in reports["a"])
     )
-    assert value(ma, "swarm_tokens_generated_total") == sum(r.tokens_generated for r in reports["a"])
+    assert value(ma, "swarm_tokens_generated_total") == sum(
+        r.tokens_generated for r in reports["a"]
+    )
     # sharing: a sent 2 rounds of groups; b received a's first round before its own round 0
     # and a's second before its round 1, all accepted
     questions = a.config.generation.questions_per_round
@@ -139,16 +158,31 @@ def test_plain_node_log_by_default(swarm_of_two):
 
 def test_metrics_jsonl_holds_every_round_and_evaluation(swarm_of_two):
     a, _, reports, evaluation, _ = swarm_of_two
-    records = [json.loads(line) for line in (a.config.run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (a.config.run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
     rounds = [r for r in records if r["kind"] == "round"]
     evals = [r for r in records if r["kind"] == "eval"]
     assert [r["round"] for r in rounds] == [0, 1]
     for record, report in zip(rounds, reports["a"], strict=True):
-        for key in ("mean_reward", "batch_reward", "accuracy", "generate_s", "score_s", "train_s",
-                    "total_s", "tokens_generated", "policy_version", "skipped"):
+        for key in (
+            "mean_reward",
+            "batch_reward",
+            "accuracy",
+            "generate_s",
+            "score_s",
+            "train_s",
+            "total_s",
+            "tokens_generated",
+            "policy_version",
+            "skipped",
+        ):
             assert record[key] == getattr(report, key)
         assert record["other_s"] == pytest.approx(report.other_s)
-    assert evals[-1]["accuracy"] == evaluation.accuracy and evals[-1]["by_family"] == evaluation.by_family
+    assert (
+        evals[-1]["accuracy"] == evaluation.accuracy
+        and evals[-1]["by_family"] == evaluation.by_family
+    )
 
 
 def test_tensorboard_event_files_hold_the_rounds(swarm_of_two):

@@ -63,7 +63,9 @@ def watched_swarm(tmp_path_factory, tiny_model_path):
     before = _modules()
     key = _key(7)
     observer_config = small_config(tmp / "observer", node={"name": "watcher", "role": "observer"})
-    observer = make_node(observer_config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
+    observer = make_node(
+        observer_config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key
+    )
     built = _modules() - before
     mallory_key = _key(9)
     mallory = MemoryTransport(peer_id_of(mallory_key), hub)
@@ -77,10 +79,15 @@ def watched_swarm(tmp_path_factory, tiny_model_path):
         honest = decode_group(_rows(a.config, GroupRow)[0].body)
         n = len(honest.completions)
         lie = msgspec.structs.replace(  # its own completions, each claimed fully correct
-            honest, sender=mallory.peer_id, completions=tuple(f"<answer>{900 + i}</answer>" for i in range(n)),
-            rewards=(1.1,) * n, token_ids=(),
+            honest,
+            sender=mallory.peer_id,
+            completions=tuple(f"<answer>{900 + i}</answer>" for i in range(n)),
+            rewards=(1.1,) * n,
+            token_ids=(),
         )
-        mallory.publish(rollout_topic("swarm-local"), pack_messages([sign_group(lie, mallory_key)])[0])
+        mallory.publish(
+            rollout_topic("swarm-local"), pack_messages([sign_group(lie, mallory_key)])[0]
+        )
         a.run_round()
         b.run_round()
         last = observer.observe()
@@ -99,7 +106,12 @@ def test_an_observer_builds_no_model(watched_swarm):
 
 def test_it_records_every_group_the_trainers_sent(watched_swarm):
     a, b, observer, _, first, last = watched_swarm
-    sent = {r.content_hash for node in (a, b) for r in _rows(node.config, GroupRow) if r.direction == "sent"}
+    sent = {
+        r.content_hash
+        for node in (a, b)
+        for r in _rows(node.config, GroupRow)
+        if r.direction == "sent"
+    }
     rows = _rows(observer.config, GroupRow)
     accepted = [r for r in rows if r.status == "accepted"]
     assert {r.content_hash for r in accepted} == sent and len(accepted) == len(sent)
@@ -119,11 +131,13 @@ def test_it_records_every_delta_manifest(watched_swarm):
     a, _, observer, _, _, last = watched_swarm
     published = [
         (r.kind, r.from_version, r.to_version, r.bytes)
-        for r in _rows(a.config, DeltaRow) if r.status == "published"
+        for r in _rows(a.config, DeltaRow)
+        if r.status == "published"
     ]
     seen = [
         (r.kind, r.from_version, r.to_version, r.bytes)
-        for r in _rows(observer.config, DeltaRow) if r.status == "announced"
+        for r in _rows(observer.config, DeltaRow)
+        if r.status == "announced"
     ]
     assert seen == published and len(seen) >= 2
     assert {r.peer for r in _rows(observer.config, DeltaRow)} == {a.peer_id}
@@ -140,7 +154,9 @@ def test_its_ledger_feeds_replay(watched_swarm):
 
 def test_its_experiment_log_has_a_line_per_pass(watched_swarm):
     observer = watched_swarm[2]
-    lines = [json.loads(x) for x in (observer.config.run_dir / "metrics.jsonl").read_text().splitlines()]
+    lines = [
+        json.loads(x) for x in (observer.config.run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
     assert [(x["kind"], x["round"]) for x in lines] == [("swarm", 1), ("swarm", 2)]
     assert lines[-1]["groups_accepted"] == watched_swarm[5].groups_accepted
     log = (observer.config.run_dir / "node.log").read_text()

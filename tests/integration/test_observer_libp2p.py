@@ -38,7 +38,9 @@ def _join(*args: str, log: Path) -> subprocess.Popen:
     with log.open("w") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "swarm.cli", "join", "--display", "lines", *args],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": path},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": path},
         )
 
 
@@ -96,18 +98,39 @@ def test_an_observer_process_records_a_trainer_process(tmp_path, tiny_model_path
     peaks = {}
     try:
         observer = _join(
-            "--config", str(obs_dir / "config.toml"), "--metrics", f"127.0.0.1:{obs_port}",
-            "--log-format", "json", log=tmp_path / "observer.out",
+            "--config",
+            str(obs_dir / "config.toml"),
+            "--metrics",
+            f"127.0.0.1:{obs_port}",
+            "--log-format",
+            "json",
+            log=tmp_path / "observer.out",
         )
         info = _wait_for(
-            lambda: (obs_dir / "node.json").exists() and json.loads((obs_dir / "node.json").read_text()),
-            120, "the observer's node.json",
+            lambda: (
+                (obs_dir / "node.json").exists() and json.loads((obs_dir / "node.json").read_text())
+            ),
+            120,
+            "the observer's node.json",
         )
         trainer = _join(
-            "--run-dir", str(trainer_dir), "--rounds", "3", "--bootstrap", info["addrs"][0],
-            "--set", 'policy.device="cpu"', "--set", "generation.questions_per_round=4",
-            "--set", "generation.completions_per_question=4", "--set", "tasks.eval_size=4",
-            "--set", "sync.publish_deltas=true", log=tmp_path / "trainer.out",
+            "--run-dir",
+            str(trainer_dir),
+            "--rounds",
+            "3",
+            "--bootstrap",
+            info["addrs"][0],
+            "--set",
+            'policy.device="cpu"',
+            "--set",
+            "generation.questions_per_round=4",
+            "--set",
+            "generation.completions_per_question=4",
+            "--set",
+            "tasks.eval_size=4",
+            "--set",
+            "sync.publish_deltas=true",
+            log=tmp_path / "trainer.out",
         )
         while trainer.poll() is None:
             peaks = {"observer": _peak_rss_mb(observer.pid), "trainer": _peak_rss_mb(trainer.pid)}
@@ -116,7 +139,8 @@ def test_an_observer_process_records_a_trainer_process(tmp_path, tiny_model_path
         sent = {r.content_hash for r in _rows(trainer_dir, GroupRow) if r.direction == "sent"}
         published = {
             (r.kind, r.from_version, r.to_version)
-            for r in _rows(trainer_dir, DeltaRow) if r.status == "published"
+            for r in _rows(trainer_dir, DeltaRow)
+            if r.status == "published"
         }
         assert len(sent) == 3 * 4 and len(published) == 3
 
@@ -138,7 +162,8 @@ def test_an_observer_process_records_a_trainer_process(tmp_path, tiny_model_path
     assert accepted <= sent
     announced = {
         (r.kind, r.from_version, r.to_version)
-        for r in _rows(obs_dir, DeltaRow) if r.status == "announced"
+        for r in _rows(obs_dir, DeltaRow)
+        if r.status == "announced"
     }
     assert announced and announced <= published
     assert not [r for r in _rows(obs_dir, GroupRow) if r.status == "rejected"]
@@ -146,11 +171,18 @@ def test_an_observer_process_records_a_trainer_process(tmp_path, tiny_model_path
     assert metrics["swarm_groups_accepted_total"] == len(accepted)
     assert metrics["swarm_received_bytes_total" + json.dumps({"channel": "gossip"})] > 0
     assert metrics["swarm_delta_manifests_total"] == len(announced)
-    assert metrics['swarm_node_info{"model": "", "name": "watcher", "peer_id": "' + info["peer_id"]
-                   + '", "role": "observer"}'] == 1
+    assert (
+        metrics[
+            'swarm_node_info{"model": "", "name": "watcher", "peer_id": "'
+            + info["peer_id"]
+            + '", "role": "observer"}'
+        ]
+        == 1
+    )
     # its log: JSON lines, no model, its passes; the terminal shows no library noise
     log = [json.loads(x) for x in (obs_dir / "node.log").read_text().splitlines()]
     assert any("model none (observer)" in x["message"] for x in log)
     assert any(x["message"].startswith("pass ") for x in log)
-    print(f"peak resident memory: observer {peaks['observer']:.0f} MB, trainer {peaks['trainer']:.0f} MB")
+    observed, trained = peaks["observer"], peaks["trainer"]
+    print(f"peak resident memory: observer {observed:.0f} MB, trainer {trained:.0f} MB")
     assert peaks["observer"] < 0.8 * peaks["trainer"] and peaks["observer"] < 1024

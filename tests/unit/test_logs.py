@@ -13,9 +13,20 @@ from swarm.ops.logs import LOG_FILE, LogReporter, NodeLog
 
 def _report(r: int) -> RoundReport:
     return RoundReport(
-        round=r, policy_version=r + 1, mean_reward=0.5, accuracy=0.25, groups=4,
-        trained_groups=4, shared_groups=0, skipped=False, loss=0.1, generate_s=1.0,
-        train_s=2.0, total_s=3.5, tokens_generated=40, score_s=0.25,
+        round=r,
+        policy_version=r + 1,
+        mean_reward=0.5,
+        accuracy=0.25,
+        groups=4,
+        trained_groups=4,
+        shared_groups=0,
+        skipped=False,
+        loss=0.1,
+        generate_s=1.0,
+        train_s=2.0,
+        total_s=3.5,
+        tokens_generated=40,
+        score_s=0.25,
     )
 
 
@@ -36,7 +47,9 @@ def test_json_lines_carry_the_report(tmp_path):
     reporter.message("banned 12D3KooW...: forged rewards")
     log.close()
     first, second = (json.loads(x) for x in (tmp_path / LOG_FILE).read_text().splitlines())
-    assert first["level"] == "INFO" and first["event"] == "round" and first["time"].endswith("+00:00")
+    assert (
+        first["level"] == "INFO" and first["event"] == "round" and first["time"].endswith("+00:00")
+    )
     assert first["data"]["score_s"] == 0.25 and first["data"]["round"] == 0
     assert second["message"] == "banned 12D3KooW...: forged rewards"
 

@@ -27,7 +27,7 @@ def _exposed(reporter: MetricsReporter) -> dict[str, list]:
 
 def test_every_catalogued_metric_is_exposed_from_the_start():
     exposed = _exposed(MetricsReporter("127.0.0.1:0", "trainer"))
-    for name, kind, _ in METRICS:
+    for name, _kind, _ in METRICS:
         if name == "swarm_heldout_family_accuracy":
             continue  # one series per family, once an evaluation has run
         assert name in exposed, name
@@ -37,32 +37,72 @@ def test_reports_become_metric_values():
     reporter = MetricsReporter("127.0.0.1:0", "generator")
     reporter.identify("n", "12D3KooWx", "tiny@0123456789ab")
     report = RoundReport(
-        round=4, policy_version=5, mean_reward=0.5, accuracy=0.25, groups=4, trained_groups=4,
-        shared_groups=1, skipped=True, loss=0.0, generate_s=1.0, train_s=2.0, total_s=4.0,
-        tokens_generated=40, score_s=0.5,
+        round=4,
+        policy_version=5,
+        mean_reward=0.5,
+        accuracy=0.25,
+        groups=4,
+        trained_groups=4,
+        shared_groups=1,
+        skipped=True,
+        loss=0.0,
+        generate_s=1.0,
+        train_s=2.0,
+        total_s=4.0,
+        tokens_generated=40,
+        score_s=0.5,
     )
     reporter.round(report)
     reporter.round(report)
     reporter.evaluation(EvalReport(5, 5, 0.75, 8, {"basic_arithmetic": 0.5}))
-    reporter.swarm(SwarmSample(
-        role="generator", round=5, policy_version=5, peers=3, groups_sent=8, groups_received=6,
-        groups_accepted=4, rejected={"reward_mismatch": 2, "duplicate": 1}, delta_applied=5,
-        bytes_in={"gossip": 100, "blob": 5000}, bytes_out={"gossip": 70},
-        refused={"oversize_message": 1},
-    ))
-    m = {name: [(s.labels, s.value) for s in samples] for name, samples in _exposed(reporter).items()}
-    assert m["swarm_node_info"] == [({"name": "n", "peer_id": "12D3KooWx", "role": "generator",
-                                      "model": "tiny@0123456789ab"}, 1.0)]
+    reporter.swarm(
+        SwarmSample(
+            role="generator",
+            round=5,
+            policy_version=5,
+            peers=3,
+            groups_sent=8,
+            groups_received=6,
+            groups_accepted=4,
+            rejected={"reward_mismatch": 2, "duplicate": 1},
+            delta_applied=5,
+            bytes_in={"gossip": 100, "blob": 5000},
+            bytes_out={"gossip": 70},
+            refused={"oversize_message": 1},
+        )
+    )
+    m = {
+        name: [(s.labels, s.value) for s in samples] for name, samples in _exposed(reporter).items()
+    }
+    assert m["swarm_node_info"] == [
+        (
+            {
+                "name": "n",
+                "peer_id": "12D3KooWx",
+                "role": "generator",
+                "model": "tiny@0123456789ab",
+            },
+            1.0,
+        )
+    ]
     assert m["swarm_rounds_total"] == [({}, 2.0)] and m["swarm_round"] == [({}, 5.0)]
     assert m["swarm_updates_skipped_total"] == [({}, 2.0)]
     assert m["swarm_loss"][0][1] != m["swarm_loss"][0][1]  # NaN: the update was skipped
     assert dict((s["phase"], v) for s, v in m["swarm_round_seconds_total"]) == {
-        "generate": 2.0, "score": 1.0, "train": 4.0, "other": 1.0,
+        "generate": 2.0,
+        "score": 1.0,
+        "train": 4.0,
+        "other": 1.0,
     }
     assert ({"family": "basic_arithmetic"}, 0.5) in m["swarm_heldout_family_accuracy"]
     rejected = {s["reason"]: v for s, v in m["swarm_groups_rejected_total"]}
-    assert rejected["reward_mismatch"] == 2 and rejected["duplicate"] == 1 and rejected["stale"] == 0
-    assert {s["channel"]: v for s, v in m["swarm_received_bytes_total"]} == {"gossip": 100, "blob": 5000}
+    assert (
+        rejected["reward_mismatch"] == 2 and rejected["duplicate"] == 1 and rejected["stale"] == 0
+    )
+    assert {s["channel"]: v for s, v in m["swarm_received_bytes_total"]} == {
+        "gossip": 100,
+        "blob": 5000,
+    }
     assert {s["channel"]: v for s, v in m["swarm_sent_bytes_total"]} == {"gossip": 70, "blob": 0}
     assert m["swarm_delta_applied_version"] == [({}, 5.0)]
     refused = {s["reason"]: v for s, v in m["swarm_transport_refused_total"]}

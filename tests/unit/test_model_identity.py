@@ -32,8 +32,10 @@ def test_a_local_folder_is_its_name_and_a_hash_of_config_and_weights(tmp_path):
 def test_copies_of_one_model_agree_wherever_they_are(tmp_path, monkeypatch):
     config = {"model_type": "llama", "hidden_size": 8}
     here = _folder(tmp_path / "a" / "model", {**config, "transformers_version": "4.50.0"})
-    there = _folder(tmp_path / "b" / "model", {**config, "transformers_version": "5.0.0",
-                                                "_name_or_path": "/home/someone/model"})
+    there = _folder(
+        tmp_path / "b" / "model",
+        {**config, "transformers_version": "5.0.0", "_name_or_path": "/home/someone/model"},
+    )
     assert model_identity(str(here), BASE) == model_identity(str(there), BASE)
     monkeypatch.chdir(tmp_path / "a")
     assert model_identity("model", BASE) == model_identity(str(here), BASE)  # relative path
