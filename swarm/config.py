@@ -1,10 +1,10 @@
 """Configuration: one documented, frozen dataclass per component, loaded from TOML.
 
 A config file has one table per component (`[node]`, `[policy]`, `[generation]`,
-`[training]`, `[tasks]`, `[ledger]`, `[p2p]`, `[verify]`, `[sync]`); every key is optional and defaults to the
-value documented below. Values are then overridden by environment variables
-(`SWARM__<SECTION>__<KEY>=value`, e.g. `SWARM__TRAINING__LR=1e-5`) and finally by the CLI
-(`--set training.lr=1e-5`, plus a few dedicated flags).
+`[training]`, `[tasks]`, `[ledger]`, `[p2p]`, `[verify]`, `[sync]`, `[monitor]`); every key is
+optional and defaults to the value documented below. Values are then overridden by environment
+variables (`SWARM__<SECTION>__<KEY>=value`, e.g. `SWARM__TRAINING__LR=1e-5`) and finally by the
+CLI (`--set training.lr=1e-5`, plus a few dedicated flags).
 
 Any unknown section or key, wrong type or out-of-range value is a `ConfigError` whose
 message names the file and the key, on one line. This module imports no torch, so
@@ -51,6 +51,12 @@ class NodeSection:
     seed: int = opt(0, "Seed for sampling, task streams and everything random in this node.", min=0)
     checkpoint_every: int = opt(10, "Write a checkpoint every this many rounds (and always on a clean stop).", min=1)
     keep_checkpoints: int = opt(3, "How many recent checkpoints to keep on disk.", min=1)
+    observe_every_s: float = opt(
+        5.0,
+        "Observer role: seconds between its passes over what arrived (node.rounds counts passes).",
+        min=0.05,
+        max=3600.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -234,6 +240,30 @@ class SyncSection:
 
 
 @dataclass(frozen=True)
+class MonitorSection:
+    """What a node tells its operator besides the terminal: log file, metrics, experiment logs."""
+
+    log_format: str = opt(
+        "text",
+        "node.log in the run folder (rotated): text (time, level, message) or json (one JSON "
+        "object a line).",
+        choices=("text", "json"),
+    )
+    log_max_mb: int = opt(10, "Rotate node.log when it reaches this many MB.", min=1, max=10_000)
+    log_backups: int = opt(5, "Rotated logs kept (node.log.1 ... node.log.N).", min=0, max=1000)
+    metrics: str = opt(
+        "",
+        "HOST:PORT to serve Prometheus metrics on (e.g. 127.0.0.1:9400; port 0: any free one); "
+        "'' : off.",
+    )
+    tensorboard: bool = opt(
+        False,
+        "Also write TensorBoard event files to tensorboard/ in the run folder (needs the "
+        "tensorboard package).",
+    )
+
+
+@dataclass(frozen=True)
 class Config:
     """A node's whole configuration."""
 
@@ -246,6 +276,7 @@ class Config:
     p2p: P2PSection = field(default_factory=P2PSection)
     verify: VerifySection = field(default_factory=VerifySection)
     sync: SyncSection = field(default_factory=SyncSection)
+    monitor: MonitorSection = field(default_factory=MonitorSection)
 
     @property
     def run_dir(self) -> Path:

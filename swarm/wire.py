@@ -158,7 +158,7 @@ class DeltaManifest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     from_version: Annotated[int, Meta(ge=-1, le=MAX_COUNT)]  # -1 for an anchor
     key: Annotated[str, Meta(max_length=MAX_BLOB_KEY_CHARS)]  # blob key of the payload
     kind: Literal["delta", "anchor"]
-    model: Name  # model name, as in the provider's policy.model
+    model: Name  # the provider's model identity (`swarm.policy.source.model_identity`)
     payload_hash: HexHash
     provider: Name  # peer ID that serves the payload and signs this manifest
     result_hash: HexHash  # `swarm.policy.delta.weights_hash` of the weights after applying

@@ -120,6 +120,12 @@ class TransportStats:
     received: int = 0
     inbox_dropped: int = 0  # accepted by the validator but evicted from a full inbox
     rejected: collections.Counter = field(default_factory=collections.Counter)  # reason -> n
+    # Payload bytes (not counting the transport's own framing and control traffic): gossip
+    # messages published and received (every one a validator saw), blobs served and fetched.
+    gossip_bytes_out: int = 0
+    gossip_bytes_in: int = 0
+    blob_bytes_out: int = 0
+    blob_bytes_in: int = 0
 
     def as_dict(self) -> dict:
         return {
@@ -127,6 +133,10 @@ class TransportStats:
             "received": self.received,
             "inbox_dropped": self.inbox_dropped,
             "rejected": dict(self.rejected),
+            "gossip_bytes_out": self.gossip_bytes_out,
+            "gossip_bytes_in": self.gossip_bytes_in,
+            "blob_bytes_out": self.blob_bytes_out,
+            "blob_bytes_in": self.blob_bytes_in,
         }
 
 
@@ -301,6 +311,7 @@ class MemoryTransport(Transport):
         if not self._started:
             raise TransportError("publish on a transport that is not started")
         self._stats.published += 1
+        self._stats.gossip_bytes_out += len(data)
         for member in self._hub.members():
             if member is not self:
                 member._deliver(topic, bytes(data), self.peer_id)
@@ -309,6 +320,7 @@ class MemoryTransport(Transport):
         if topic not in self._validators:
             return
         message = InboundMessage(topic=topic, data=data, source=source, received_at=time.time())
+        self._stats.gossip_bytes_in += len(data)
         reason = run_validator(self._validators[topic], message)
         if reason is not None:
             self._stats.rejected[reason] += 1
@@ -340,6 +352,8 @@ class MemoryTransport(Transport):
         except KeyError:
             raise TransportError(f"peer {peer_id} serves no blob {key!r}") from None
         member._served.note(self.peer_id, key, len(data))
+        member._stats.blob_bytes_out += len(data)
+        self._stats.blob_bytes_in += len(data)
         return data
 
     def served_blobs(self) -> list[BlobServed]:

@@ -33,6 +33,7 @@ class Policy:
     device: torch.device
     dtype: torch.dtype
     base_hash: str  # identifies the base weights, so peers know whether deltas can apply
+    model_id: str  # how peers know the model: name@revision or folder@hash, never a local path
 
     @property
     def stop_token_ids(self) -> set[int]:
@@ -91,7 +92,7 @@ def load_policy(name: str, device: str = "auto", dtype: str = "auto") -> Policy:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from swarm.policy.source import model_problem
+    from swarm.policy.source import model_identity, model_problem
 
     hf_logging.disable_progress_bar()  # a per-load bar is noise in a node's output
     problem = model_problem(name)
@@ -108,7 +109,11 @@ def load_policy(name: str, device: str = "auto", dtype: str = "auto") -> Policy:
         raise ModelError(f"cannot load model {name!r}: {first}") from None
     model.to(dev)  # type: ignore[arg-type]
     model.eval()
-    return Policy(name=name, model=model, tokenizer=tokenizer, device=dev, dtype=dt, base_hash=weights_hash(model))
+    base_hash = weights_hash(model)
+    return Policy(
+        name=name, model=model, tokenizer=tokenizer, device=dev, dtype=dt, base_hash=base_hash,
+        model_id=model_identity(name, base_hash),
+    )
 
 
 def weights_hash(model: torch.nn.Module) -> str:

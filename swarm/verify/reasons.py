@@ -98,6 +98,7 @@ class Status(enum.StrEnum):
     PUBLISHED = "published"  # a delta or anchor this node announced
     SERVED = "served"  # a delta or anchor a peer fetched from this node in full
     APPLIED = "applied"  # a peer's delta or anchor this node applied
+    ANNOUNCED = "announced"  # a peer's delta or anchor manifest an observer recorded (not fetched)
 
 
 class Direction(enum.StrEnum):

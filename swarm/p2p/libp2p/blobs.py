@@ -125,6 +125,8 @@ class BlobServer:
             else:
                 await _write_chunked(stream, blob_response_header(BlobStatus.OK, len(data)), data)
                 self._served.note(str(peer_id), key, len(data))
+                with self._counters.locked() as stats:
+                    stats.blob_bytes_out += len(data)
             await close_quietly(stream)
         except Exception as exc:  # noqa: BLE001 - a peer's request must never stop the host
             self._counters.handler_error("blob_serve", exc)

@@ -268,7 +268,10 @@ class Libp2pTransport(Transport):
 
     async def _fetch_blob(self, peer_id: ID, key: str, timeout: float) -> bytes:
         host = self._running_net().host
-        return await fetch_blob(host, peer_id, key, timeout, self._max_blob_size)
+        data = await fetch_blob(host, peer_id, key, timeout, self._max_blob_size)
+        with self._counters.locked() as stats:
+            stats.blob_bytes_in += len(data)
+        return data
 
     async def _wait_for_topic_peers(self, topic: str, count: int, timeout: float) -> int:
         return await self._running_net().gossip.wait_for_topic_peers(topic, count, timeout)
