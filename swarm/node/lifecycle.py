@@ -33,13 +33,14 @@ from swarm.node.assembly import (
     node_identity,
     sampling_params,
 )
+from swarm.node.delta_follower import DeltaFollower
+from swarm.node.delta_publisher import DeltaPublisher
 from swarm.node.following import Following
 from swarm.node.records import Records
 from swarm.node.rounds import RoundLoop, evaluate_by_family
 from swarm.node.runlock import RunLock
 from swarm.node.sharing import Sharing
 from swarm.node.state import LocalGroup, NodeState
-from swarm.node.sync import DeltaFollower, DeltaPublisher
 from swarm.ops.display import EvalReport, Reporter, RoundReport, RunInfo, SilentReporter
 from swarm.p2p.identity import peer_id_of
 from swarm.p2p.transport import Transport

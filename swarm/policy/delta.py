@@ -50,7 +50,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -777,11 +777,11 @@ def _decode_header(head: memoryview, max_header: int) -> dict:
     return header
 
 
-def check_layout(info: DeltaInfo, weights: Weights) -> None:
-    """Raise `LayoutMismatch` unless `info` lists exactly the tensors of `weights`, each
-    with its shape, as bfloat16 (what a delta for these weights must hold)."""
+def check_layout(info: DeltaInfo, shapes: Mapping[str, Sequence[int]]) -> None:
+    """Raise `LayoutMismatch` unless `info` lists exactly the tensors named in `shapes` (a
+    weight set's names and shapes, `{name: t.shape}`), each with its shape, as bfloat16."""
     listed = {t.name: t for t in info.tensors}
-    missing, extra = sorted(set(weights) - set(listed)), sorted(set(listed) - set(weights))
+    missing, extra = sorted(set(shapes) - set(listed)), sorted(set(listed) - set(shapes))
     if missing or extra:
         raise LayoutMismatch(
             f"{info.kind} lacks tensors {missing[:5]} and has unknown {extra[:5]}"
@@ -790,10 +790,10 @@ def check_layout(info: DeltaInfo, weights: Weights) -> None:
     for name, t in listed.items():
         if t.dtype != _DTYPE:
             raise LayoutMismatch(f"{info.kind}: {name!r} is {t.dtype}, not {_DTYPE}")
-        if tuple(t.shape) != tuple(weights[name].shape):
+        if tuple(t.shape) != tuple(shapes[name]):
             raise LayoutMismatch(
                 f"{info.kind}: shape mismatch for {name!r}: {tuple(t.shape)}, the weights "
-                f"hold {tuple(weights[name].shape)}"
+                f"hold {tuple(shapes[name])}"
             )
 
 

@@ -11,14 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from swarm.node.sync import (
-    DeltaFollower,
-    DeltaPublisher,
-    Expectation,
-    TopicTap,
-    load_into,
-    plan_catch_up,
-)
+from swarm.node.delta_follower import DeltaFollower
+from swarm.node.delta_publisher import DeltaPublisher
+from swarm.node.following import load_into
+from swarm.node.sync import Expectation, plan_catch_up
+from swarm.node.topic_tap import TopicTap
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.transport import InboundMessage, MemoryHub, MemoryTransport
 from swarm.policy.delta import bf16_state_dict, weights_hash
@@ -391,7 +388,7 @@ def test_publisher_started_before_the_transport_counts_the_lost_gossip():
 
 
 def test_a_gossiped_manifest_is_verified_once_by_the_validator_not_again(monkeypatch):
-    import swarm.node.sync as sync_module
+    import swarm.node.delta_follower as sync_module
 
     verified = []
     real = sync_module.verify_manifest
