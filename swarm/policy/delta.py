@@ -986,7 +986,7 @@ def _target_plan(
     writes: dict[str, list[str]] = {}
     for name in sorted(recs):
         if delta_canon[target[name]] != delta_canon[name]:
-            raise DeltaError(
+            raise LayoutMismatch(
                 f"{what}: target ties {name!r} to {target[name]!r} but the delta does not"
             )
         group = writes.setdefault(delta_canon[name], [])

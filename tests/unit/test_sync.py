@@ -68,7 +68,9 @@ def same_bits(a, b) -> bool:
 class Swarm:
     """A trainer with a publisher and a follower, joined by a MemoryHub."""
 
-    def __init__(self, anchor_every=100, keep_deltas=100, max_bytes=1 << 20, subscribe=True):
+    def __init__(
+        self, anchor_every=100, keep_deltas=100, max_bytes=1 << 20, subscribe=True, **follower
+    ):
         self.hub = MemoryHub()
         self.trainer_t = MemoryTransport(TRAINER, self.hub)
         self.follower_t = MemoryTransport("follower", self.hub)
@@ -85,7 +87,9 @@ class Swarm:
             keep_deltas=keep_deltas,
         )
         self.expect = Expectation(TRAINER, SWARM, "m", BASE, max_bytes)
-        self.follower = DeltaFollower(self.follower_t, self.expect, clone(base_weights()))
+        self.follower = DeltaFollower(
+            self.follower_t, self.expect, clone(base_weights()), **follower
+        )
         self.tap = TopicTap(self.follower_t, delta_topic(SWARM), self.follower.offer)
         if subscribe:
             self.tap.subscribe(delta_topic(SWARM), self.follower.validator)
