@@ -78,7 +78,8 @@ class Following:
     def publish_delta(self) -> None:
         """Trainer: announce the bf16 change of this update to followers."""
         if self.publisher is not None:
-            events = self.publisher.publish(bf16_state_dict(self.policy.model), self.state.policy_version)
+            weights = bf16_state_dict(self.policy.model)
+            events = self.publisher.publish(weights, self.state.policy_version)
             self.records.record_deltas(events + self.publisher.served_events())
 
     def follow(self) -> None:

@@ -1,4 +1,4 @@
-"""A follower over real libp2p against a hostile trainer process (tests/adversary/hostile_trainer.py).
+"""A follower over real libp2p against a hostile trainer process (hostile_trainer.py here).
 
 The trainer signs honest-looking manifests (listed in its index blob) and then serves their
 payloads badly: a 1 GiB answer to a manifest of 1,300 bytes, one byte every 2 s, a payload

@@ -776,8 +776,8 @@ def test_the_header_is_read_from_the_first_bytes_before_the_payload():
     "change, match",
     [
         (lambda w: w.pop("w"), r"unknown \['w'\]"),
-        (lambda w: w.update(extra=torch.zeros(3, dtype=torch.bfloat16)), r"lacks tensors \['extra'\]"),
-        (lambda w: w.update(w=torch.zeros(300, 299, dtype=torch.bfloat16)), "shape mismatch for 'w'"),
+        (lambda w: w.update(extra=torch.zeros(3).bfloat16()), r"lacks tensors \['extra'\]"),
+        (lambda w: w.update(w=torch.zeros(300, 299).bfloat16()), "shape mismatch for 'w'"),
     ],
 )
 def test_check_layout_names_what_differs_from_the_weights(change, match):
