@@ -28,7 +28,9 @@ One module per concern; `Node` is their composition:
   spot check);
 - `following`: a generator's following of its trainer, a trainer's delta publishing;
 - `records`: the ledger rows of rounds, updates, groups, deltas and evaluations;
-- `sync`: the delta publisher and follower over a transport (no ledger, no model);
+- `sync`: the rules of following (manifest checks, catch-up plans, payload checks,
+  back-off); `delta_publisher` and `delta_follower` over a transport (no ledger, no
+  model); `topic_tap`: the delta topic taken off the shared inbox;
 - `runlock`: one node per run folder (an exclusive lock file, held until `close()`).
 
 The checks of a whole config before a node loads anything are `swarm.preflight`.
