@@ -57,7 +57,14 @@ from swarm.policy.delta import (
 from swarm.signing import verify_manifest
 from swarm.verify.reasons import Direction, Reason, Status
 from swarm.verify.state import DecodedMessages
-from swarm.wire import DeltaManifest, SignedManifest, delta_topic, index_key, unpack_manifests
+from swarm.wire import (
+    DeltaManifest,
+    SignedManifest,
+    decode_manifest,
+    delta_topic,
+    index_key,
+    unpack_manifests,
+)
 
 INDEX_POLL_S = 10.0  # a follower re-reads the trainer's index at least this often (lost gossip)
 MAX_PENDING = 1024  # manifests (and validator rejections) waiting for the node's thread
@@ -212,6 +219,9 @@ class DeltaFollower:
     ) -> None:
         """Verify (unless the validator did) and check every manifest in a message; remember
         the good ones."""
+        if verified is None and source is not None and source != self.expect.provider:
+            self._refuse_unfollowed(data, source, events)  # none of it can be acted on
+            return
         if verified is None:
             verified = self._verify(data, source, events)
         for _, m in verified:
@@ -243,6 +253,26 @@ class DeltaFollower:
             except RejectedMessage as e:
                 self._limited(_unreadable(source, len(signed.body), e), events)
         return verified
+
+    def _refuse_unfollowed(self, data: bytes, source: str, events: list[DeltaEvent]) -> None:
+        """A message published by a peer this node does not follow: each manifest is refused
+        (`not_followed`, or `sender_mismatch` for one naming the followed trainer) without
+        checking its signature, which would only cost time: it is refused either way."""
+        try:
+            signed_list = unpack_manifests(data)
+        except RejectedMessage as e:
+            self._limited(_unreadable(source, len(data), e), events)
+            return
+        for signed in signed_list:
+            try:
+                m = decode_manifest(signed.body)
+            except RejectedMessage as e:
+                self._limited(_unreadable(source, len(signed.body), e), events)
+                continue
+            try:
+                check_manifest(m, self.expect, source)
+            except RejectedMessage as e:
+                self._limited(_rejected(m, e.reason, e.detail), events)
 
     def _limited(self, event: DeltaEvent, events: list[DeltaEvent]) -> None:
         """A refusal of gossip: an event once per peer and reason and window, else counted."""

@@ -11,6 +11,8 @@ its ledger with its reason, and never fetch a refused payload again after a rest
 from __future__ import annotations
 
 import math
+import statistics
+import time
 
 import torch
 
@@ -85,6 +87,16 @@ def _deltas(node: Node) -> list[DeltaRow]:
         ledger.close()
 
 
+def _round_s(node: Node, rounds: int = 1) -> list[float]:
+    """Wall seconds of each of the next `rounds` rounds."""
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        node.run_round()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
 def _finite(node: Node) -> bool:
     return all(torch.isfinite(p).all() for p in node.policy.model.parameters())
 
@@ -94,9 +106,10 @@ def test_a_nan_delta_is_refused_and_not_fetched_again_after_a_restart(tmp_path, 
     node = _generator(tmp_path, tiny_model_path, hub)
     publisher, weights = _trainer(hub, node.config, tiny_model_path)
     base = weights_hash(bf16_state_dict(node.policy.model))
+    calm = statistics.median(_round_s(node, 3))
     publisher.publish(_with(weights, "model.embed_tokens.weight", math.nan), 1)
-    for _ in range(2):
-        node.run_round()  # generating with NaN embeddings crashed here before
+    attacked = _round_s(node, 2)  # generating with NaN embeddings crashed here before
+    print(f"NaN delta: rounds {attacked[0]:.2f} s then {attacked[1]:.2f} s, {calm:.2f} s before")
     assert node.state.policy_version == 0 and _finite(node)
     assert weights_hash(bf16_state_dict(node.policy.model)) == base
     node.checkpoint()
@@ -127,9 +140,11 @@ def test_a_delta_that_makes_the_logits_overflow_is_undone_and_remembered(
     base = weights_hash(bf16_state_dict(node.policy.model))
     huge = _with(weights, "model.norm.weight", 3.0e38)  # finite, but the forward pass is not
     huge["lm_head.weight"].view(-1)[:4096] = 3.0e38  # tied to the embeddings
+    calm = statistics.median(_round_s(node, 3))
     publisher.publish(huge, 1)
-    node.run_round()
-    node.run_round()
+    attacked = _round_s(node, 2)
+    print(f"overflowing delta: rounds {attacked[0]:.2f} s then {attacked[1]:.2f} s, "
+          f"{calm:.2f} s before")
     rows = [(r.status, r.reason) for r in _deltas(node)]
     assert rows == [("rejected", "broken_model")]
     assert node.state.policy_version == 0
@@ -162,12 +177,15 @@ def test_a_flood_of_manifests_from_a_peer_not_followed_costs_rows_and_lines_once
         )
         for i in range(100)
     ]
+    calm = statistics.median(_round_s(node, 3))
     for _ in range(200):
         mallory.publish(delta_topic(node.config.p2p.swarm_id), pack_manifests(manifests))
-    node.run_round()
-    node.run_round()
+    attacked = _round_s(node, 2)
     rows = [(r.peer, r.reason) for r in _deltas(node)]
+    lines = [line for line in messages.lines if "not_followed" in line]
+    print(f"20,000 manifests not followed: {len(rows)} ledger rows, {len(lines)} log lines; "
+          f"rounds {attacked[0]:.2f} s then {attacked[1]:.2f} s, {calm:.2f} s before")
     assert rows == [(MALLORY, "not_followed")]  # was ~20,000 rows
-    assert len([line for line in messages.lines if "not_followed" in line]) == 1
+    assert len(lines) == 1
     assert node.follower.limiter.totals()[(MALLORY, "not_followed")] == 20_000
     node.close()
