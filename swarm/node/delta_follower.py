@@ -39,6 +39,7 @@ from swarm.node.sync import (
     Backoff,
     DeltaEvent,
     Expectation,
+    IndexCheck,
     PayloadCheck,
     RefusalLimiter,
     check_header,
@@ -341,8 +342,12 @@ class DeltaFollower:
                 self.expect.provider,
                 index_key(self.expect.base_hash),
                 timeout=timeout,
-                limits=FetchLimits(self.min_rate, self.grace_s),
+                limits=FetchLimits(self.min_rate, self.grace_s, IndexCheck()),
             )
+        except RejectedMessage as e:  # announced larger than any index
+            self.backoff.failed(key, self.clock())
+            self._limited(_unreadable(self.expect.provider, 0, e), events)
+            return
         except TransportError:
             # Not serving yet, or unreachable: no bad data to record; ask less often.
             self.index_failures += 1

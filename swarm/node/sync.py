@@ -42,7 +42,7 @@ from swarm.policy.delta import (
     peek_header,
 )
 from swarm.verify.reasons import Direction, Reason, Status
-from swarm.wire import DeltaManifest
+from swarm.wire import MAX_MANIFEST_MESSAGE_BYTES, DeltaManifest
 
 # A delta header takes ~200 bytes per tensor; a payload whose header claims more than this
 # per tensor of the model (plus a margin) is refused before the header is read.
@@ -196,6 +196,22 @@ class PayloadCheck:
         except LayoutMismatch as e:
             raise RejectedMessage(Reason.WRONG_TENSORS, str(e)) from None
         return end
+
+
+class IndexCheck:
+    """Refuses an index blob announced larger than a manifests message may be (a
+    `BlobCheck`): a trainer's index is read whole, so its length is bounded first."""
+
+    def size(self, nbytes: int) -> None:
+        if nbytes > MAX_MANIFEST_MESSAGE_BYTES:
+            raise RejectedMessage(
+                Reason.OVERSIZE,
+                f"an index of {nbytes} bytes (a manifests message is at most "
+                f"{MAX_MANIFEST_MESSAGE_BYTES})",
+            )
+
+    def head(self, data: bytes) -> int:
+        return 0
 
 
 def check_header(m: DeltaManifest, info: DeltaInfo) -> None:

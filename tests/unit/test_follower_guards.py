@@ -297,3 +297,14 @@ def test_refusal_limiter_records_once_per_window_and_counts_the_rest():
     assert limiter.totals() == {("p", "r"): 5, ("p", "other"): 1}
     limiter.admit("q", "r", 61.0)  # a third pair: the least recent is forgotten
     assert set(limiter.totals()) == {("p", "other"), ("q", "r")}
+
+
+def test_an_index_announced_larger_than_any_manifests_message_is_refused_unread():
+    clock = Clock()
+    s = Swarm(clock=clock, subscribe=False)
+    s.train()
+    s.trainer_t.serve_blob("sync/0f0f0f0f0f0f0f0f/index", b"\x00" * (600 * 1024))
+    result = s.sync()
+    assert [(e.status, e.reason) for e in result.events] == [("rejected", "oversize")]
+    assert "an index of 614400 bytes" in result.events[0].detail
+    assert s.sync().events == []  # backed off: not asked again at once
