@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -53,8 +54,9 @@ MUTABLE = {
 # --------------------------------------------------------------------------- a node process
 
 
-def child(config_path: str, marks_path: str, log_path: str) -> None:
-    """Run one node until SIGTERM (then stop cleanly) or SIGKILL; never returns."""
+def child(config_path: str, marks_path: str, log_path: str, lifetime: float) -> None:
+    """Run one node until SIGTERM (then stop cleanly) or SIGKILL; never returns. It also
+    ends if the launcher is gone, and after `lifetime` seconds whatever happens."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -62,6 +64,9 @@ def child(config_path: str, marks_path: str, log_path: str) -> None:
     code = 0
     try:
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(int(lifetime))
+        launcher_pid = os.getppid()
+        threading.Thread(target=_end_when_orphaned, args=(launcher_pid,), daemon=True).start()
         node = build_node(config_path, lambda b: os.write(marks, b))
         signal.signal(signal.SIGTERM, lambda *_: node.request_stop())
         try:
@@ -76,6 +81,12 @@ def child(config_path: str, marks_path: str, log_path: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _end_when_orphaned(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(2)
 
 
 def build_node(config_path: str, mark):
@@ -166,8 +177,6 @@ class MarkedTransport(Transport):
 def launcher(max_lifetime: float) -> None:
     """Import once, then fork one node per JSON command on stdin (see `Launcher`)."""
     signal.alarm(int(max_lifetime))
-    import threading
-
     import swarm.node.lifecycle  # noqa: F401 - pay for torch, transformers, libp2p once
     import swarm.p2p.libp2p  # noqa: F401
     from swarm.policy.model import load_policy
@@ -184,7 +193,7 @@ def launcher(max_lifetime: float) -> None:
         if command["cmd"] == "run":
             pid = os.fork()
             if pid == 0:
-                child(command["config"], command["marks"], command["log"])
+                child(command["config"], command["marks"], command["log"], max_lifetime)
             print(json.dumps({"pid": pid}), flush=True)
         elif command["cmd"] == "reap":
             _, status = os.waitpid(command["pid"], 0)
