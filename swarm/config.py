@@ -273,7 +273,8 @@ def who_set(origins: Mapping[tuple[str, str], str], source: str, *keys: str) -> 
     """Who set these `section.key`s, for an error message: the strongest setter among them
     (a flag such as --rounds, then --set, then an env var, then the file); `source` (the
     file, or "defaults") if none of them was set."""
-    found = [origins[k] for k in (tuple(key.split(".", 1)) for key in keys) if k in origins]
+    pairs = [(section, name) for section, _, name in (key.partition(".") for key in keys)]
+    found = [origins[k] for k in pairs if k in origins]
     return max(found, key=_origin_rank, default=source)
 
 
@@ -418,6 +419,6 @@ def describe_config() -> list[tuple[str, str, str]]:
     rows = []
     for section, cls in SECTIONS.items():
         for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
             rows.append((f"{section}.{f.name}", repr(default), f.metadata.get("help", "")))
     return rows

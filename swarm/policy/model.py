@@ -9,10 +9,14 @@ and loading errors become `ModelError` with the name that failed. The built-in m
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from swarm.errors import ModelError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 TINY_MODEL_NAME = "swarm-tiny"
 
@@ -24,8 +28,8 @@ class Policy:
     """A loaded model and tokenizer, with where they live and what they are."""
 
     name: str
-    model: torch.nn.Module
-    tokenizer: object
+    model: PreTrainedModel
+    tokenizer: Any  # a transformers tokenizer
     device: torch.device
     dtype: torch.dtype
     base_hash: str  # identifies the base weights, so peers know whether deltas can apply
@@ -102,7 +106,7 @@ def load_policy(name: str, device: str = "auto", dtype: str = "auto") -> Policy:
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
         raise ModelError(f"cannot load model {name!r}: {first}") from None
-    model.to(dev)
+    model.to(dev)  # type: ignore[arg-type]
     model.eval()
     return Policy(name=name, model=model, tokenizer=tokenizer, device=dev, dtype=dt, base_hash=weights_hash(model))
 
