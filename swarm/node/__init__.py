@@ -32,7 +32,9 @@ One module per concern; `Node` is their composition:
   spot check);
 - `following`: a generator's following of its trainer, a trainer's delta publishing;
 - `records`: the ledger rows of rounds, updates, groups, deltas and evaluations;
-- `sync`: the delta publisher and follower over a transport (no ledger, no model);
+- `sync`: the rules of following (manifest checks, catch-up plans, payload checks,
+  back-off); `delta_publisher` and `delta_follower` over a transport (no ledger, no
+  model); `topic_tap`: the delta topic taken off the shared inbox;
 - `runlock`: one node per run folder (an exclusive lock file, held until `close()`);
 - `monitoring`: the reporters besides the terminal's (node.log, metrics.jsonl,
   TensorBoard, Prometheus metrics) and the swarm sample they get after each round;

@@ -17,7 +17,10 @@ import torch
 
 from swarm.config import Config
 from swarm.errors import ConfigError, TransportError
-from swarm.node.sync import DeltaFollower, DeltaPublisher, Expectation, TopicTap
+from swarm.node.delta_follower import DeltaFollower
+from swarm.node.delta_publisher import DeltaPublisher
+from swarm.node.sync import Expectation
+from swarm.node.topic_tap import TopicTap
 from swarm.p2p.identity import (
     identity_exists,
     load_or_create_identity,

@@ -36,6 +36,8 @@ from swarm.node.assembly import (
     sampling_params,
     write_node_info,
 )
+from swarm.node.delta_follower import DeltaFollower
+from swarm.node.delta_publisher import DeltaPublisher
 from swarm.node.following import Following
 from swarm.node.monitoring import Monitoring, swarm_sample
 from swarm.node.records import Records
@@ -43,7 +45,6 @@ from swarm.node.rounds import RoundLoop, evaluate_by_family
 from swarm.node.runlock import RunLock
 from swarm.node.sharing import Sharing
 from swarm.node.state import LocalGroup, NodeState
-from swarm.node.sync import DeltaFollower, DeltaPublisher
 from swarm.ops.display import (
     EvalReport,
     Reporter,

@@ -41,7 +41,7 @@ from swarm.node.records import Records
 from swarm.node.runlock import RunLock
 from swarm.node.sharing import Sharing
 from swarm.node.state import NodeState
-from swarm.node.sync import TopicTap
+from swarm.node.topic_tap import TopicTap
 from swarm.ops.display import Reporter, RunInfo, SilentReporter, SwarmSample
 from swarm.ops.logs import NodeLog
 from swarm.p2p.identity import peer_id_of

@@ -74,6 +74,10 @@ class Reason(enum.StrEnum):
     BAD_HASH = "bad_hash"
     MANIFEST_MISMATCH = "manifest_mismatch"
     APPLY_FAILED = "apply_failed"
+    FETCH_TOO_SLOW = "fetch_too_slow"  # past its deadline, or below the minimum rate
+    WRONG_TENSORS = "wrong_tensors"  # a payload for other tensor names, shapes or dtypes
+    NON_FINITE = "non_finite"  # a payload that would write NaN or infinite weights
+    BROKEN_MODEL = "broken_model"  # applied, the model's forward pass gave non-finite logits
     # Re-verifying stored groups offline (`swarm.replay`): what the ledger itself got wrong.
     NO_BODY = "no_body"  # the ledger kept no bytes of the message
     HASH_MISMATCH = "hash_mismatch"  # the stored body does not hash to its recorded content hash

@@ -9,6 +9,7 @@ Every write and read is bounded in time, so a stalled peer ends its own exchange
 from __future__ import annotations
 
 import collections
+import math
 import threading
 from collections.abc import Callable
 
@@ -18,19 +19,18 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
 from swarm import wire_streams
-from swarm.errors import TransportError
+from swarm.errors import FetchTooSlow, TransportError
 from swarm.p2p.libp2p.framing import (
     NET_ERRORS,
     STREAM_IO_TIMEOUT_S,
     StreamProtocolError,
     close_quietly,
-    read_exactly,
     read_frame,
     reset_quietly,
 )
 from swarm.p2p.libp2p.host import AccessPolicy
 from swarm.p2p.libp2p.stats import Counters
-from swarm.p2p.transport import BlobServed, PeerRejectReason, ServedBlobLog
+from swarm.p2p.transport import BlobServed, FetchLimits, PeerRejectReason, ServedBlobLog
 from swarm.wire_streams import (
     BLOB_RESPONSE,
     BlobStatus,
@@ -133,36 +133,94 @@ class BlobServer:
             await reset_quietly(stream)
 
 
-async def fetch_blob(host: IHost, peer_id: ID, key: str, timeout: float, max_size: int) -> bytes:
-    """Fetch blob `key` from `peer_id` within `timeout` s; every failure is a `TransportError`."""
+async def fetch_blob(
+    host: IHost,
+    peer_id: ID,
+    key: str,
+    timeout: float,
+    max_size: int,
+    limits: FetchLimits | None = None,
+) -> bytes:
+    """Fetch blob `key` from `peer_id` within `timeout` s and `limits`; every failure is a
+    `TransportError` (`FetchTooSlow` for time), or what `limits.check` raised."""
+    reader = _Reader(limits or FetchLimits(), trio.current_time())
     try:
         with trio.fail_after(timeout):
             stream = await host.new_stream(peer_id, [BLOB_PROTOCOL])
             try:
-                data = await _request(stream, peer_id, key, max_size)
+                data = await _request(stream, peer_id, key, max_size, reader)
             except BaseException:
                 await reset_quietly(stream)
                 raise
             await close_quietly(stream)
             return data
     except trio.TooSlowError:
-        raise TransportError(
+        raise FetchTooSlow(
             f"fetching blob {key!r} from {peer_id} timed out after {timeout} s"
+            f" ({reader.got} bytes read)"
         ) from None
     except (*NET_ERRORS, StreamProtocolError) as exc:
         raise TransportError(f"fetching blob {key!r} from {peer_id} failed: {exc}") from exc
 
 
-async def _request(stream: INetStream, peer_id: ID, key: str, max_size: int) -> bytes:
+async def _request(
+    stream: INetStream, peer_id: ID, key: str, max_size: int, reader: _Reader
+) -> bytes:
     await stream.write(blob_request(key))
-    status, size = parse_blob_response_header(await read_exactly(stream, BLOB_RESPONSE.size))
+    status, size = parse_blob_response_header(await reader.read(stream, BLOB_RESPONSE.size))
     if status == BlobStatus.MISSING:
         raise TransportError(f"peer {peer_id} serves no blob {key!r}")
     if status != BlobStatus.OK or size > max_size:
         raise TransportError(
             f"peer {peer_id} answered blob {key!r} with status {status}, {size} bytes"
         )
-    return await read_exactly(stream, size)
+    check = reader.limits.check
+    head = b""
+    if check is not None:  # refuse a bad blob by its announced size and first bytes
+        check.size(size)
+        need = check.head(head)
+        while len(head) < min(need, size):
+            head += await reader.read(stream, min(need, size) - len(head))
+            need = check.head(head)
+    return head + await reader.read(stream, size - len(head))
+
+
+class _Reader:
+    """Reads a fetch's bytes under its rate floor: once `grace_s` has passed, the bytes read
+    must keep up with `min_rate` on average, or the fetch ends (`FetchTooSlow`)."""
+
+    def __init__(self, limits: FetchLimits, started: float) -> None:
+        self.limits = limits
+        self.started = started
+        self.got = 0
+
+    def _deadline(self) -> float:
+        if self.limits.min_rate <= 0:
+            return math.inf
+        return self.started + self.limits.grace_s + self.got / self.limits.min_rate
+
+    async def read(self, stream: INetStream, size: int) -> bytes:
+        """Exactly `size` bytes, looping over partial reads (a muxer hands out what it has)."""
+        parts: list[bytes] = []
+        left = size
+        while left > 0:
+            with trio.move_on_at(self._deadline()):
+                try:
+                    chunk = await stream.read(left)
+                except EOFError:  # StreamEOF is an EOFError
+                    chunk = b""
+                if not chunk:
+                    raise StreamProtocolError(f"stream ended after {size - left} of {size} bytes")
+                parts.append(chunk)
+                left -= len(chunk)
+                self.got += len(chunk)
+                continue
+            elapsed = trio.current_time() - self.started
+            raise FetchTooSlow(
+                f"{self.got} bytes in {elapsed:.1f} s: below the floor of "
+                f"{self.limits.min_rate:.0f} bytes/s after {self.limits.grace_s:g} s"
+            )
+        return b"".join(parts)
 
 
 async def _write_chunked(stream: INetStream, header: bytes, data: bytes) -> None:
