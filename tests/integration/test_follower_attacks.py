@@ -62,7 +62,7 @@ def _trainer(hub, node_config, tiny_model_path):
     transport.start()
     publisher = DeltaPublisher(
         transport, TRAINER_KEY, peer_id=TRAINER, swarm_id=node_config.p2p.swarm_id,
-        model=node_config.policy.model, base_hash=policy.base_hash, anchor_every=100,
+        model=policy.model_id, base_hash=policy.base_hash, anchor_every=100,
         keep_deltas=100,
     )
     weights = bf16_state_dict(policy.model)
@@ -168,7 +168,7 @@ def test_a_flood_of_manifests_from_a_peer_not_followed_costs_rows_and_lines_once
     manifests = [
         sign_manifest(
             DeltaManifest(
-                swarm_id=node.config.p2p.swarm_id, provider=MALLORY, model=node.config.policy.model,
+                swarm_id=node.config.p2p.swarm_id, provider=MALLORY, model=node.policy.model_id,
                 base_hash=node.policy.base_hash, kind="delta", from_version=i, to_version=i + 1,
                 size=1000, payload_hash="ab" * 32, result_hash="cd" * 32, key=f"k{i}",
                 created_at=1.0,
