@@ -330,7 +330,9 @@ class DeltaFollower:
         for key in passed:
             del self._known[key]
         self.backoff.forget(
-            k for k in self.backoff.keys() if isinstance(k[-1], int) and k[-1] <= self.version
+            k
+            for k in self.backoff.keys()
+            if isinstance(k, tuple) and isinstance(k[-1], int) and k[-1] <= self.version
         )
 
     def _read_index(self, events: list[DeltaEvent], deadline: float) -> None:
@@ -369,7 +371,7 @@ class DeltaFollower:
         names = {t.name for t in applied.tensors if t.count or m.kind == "anchor"}
         names |= {t.name for t in applied.tensors if t.alias_of in names}
         problem = load(names) if load is not None else None
-        if problem is not None:
+        if load is not None and problem is not None:
             undo()
             load(names)  # the model gets the weights back
             self._refuse(m, Reason.BROKEN_MODEL, problem, result, lasting=True)

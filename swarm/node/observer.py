@@ -126,7 +126,7 @@ class Observer:
         self.policy = None  # no model, by design
         self._stop = threading.Event()
         self._started = False
-        self._shown = None
+        self._shown: tuple[int, ...] | None = None
 
     def _claim_ledger(self) -> None:
         """Mark the ledger an observer's (`peers` and `status` show it; a trainer is refused

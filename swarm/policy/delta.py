@@ -53,6 +53,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import blake3
 import msgpack
@@ -212,8 +213,8 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     extent = 1 + sum(
         (size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True)
     )
-    start = t.storage_offset() * t.element_size()
-    return start, start + extent * t.element_size()
+    start = int(t.storage_offset()) * t.element_size()
+    return start, start + int(extent) * t.element_size()
 
 
 def _layout(weights: Weights, what: str) -> dict[str, str]:
@@ -266,9 +267,9 @@ def _content_digest(bits: np.ndarray) -> bytes:
     return blake3.blake3(_le_bytes(bits)).digest()
 
 
-def _le_bytes(bits: np.ndarray) -> np.ndarray:
+def _le_bytes(bits: np.ndarray) -> memoryview:
     # Feeding blake3 slice by slice gives the same digest as one call over the whole.
-    return bits.astype("<u2", copy=False).view(np.uint8)
+    return np.ascontiguousarray(bits.astype("<u2", copy=False)).view(np.uint8).data
 
 
 def _entry_digest(name: str, shape: tuple[int, ...], content: bytes) -> bytes:
@@ -343,7 +344,7 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 
 def _pack(buf: np.ndarray, level: int) -> bytes:
     """zstd-compress one stream; keep it verbatim when zstd does not make it smaller."""
-    raw = memoryview(np.ascontiguousarray(buf)).cast("B")
+    raw = np.ascontiguousarray(buf).data.cast("B")
     if len(raw) >= 16 * PROBE and len(_compressor(level).compress(raw[:PROBE])) > PROBE * 0.98:
         # Incompressible, like the mantissa bytes of an anchor: spare zstd the full pass.
         return bytes(raw)
@@ -504,15 +505,19 @@ def _encode_values(
     return coding, packed[coding]
 
 
-def _decode_values(rec: dict, streams: list[np.ndarray], old_v: np.ndarray) -> np.ndarray:
+def _decode_values(
+    rec: dict, streams: list[np.ndarray], old_v: np.ndarray | None
+) -> np.ndarray:
     return _combine(rec, _join(streams, rec["count"]), old_v)
 
 
-def _combine(rec: dict, v: np.ndarray, old_v: np.ndarray) -> np.ndarray:
+def _combine(rec: dict, v: np.ndarray, old_v: np.ndarray | None) -> np.ndarray:
     """New bits from coded values `v` and the old bits at the same positions."""
     coding = rec["values"]
     if coding == "raw":
         return v
+    if old_v is None:
+        raise DeltaError(f"tensor {rec['name']!r}: {coding} values need old weights")
     if coding == "zdiff":
         return old_v + _unzigzag(v)
     if coding == "xor":
@@ -584,7 +589,9 @@ def _encode(
         order = sorted(groups, key=lambda n: -new[n].numel())
         encoded = dict(zip(order, pool.map(work, order), strict=True))
         old_contents = (
-            {} if old is None else _alias_base_contents(old, old_canonical, groups, encoded, pool)
+            {}
+            if old is None or old_canonical is None
+            else _alias_base_contents(old, old_canonical, groups, encoded, pool)
         )
 
     records, streams = [], []
@@ -593,12 +600,12 @@ def _encode(
         enc = encoded[canonical[name]]
         shape = tuple(new[name].shape)
         result_entries[name] = _entry_digest(name, shape, enc.result_content)
-        rec = {"name": name, "shape": list(shape), "dtype": _DTYPE, "alias_of": None}
+        rec: dict[str, Any] = {
+            "name": name, "shape": list(shape), "dtype": _DTYPE, "alias_of": None
+        }
         rec["result_tag"] = result_entries[name][:_TAG_LEN]
         if old is not None:
-            base_entries[name] = _entry_digest(
-                name, shape, old_contents.get(name, enc.base_content)
-            )
+            base_entries[name] = _entry_digest(name, shape, _base_content(old_contents, name, enc))
             rec["base_tag"] = base_entries[name][:_TAG_LEN]
         if canonical[name] != name:
             rec.update(alias_of=canonical[name], count=enc.fields["count"], index="alias")
@@ -632,6 +639,14 @@ def _check_same_tensors(old: Weights, new: Weights) -> None:
             )
 
 
+def _base_content(old_contents: dict[str, bytes], name: str, enc: _Encoded) -> bytes:
+    """The old content digest of `name`: its alias group's, else its own encoding's."""
+    content = old_contents.get(name, enc.base_content)
+    if content is None:  # only encodings from no old weights lack one
+        raise DeltaError(f"encode delta: no old content for {name!r}")
+    return content
+
+
 def _alias_base_contents(
     old: Weights,
     old_canonical: dict[str, str],
@@ -651,7 +666,7 @@ def _alias_base_contents(
     for canon, group in groups.items():
         for name in group[1:]:
             content = contents.get(old_canonical[name]) or encoded[old_canonical[name]].base_content
-            if content != encoded[canon].base_content:
+            if content is None or content != encoded[canon].base_content:
                 raise DeltaError(
                     f"encode delta: {name!r} is tied to {canon!r} in the new weights but "
                     "differs from it in the old ones"
@@ -797,12 +812,16 @@ def check_layout(info: DeltaInfo, shapes: Mapping[str, Sequence[int]]) -> None:
             )
 
 
+def _corrupt(rec: dict, what: str) -> NoReturn:
+    raise DeltaError(f"corrupt delta: tensor {rec.get('name')!r}: {what}")
+
+
 def _require(ok: bool, rec: dict, what: str) -> None:
     if not ok:
-        raise DeltaError(f"corrupt delta: tensor {rec.get('name')!r}: {what}")
+        _corrupt(rec, what)
 
 
-_REC_TYPES = {
+_REC_TYPES: dict[str, type] = {
     "name": str,
     "shape": list,
     "dtype": str,
@@ -831,8 +850,8 @@ def _validate_header(h: object) -> None:
     for rec in h["tensors"]:
         if not isinstance(rec, dict):
             raise DeltaError("corrupt delta header: tensor entry is not a map")
-        for key, typ in _REC_TYPES.items():
-            _require(isinstance(rec.get(key), typ), rec, f"field {key} is {rec.get(key)!r}")
+        for key, rec_type in _REC_TYPES.items():
+            _require(isinstance(rec.get(key), rec_type), rec, f"field {key} is {rec.get(key)!r}")
         _require(all(isinstance(d, int) and d >= 0 for d in rec["shape"]), rec, "bad shape")
         _require(not is_delta or isinstance(rec.get("base_tag"), bytes), rec, "no base_tag")
         _require("alias_of" in rec, rec, "no alias_of")
@@ -862,7 +881,8 @@ def _validate_aliases(recs: list[dict]) -> None:
         if rec["alias_of"] is None:
             continue
         target = canonical.get(rec["alias_of"])
-        _require(target is not None, rec, f"alias_of {rec['alias_of']!r} is not a tensor entry")
+        if target is None:
+            _corrupt(rec, f"alias_of {rec['alias_of']!r} is not a tensor entry")
         _require(target["shape"] == rec["shape"], rec, "alias shape differs from its tensor")
         _require(rec["index"] == "alias" and not rec.get("sections"), rec, "alias with data")
 
@@ -1027,7 +1047,7 @@ class _Journal:
     def __init__(self, keep: bool, finite: bool = False) -> None:
         self._keep = keep
         self._finite = finite
-        self._undo: list[Callable[[], None]] = []
+        self._undo: list[Callable[[], object]] = []
 
     def check(self, values: np.ndarray, name: str) -> None:
         """Refuse bf16 bit patterns whose exponent is all ones (NaN, +-inf), if asked to."""
