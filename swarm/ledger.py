@@ -450,11 +450,3 @@ def received_outcomes(session: Session) -> list[tuple[str, str, str, str, int]]:
         since = received.where(blamed == peer, GroupRow.recorded_at > at).group_by(*columns)
         out += [row.tuple() for row in session.execute(since).all()]
     return out
-
-
-def rejections_by_reason(session: Session, sender: str | None = None) -> dict[str, int]:
-    """Rejected received groups by reason (of one claimed sender, or of everyone)."""
-    stmt = select(GroupRow.reason, func.count()).where(GroupRow.status == Status.REJECTED)
-    if sender is not None:
-        stmt = stmt.where(GroupRow.sender == sender)
-    return {reason: n for reason, n in session.execute(stmt.group_by(GroupRow.reason)).all()}
