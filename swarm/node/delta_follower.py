@@ -44,6 +44,7 @@ from swarm.node.sync import (
     RefusalLimiter,
     check_header,
     check_manifest,
+    manifest_event,
     manifest_key,
     plan_catch_up,
 )
@@ -381,16 +382,7 @@ class DeltaFollower:
         result.changed |= names
         seconds = time.perf_counter() - t0
         result.events.append(
-            DeltaEvent(
-                Direction.RECEIVED,
-                m.provider,
-                m.kind,
-                m.from_version,
-                m.to_version,
-                len(blob),
-                seconds,
-                Status.APPLIED,
-            )
+            manifest_event(m, Direction.RECEIVED, Status.APPLIED, nbytes=len(blob), seconds=seconds)
         )
 
     def _fetch(self, m: DeltaManifest, result: SyncResult, deadline: float) -> bytes | None:
@@ -447,18 +439,7 @@ class DeltaFollower:
 
 
 def _rejected(m: DeltaManifest, reason: Reason, detail: str) -> DeltaEvent:
-    return DeltaEvent(
-        Direction.RECEIVED,
-        m.provider,
-        m.kind,
-        m.from_version,
-        m.to_version,
-        m.size,
-        0.0,
-        Status.REJECTED,
-        reason,
-        detail[:500],
-    )
+    return manifest_event(m, Direction.RECEIVED, Status.REJECTED, reason=reason, detail=detail)
 
 
 def _unreadable(source: str | None, nbytes: int, e: RejectedMessage) -> DeltaEvent:

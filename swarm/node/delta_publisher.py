@@ -21,7 +21,7 @@ import blake3
 import torch
 
 from swarm.errors import SwarmError, TransportError
-from swarm.node.sync import DeltaEvent
+from swarm.node.sync import DeltaEvent, manifest_event
 from swarm.p2p.transport import Transport
 from swarm.policy.delta import encode_anchor, encode_delta, read_header
 from swarm.signing import sign_manifest
@@ -139,15 +139,8 @@ class DeltaPublisher:
             m = self._recent.get(fetch.key)
             if m is not None:
                 events.append(
-                    DeltaEvent(
-                        Direction.SENT,
-                        fetch.peer_id,
-                        m.kind,
-                        m.from_version,
-                        m.to_version,
-                        fetch.nbytes,
-                        0.0,
-                        Status.SERVED,
+                    manifest_event(
+                        m, Direction.SENT, Status.SERVED, peer=fetch.peer_id, nbytes=fetch.nbytes
                     )
                 )
         return events
@@ -206,14 +199,6 @@ class DeltaPublisher:
 
     @staticmethod
     def _event(served: _Served, seconds: float) -> DeltaEvent:
-        m = served.manifest
-        return DeltaEvent(
-            Direction.SENT,
-            "",
-            m.kind,
-            m.from_version,
-            m.to_version,
-            m.size,
-            seconds,
-            Status.PUBLISHED,
+        return manifest_event(
+            served.manifest, Direction.SENT, Status.PUBLISHED, peer="", seconds=seconds
         )
