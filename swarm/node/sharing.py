@@ -204,10 +204,13 @@ class Sharing:
         for peer, reason in self.verifier.record(fresh, rejected):
             add_ban(session, peer, "auto", reason, now)
             self.reporter.message(f"banned {peer}: {reason}")
-        self.stats.received_groups += len(accepted) + len([r for r in rejected if r.reason != Reason.DUPLICATE])
+        # Each group ends in one outcome: accepted, rejected or a duplicate. A group that passed
+        # the gate and then failed a check here is in `rejected` only, never counted twice.
+        not_duplicates = [r for r in rejected if r.reason != Reason.DUPLICATE]
+        self.stats.received_groups += len(fresh) + len(not_duplicates)
         self.stats.accepted_groups += len(fresh)
-        self.stats.rejected_groups += len([r for r in rejected if r.reason != Reason.DUPLICATE])
-        self.stats.duplicates += len([r for r in rejected if r.reason == Reason.DUPLICATE])
+        self.stats.rejected_groups += len(not_duplicates)
+        self.stats.duplicates += len(rejected) - len(not_duplicates)
         self.stats.rejected_by_reason.update(r.reason for r in rejected)
         return fresh
 
