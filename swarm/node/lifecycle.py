@@ -182,6 +182,7 @@ class Node:
         generator) listen for the followed trainer's manifests. A second call does nothing."""
         if self._started:
             return
+        self.verifier.start()  # the verification worker gets ready in the background
         self.transport.start()
         self.transport.subscribe(self.topic, self.sharing.validate)
         self.following.start()
@@ -252,6 +253,7 @@ class Node:
             self.stop()
             self.following.close()  # fetches of the trainer's deltas since the last update
             self.generator.close()
+            self.verifier.close()
             self.ledger.close()
         finally:
             try:

@@ -152,6 +152,7 @@ class Observer:
         """Join the swarm: subscribe to its rollouts and delta manifests; serve metrics."""
         if self._started:
             return
+        self.verifier.start()  # the verification worker gets ready in the background
         self.transport.start()
         self.transport.subscribe(self.topic, self.sharing.validate)
         self.transport.subscribe(self.manifests.topic, self.manifests.validator)
@@ -167,6 +168,7 @@ class Observer:
         """Stop (if not stopped yet), then release the ledger, the reporters and the run folder."""
         try:
             self.stop()
+            self.verifier.close()
             self.ledger.close()
         finally:
             try:

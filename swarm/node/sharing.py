@@ -35,7 +35,7 @@ from swarm.policy.model import Policy
 from swarm.policy.prompts import build_prompt
 from swarm.signing import sign_group
 from swarm.tasks import Task
-from swarm.verify.gate import Verifier
+from swarm.verify.gate import Verifier, blamed_peer
 from swarm.verify.message import Accepted, Rejection
 from swarm.verify.reasons import Direction, Reason, Status
 from swarm.verify.spotcheck import SpotChecker
@@ -183,7 +183,10 @@ class Sharing:
                 continue
             seen.add(digest)
             try:
-                task, rewards = self.verifier.verify_content(item.group, self.config.tasks.format_reward, self.config.tasks.scoring())
+                task, rewards = self.verifier.verify_content(
+                    item.group, self.config.tasks.format_reward, self.config.tasks.scoring(),
+                    peer=blamed_peer(item.source, item.group.sender),
+                )
                 self._spot_check(item)
             except RejectedMessage as e:
                 rejected.append(Rejection(e.reason, e.detail, item.source, digest, item.group.sender, item.signed, item.group))
