@@ -179,6 +179,29 @@ class LedgerSection:
     """Where the contribution ledger lives."""
 
     url: str = opt("", "SQLAlchemy URL of the ledger ('' : SQLite file ledger.sqlite in node.run_dir; a relative sqlite:/// path in a config file is relative to its folder).")
+    rejected_rows_per_peer: int = opt(
+        32,
+        "Rejected groups of one peer stored as rows (with their signed bytes) per "
+        "ledger.count_window_s; past it they are only counted, as duplicates and a banned "
+        "peer's messages always are (table rejection_counts).",
+        min=0,
+    )
+    count_window_s: float = opt(
+        3600.0, "Window of the per-peer row quota and of the rejection counters, in seconds.", min=1.0
+    )
+    keep_days: float = opt(
+        0.0,
+        "Prune rejected rows, rejection counters and this node's own sent groups older than "
+        "this many days (0: keep them all).",
+        min=0.0,
+    )
+    max_mb: int = opt(
+        0,
+        "Prune, oldest first, rejected rows and counters, then this node's own sent groups, "
+        "while the ledger's data exceed this many MB (0: no cap). Rounds, updates, accepted "
+        "groups and their uses, which replay and reports need, are never pruned.",
+        min=0,
+    )
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,7 @@ class Node:
         if self._started:
             return
         self.verifier.start()  # the verification worker gets ready in the background
+        self.transport.set_rejection_hook(self.sharing.refused)  # recorded, the peer penalised
         self.transport.start()
         self.transport.subscribe(self.topic, self.sharing.validate)
         self.following.start()

@@ -153,6 +153,7 @@ class Observer:
         if self._started:
             return
         self.verifier.start()  # the verification worker gets ready in the background
+        self.transport.set_rejection_hook(self.sharing.refused)  # recorded, the peer penalised
         self.transport.start()
         self.transport.subscribe(self.topic, self.sharing.validate)
         self.transport.subscribe(self.manifests.topic, self.manifests.validator)

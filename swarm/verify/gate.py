@@ -29,7 +29,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from swarm.errors import RejectedMessage
@@ -135,7 +135,11 @@ class Verifier:
     # -- 1. the gossip validator -----------------------------------------------------------------
 
     def admit(self, data: bytes, source: str) -> tuple[list[Accepted], list[Rejection]]:
-        """All cheap checks on one gossip message. Never raises."""
+        """All cheap checks on one gossip message. Never raises.
+
+        A message published by a banned peer is refused before it is even decoded."""
+        if source and source in self._banned:
+            return [], [Rejection(Reason.BANNED, "the publisher is banned", source, "")]
         accepted, rejected = check_message(data, source, self.settings.swarm_id)
         if rejected:
             return [], rejected
@@ -333,20 +337,26 @@ class Verifier:
     # -- reputation and bans -----------------------------------------------------------------------
 
     def record(
-        self, accepted: Iterable[Accepted], rejected: Iterable[Rejection]
+        self,
+        accepted: Iterable[Accepted],
+        rejected: Iterable[Rejection],
+        counted: Mapping[tuple[str, Reason], int] | None = None,
     ) -> list[tuple[str, str]]:
-        """Feed outcomes to the reputation; return (peer, reason) of peers to ban now (already refused)."""
+        """Feed outcomes to the reputation: accepted and rejected groups, and rejections
+        `counted` by (blamed peer, reason). Return (peer, reason) of peers to ban now (already
+        refused)."""
         to_ban: dict[str, str] = {}
+        penalties = collections.Counter((blamed_peer(r.source, r.sender, r.reason), r.reason) for r in rejected)
+        penalties.update(counted or {})
         with self._lock:
             for item in accepted:
                 self.reputation.accepted(
                     blamed_peer(item.source, item.group.sender), item.group.finished
                 )
-            for r in rejected:
-                peer = blamed_peer(r.source, r.sender, r.reason)
+            for (peer, reason), n in penalties.items():
                 if not peer or peer == self.own_peer_id:
                     continue
-                self.reputation.rejected(peer, r.reason)
+                self.reputation.rejected(peer, reason, n)
                 if (
                     peer not in self._banned
                     and peer not in self.settings.allow_list
