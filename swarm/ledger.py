@@ -301,6 +301,9 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     # WAL: readers never block the writer and a killed writer never corrupts the file.
     # synchronous=FULL: a committed round survives even an OS crash, at one fsync per round.
     cursor = dbapi_connection.cursor()
+    # A new ledger can give pages freed by pruning back to the file system
+    # (`swarm.ledger_retention`); on an existing one this is a no-op.
+    cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA busy_timeout=10000")

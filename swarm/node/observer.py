@@ -28,6 +28,7 @@ from swarm.config import Config
 from swarm.errors import ConfigError
 from swarm.experience import ExperiencePool
 from swarm.ledger import Ledger, get_meta, set_meta, touch_peer
+from swarm.ledger_retention import Retention
 from swarm.node.assembly import (
     make_run_folder,
     make_transport,
@@ -50,6 +51,7 @@ from swarm.preflight import OBSERVER_MODEL, check_role, ledger_model_problem
 from swarm.wire import rollout_topic
 
 NO_MODEL = OBSERVER_MODEL
+PRUNE_EVERY = 50  # passes between two applications of the ledger's retention
 
 
 class Observer:
@@ -105,7 +107,9 @@ class Observer:
         except BaseException:
             self.ledger.close()
             raise
-        self.records = Records(self.ledger, self.state, self.reporter, config.tasks.scoring())
+        self.records = Records(
+            self.ledger, self.state, self.reporter, config.tasks.scoring(), Retention.from_config(config)
+        )
         self.sharing = Sharing(
             config=config,
             key_pair=self.key_pair,
@@ -196,6 +200,8 @@ class Observer:
         try:
             while not self._stop.is_set() and (target == 0 or self.state.round < target):
                 started = time.monotonic()
+                if self.state.round % PRUNE_EVERY == 0:
+                    self.records.prune()
                 self.observe()
                 self._stop.wait(max(0.0, every - (time.monotonic() - started)))
             self.sharing.final_drain()  # what peers sent during the last pass
