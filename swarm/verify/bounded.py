@@ -112,6 +112,7 @@ class WorkerStats:
     restarts: int = 0
     round_trip_s: float = 0.0  # summed over answered groups, request sent to reply read
     worker_s: float = 0.0  # of which the worker's own time on the groups
+    peak_rss_mb: float = 0.0  # the most resident memory a worker reported on one group
 
     @property
     def overhead_ms(self) -> float:
@@ -312,6 +313,7 @@ class RescoreWorker:
             raise RejectedMessage(Reason.VERIFY_CRASHED, "the verification worker died on this group")
         self.stats.round_trip_s += seconds
         self.stats.worker_s += reply.seconds
+        self.stats.peak_rss_mb = max(self.stats.peak_rss_mb, reply.peak_rss_mb)
         if reply.status == protocol.Outcome.TIMEOUT:
             self.stats.timeouts += 1
             raise RejectedMessage(Reason.VERIFY_TIMEOUT, reply.detail)

@@ -321,6 +321,11 @@ class Verifier:
             self._recent.add(group.task, (group.sender, prints))
         return rescored.task, rescored.scored(scoring or Scoring(format_weight))
 
+    @property
+    def rescorer(self) -> Rescorer:
+        """What rebuilds and scores peers' groups (a node's `RescoreWorker`, or `InProcess`)."""
+        return self._rescorer
+
     def start(self) -> None:
         """Start the rescorer's worker process, if it has one (it gets ready in the background)."""
         self._rescorer.start()

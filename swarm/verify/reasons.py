@@ -99,6 +99,7 @@ class Reason(enum.StrEnum):
     BLOB_FETCH_LIMIT = "blob_fetch_limit", 0.5, True
     FLOW_CONTROL_VIOLATION = "flow_control_violation", 1.0, True
     INBOUND_BUDGET = "inbound_budget", 0.2, True
+    BELOW_PUBLISH_SCORE = "below_publish_score", 0.2, True  # its GossipSub score fell that low
 
     @classmethod
     def from_stored(cls, code: str) -> Reason:
