@@ -15,6 +15,7 @@ import os
 
 import torch
 
+from swarm import task_cache
 from swarm.config import Config
 from swarm.errors import ConfigError, TransportError
 from swarm.node.delta_follower import DeltaFollower
@@ -34,7 +35,6 @@ from swarm.policy.model import Policy
 from swarm.policy.trainer import GRPOTrainer, OptimizerKind, TrainerSettings
 from swarm.preflight import identity_problem
 from swarm.tasks import Task, build_task, eval_specs
-from swarm import task_cache
 from swarm.verify.bounded import RescoreWorker, WorkerSettings
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings

@@ -68,7 +68,6 @@ from swarm.preflight import check_role
 from swarm.tasks import validate_mix
 from swarm.wire import rollout_topic
 
-
 PRUNE_EVERY = 50  # rounds between two applications of the ledger's retention
 
 

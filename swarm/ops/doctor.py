@@ -46,7 +46,6 @@ from swarm.ledger import (
 )
 from swarm.ledger_retention import describe, ledger_size
 
-
 # Tables added after schema version 3 was first written: a ledger last opened by an older
 # version lacks them until its node starts again (the tables are made then).
 LATER_TABLES = frozenset({"rejection_counts"})

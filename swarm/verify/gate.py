@@ -36,9 +36,9 @@ from swarm.errors import RejectedMessage
 from swarm.signing import check_group_signature
 from swarm.tasks import Scoring, Task, canonical_config, claim_rules
 from swarm.verify import rules
-from swarm.verify.message import Accepted, Rejection, check_message, collateral
 from swarm.verify.bounded import InProcess, Rescorer
 from swarm.verify.budget import VerifyBudget
+from swarm.verify.message import Accepted, Rejection, check_message, collateral
 from swarm.verify.reasons import Reason, Status
 from swarm.verify.reputation import Reputation, ReputationSettings
 from swarm.verify.state import DecodedMessages, NonceCache, RateLimits, RecentGroups
