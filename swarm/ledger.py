@@ -35,7 +35,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from swarm.errors import LedgerError
-from swarm.verify.reasons import Direction, Status
+from swarm.verify.reasons import Direction, Reason, Status
 
 SCHEMA_VERSION = 3
 
@@ -455,7 +455,7 @@ def unbanned_at(session: Session) -> dict[str, float]:
 
 
 def add_rejection_counts(
-    session: Session, counts: Mapping[tuple[str, str], int], now: float, window_s: float
+    session: Session, counts: Mapping[tuple[str, Reason], int], now: float, window_s: float
 ) -> None:
     """Add (peer, reason) -> n to the counters of the window holding `now`."""
     start = int(now // window_s * window_s) if window_s > 0 else 0

@@ -168,8 +168,10 @@ def give_back_free_pages(ledger: Ledger) -> None:
         return
     raw = ledger.engine.raw_connection()
     try:
+        driver = raw.driver_connection
+        assert driver is not None  # an open pysqlite connection
         # executescript steps the pragma to its end (execute() frees one page per step)
-        raw.driver_connection.executescript("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")
+        driver.executescript("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")
     finally:
         raw.close()
 

@@ -32,7 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 from swarm.errors import RejectedMessage, VerifyWorkerError
 from swarm.tasks import Task
@@ -133,7 +133,7 @@ class RescoreWorker:
         self.stats = WorkerStats()
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
-        self._stderr = None
+        self._stderr: IO[bytes] | None = None
         self._buffer = bytearray()
         self._ready = False
         self._closed = False
@@ -172,7 +172,8 @@ class RescoreWorker:
             return
         for pipe in (proc.stdin, proc.stdout):
             try:
-                pipe.close()
+                if pipe is not None:
+                    pipe.close()
             except OSError:
                 pass
         try:
