@@ -122,7 +122,7 @@ def guard_module(name: str) -> bool:
         if module is None:
             return True  # not imported: nothing of it can run yet
         if name in EVAL_SCORERS:
-            module.eval = literal_value  # a module global shadows the builtin
+            vars(module)["eval"] = literal_value  # a module global shadows the builtin
         else:
             attribute = SYMPY_SCORERS[name]
             current = getattr(module, attribute)
