@@ -1,7 +1,6 @@
 """Keeping a ledger within what its operator allows: its size, and pruning by age and size.
 
-A node writes a row per group it sends (~6.5 MB a minute for a node with default settings
-and no attack), per group it accepts, per rejected group within each peer's quota, and a
+A node writes a row per group it sends, per group it accepts, per rejected group within each peer's quota, and a
 counter per (peer, reason, window) beyond (`swarm.node.rejection_log`). Two settings bound
 what stays (`ledger.keep_days`, `ledger.max_mb`; both off by default):
 
