@@ -22,6 +22,7 @@ Deliberately not here: what to do with the outcome (`swarm.verify.gate`).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import select
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -137,6 +139,7 @@ class RescoreWorker:
         self._buffer = bytearray()
         self._ready = False
         self._closed = False
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-worker")
 
     # -- the process -----------------------------------------------------------------------------
 
@@ -155,11 +158,14 @@ class RescoreWorker:
             self.python, "-m", "swarm.verify.worker", "--memory-mb", str(s.memory_mb),
             "--cache-mb", str(s.cache_mb), "--deadline-s", repr(s.deadline_s),
         ]
+        popen = functools.partial(
+            subprocess.Popen, command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._stderr, env=env, start_new_session=True,  # a Ctrl-C for the node is not its
+        )
         try:
-            self._proc = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                env=env, start_new_session=True,  # a Ctrl-C meant for the node is not its
-            )
+            # Started from a thread of its own that lives until `close`: Linux kills the worker
+            # when the thread that started it ends (PR_SET_PDEATHSIG), not only the process.
+            self._proc = self._spawner.submit(popen).result()
         except OSError as e:
             raise VerifyWorkerError(f"cannot start the verification worker: {e}") from None
         self._buffer.clear()
@@ -209,6 +215,7 @@ class RescoreWorker:
         with self._lock:
             self._closed = True
             self._stop()
+        self._spawner.shutdown(wait=True)
 
     @property
     def pid(self) -> int | None:
@@ -243,6 +250,8 @@ class RescoreWorker:
                 self._buffer += chunk
 
     def _ensure_ready(self) -> None:
+        if self._proc is not None and self._proc.poll() is not None:
+            self._restart()  # it died between two groups: no group of a peer's to blame
         if self._proc is None:
             if self._closed:
                 raise VerifyWorkerError("the verification worker is closed")
