@@ -161,7 +161,7 @@ def test_costly_task_specs(victim, attacker):
     a.send(unlisted + heavy)
     wait_for(lambda: sum(outcomes(victim, a.peer_id).values()) >= 33, 120, "the first wave's outcomes")
     time.sleep(3.0)  # the attacker's share of verification time refills a little
-    # Within the catalogue, but slow: sympy computes 9**43046721 (77 s unbounded on this machine).
+    # Within the catalogue, but slow: sympy computes 9**43046721 (a minute of CPU unbounded).
     slow = [a.group("countdown", {}, 100 + i, ("<answer>9**9**8</answer>",), claims=(0.0,)) for i in range(3)]
     a.send(slow)
     wait_for(lambda: sum(outcomes(victim, a.peer_id).values()) >= 36, 120, "the slow groups' outcomes")
