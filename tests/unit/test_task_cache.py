@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from swarm import task_cache
-from swarm.task_cache import ByteLRU, measured
+from swarm.task_cache import ByteLRU, deep_size
 from swarm.tasks import TaskSpec, build_task
 
 
@@ -36,11 +38,12 @@ def test_a_smaller_budget_evicts_at_once():
     assert cache.info().entries == 2 and cache.get(4) == 4
 
 
-def test_measured_counts_what_a_build_keeps():
-    value, nbytes = measured(lambda: bytearray(3 << 20))
-    assert len(value) == 3 << 20 and (3 << 20) <= nbytes < (4 << 20)
-    _, freed = measured(lambda: len(bytearray(3 << 20)))
-    assert freed < (1 << 20)  # allocated during the build but not held after it
+def test_deep_size_counts_what_an_object_holds_and_not_shared_code():
+    words = [f"word{i}" for i in range(10_000)]
+    held = {"words": words, "table": bytearray(1 << 20), "helper": deep_size, "kind": dict}
+    size = deep_size(held)
+    assert (1 << 20) + sum(map(sys.getsizeof, words)) <= size < (1 << 20) + (1 << 20)
+    assert deep_size([words, words]) < deep_size(words) + 1024  # counted once
 
 
 @pytest.fixture
