@@ -23,6 +23,7 @@ from swarm.config import Config, task_mix
 from swarm.errors import CheckpointError, ConfigError
 from swarm.experience import ExperiencePool
 from swarm.ledger import Ledger, get_meta, set_meta, supersede_after
+from swarm.ledger_retention import Retention
 from swarm.node.assembly import (
     claim_run_folder,
     identity_and_transport,
@@ -62,6 +63,8 @@ from swarm.policy.model import load_policy
 from swarm.preflight import check_role
 from swarm.tasks import validate_mix
 from swarm.wire import rollout_topic
+
+PRUNE_EVERY = 50  # rounds between two applications of the ledger's retention
 
 
 class Node:
@@ -111,7 +114,9 @@ class Node:
         self.trainer = make_trainer(config, self.policy)
         self.spot_checker = make_spot_checker(config, self.policy)
         self.eval_tasks = make_eval_tasks(config, self.mix)
-        self.records = Records(self.ledger, self.state, self.reporter, config.tasks.scoring())
+        self.records = Records(
+            self.ledger, self.state, self.reporter, config.tasks.scoring(), Retention.from_config(config)
+        )
         self._resume()
         publisher, follower, self.transport = make_sync(
             config, self.transport, self.key_pair, self.peer_id, self.policy, self.state.policy_version
@@ -165,6 +170,8 @@ class Node:
         generator) listen for the followed trainer's manifests. A second call does nothing."""
         if self._started:
             return
+        self.verifier.start()  # the verification worker gets ready in the background
+        self.transport.set_rejection_hook(self.sharing.refused)  # recorded, the peer penalised
         self.transport.start()
         self.transport.subscribe(self.topic, self.sharing.validate)
         self.following.start()
@@ -214,8 +221,11 @@ class Node:
         try:
             if self.state.round == 0:
                 self.evaluate()
+            self.records.prune()
             while not self._stop.is_set() and (target == 0 or self.state.round < target):
                 self.run_round()
+                if self.state.round % PRUNE_EVERY == 0:
+                    self.records.prune()
                 if self.state.round % self.config.tasks.eval_every == 0:
                     self.evaluate()
                 if self.state.round % self.config.node.checkpoint_every == 0:
@@ -235,6 +245,7 @@ class Node:
             self.stop()
             self.following.close()  # fetches of the trainer's deltas since the last update
             self.generator.close()
+            self.verifier.close()
             self.ledger.close()
         finally:
             try:
