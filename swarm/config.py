@@ -111,6 +111,7 @@ class TrainingSection:
     max_version_gap: int = opt(1, "Skip shared groups of our own model more than this many policy versions behind us (-1: no bound; 1 measured best, see README).", min=-1)
     max_age_s: float = opt(600.0, "Skip shared groups received longer ago than this (0: no bound).", min=0.0)
     pool_size: int = opt(4096, "Shared groups kept waiting for training (oldest dropped first).", min=1)
+    pool_mb: float = opt(64.0, "Text of the shared groups kept waiting for training, in MB (oldest dropped first).", min=0.01)
     signal_filter: str = opt(
         "all",
         "Which groups lose their place when all their rewards are equal: all (local and shared) "

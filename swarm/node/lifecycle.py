@@ -99,7 +99,7 @@ class Node:
             config, transport, key_pair
         )
         self.topic = rollout_topic(config.p2p.swarm_id)
-        self.pool = ExperiencePool(config.training.pool_size)  # peers' groups, re-scored, awaiting training
+        self.pool = ExperiencePool(config.training.pool_size, int(config.training.pool_mb * 2**20))  # peers' groups, re-scored, awaiting training
         self.verifier = make_verifier(config, self.peer_id)
         self.mix = validate_mix(task_mix(config))
         self.sampling = sampling_params(config)
