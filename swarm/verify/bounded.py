@@ -286,13 +286,19 @@ class RescoreWorker:
 
     def _exchange(self, request: bytes):
         """Send one request, read its reply; restart the worker if it fails to answer."""
-        assert self._proc is not None and self._proc.stdin is not None
-        try:
-            self._proc.stdin.write(request)
-            self._proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            self._restart()
-            return None
+        for attempt in range(2):
+            assert self._proc is not None and self._proc.stdin is not None
+            try:
+                self._proc.stdin.write(request)
+                self._proc.stdin.flush()
+                break
+            except (BrokenPipeError, OSError):
+                # It died before reading this group (between two groups): not the group's
+                # doing, so the group goes to a fresh worker once.
+                self._restart()
+                if attempt:
+                    return None
+                self._ensure_ready()
         body = self._read(self.settings.deadline_s + self.settings.grace_s)
         if body is _TIMED_OUT:
             self._restart()
