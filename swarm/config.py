@@ -94,7 +94,7 @@ class TrainingSection:
     clip_high: float = opt(0.28, "Upper clip of the probability ratio (1 + clip_high).", min=0.0, max=10.0)
     kl_coef: float = opt(0.0, "Weight of the KL penalty to the starting model (0: no reference model kept).", min=0.0)
     max_grad_norm: float = opt(1.0, "Gradient clipping norm (0: no clipping).", min=0.0)
-    micro_batch_size: int = opt(64, "Sequences per forward/backward; gradients accumulate over micro-batches.", min=1)
+    micro_batch_size: int = opt(16, "Sequences per forward/backward; gradients accumulate over micro-batches (activation memory grows with it: 64 holds ~250 MB more than 16 for the tiny model).", min=1)
     minibatch_size: int = opt(0, "Completions per optimizer step; a round makes as many steps as its batch fills (0: one step per round, however large the batch).", min=0)
     epochs: int = opt(1, "Passes per round over the same batch (1: strictly on-policy when minibatch_size is 0).", min=1, max=16)
     precision: str = opt("auto", "auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16.", choices=("auto", "fp32", "bf16"))

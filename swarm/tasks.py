@@ -102,7 +102,7 @@ def canonical_config(config: Mapping[str, Any]) -> str:
 @functools.lru_cache(maxsize=256)
 def _dataset(name: str, config_json: str, seed: int):
     """Build (and cache) a reasoning-gym dataset; translate its errors into `TaskError`."""
-    import reasoning_gym  # imported lazily: it is slow to import and pulls in many modules
+    from swarm.task_datasets import create_dataset  # only this dataset's module of reasoning-gym
 
     config = json.loads(config_json)
     if not isinstance(config, dict):
@@ -110,7 +110,7 @@ def _dataset(name: str, config_json: str, seed: int):
     # Some datasets print progress dots while building; keep the node's output clean.
     with contextlib.redirect_stdout(io.StringIO()):
         try:
-            return reasoning_gym.create_dataset(name, seed=seed, size=_DATASET_SIZE, **config)
+            return create_dataset(name, seed=seed, size=_DATASET_SIZE, **config)
         except Exception as e:  # noqa: BLE001 - any failure to build is a bad spec, from a peer or a config
             raise TaskError(f"cannot build dataset {name!r} with config {config_json}: {e}") from None
 

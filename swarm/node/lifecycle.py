@@ -34,6 +34,7 @@ from swarm.node.assembly import (
     sampling_params,
 )
 from swarm.node.following import Following
+from swarm.node.memory import release_free_memory
 from swarm.node.records import Records
 from swarm.node.rounds import RoundLoop, evaluate_by_family
 from swarm.node.runlock import RunLock
@@ -241,7 +242,9 @@ class Node:
 
     def run_round(self) -> RoundReport:
         """One round (`swarm.node.rounds`); it shares with peers once the node is started."""
-        return self.rounds.run_round()
+        report = self.rounds.run_round()
+        release_free_memory()  # what the round freed goes back to the OS
+        return report
 
     def generate_groups(self) -> list[LocalGroup]:
         """This round's groups, generated and scored, without sharing or training on them."""
