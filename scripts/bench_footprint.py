@@ -7,9 +7,12 @@ Each measurement runs in a fresh Python process (what is imported is the point):
 - `tiny`: a trainer node with the built-in tiny model on the libp2p transport (listening on
   127.0.0.1, no peers), as `swarm-node join` runs it: build, start, evaluate, a few rounds,
   checkpoint, close; per stage the seconds (wall and CPU), RSS after it and the peak RSS
-  during it, and at the end where the resident memory lives (heap, anonymous, files).
+  during it, and at the end where the resident memory lives (heap, anonymous, files);
+- `network`: a network-only node (`swarm.node.network_only`: no model, synthetic groups,
+  real signing and verification) over libp2p, in a swarm of three (two more such nodes
+  run in their own processes): build, start, rounds paced 2 s apart, close.
 
-    python scripts/bench_footprint.py                         # imports, tiny
+    python scripts/bench_footprint.py                         # imports, tiny, network
     python scripts/bench_footprint.py --only tiny --config node_config/solo-cpu.toml
     python scripts/bench_footprint.py --only tiny --set training.micro_batch_size=64
 
@@ -28,7 +31,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("imports", "tiny")
+KINDS = ("imports", "tiny", "network")
 # The node's heavy imports in the order `swarm-node join` makes them.
 IMPORTS = (
     "swarm",
@@ -118,6 +121,43 @@ def child_tiny(args) -> dict:
     }
 
 
+def child_network(args) -> dict:
+    from swarm.ops.footprint import Stages, memory_map
+
+    stages = Stages()
+    with stages.measure("import swarm"):
+        import swarm  # noqa: F401
+    with stages.measure("import network node"):
+        from swarm.node.network_only import NetworkNode, NetworkNodeSettings, run_paced
+    with stages.measure("build"):
+        node = NetworkNode.over_libp2p(NetworkNodeSettings(), listen="/ip4/127.0.0.1/tcp/0")
+    helpers = []
+    try:
+        with stages.measure("start (libp2p)"):
+            node.start()
+        start_at = time.time() + 4.0
+        cmd = [sys.executable, "-m", "swarm.node.network_only", "--rounds", str(args.rounds),
+               "--start-at", str(start_at), "--bootstrap", node.transport.listen_addrs()[0]]
+        env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(ROOT)}
+        helpers = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env) for _ in range(2)]
+        costs = []
+        for i in range(args.rounds):
+            with stages.measure(f"round {i}"):
+                costs += run_paced(node, 1, 2.0, start_at + 2.0 * i)
+    finally:
+        with stages.measure("close"):
+            node.close()
+        for helper in helpers:
+            helper.wait(timeout=60)
+    return {
+        "stages": [s.as_dict() for s in stages.stages],
+        "peak_mb": stages.peak_mb,
+        "memory_map_mb": memory_map(),
+        "rounds": [{k: c.as_dict()[k] for k in ("accepted", "verified", "bytes_in", "bytes_out")}
+                   for c in costs],
+    }
+
+
 # -- the parent -------------------------------------------------------------------------------
 
 
@@ -163,7 +203,8 @@ def show(kind: str, result: dict) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.child:
-        fn = {"imports": lambda: child_imports(), "tiny": lambda: child_tiny(args)}[args.child]
+        fn = {"imports": lambda: child_imports(), "tiny": lambda: child_tiny(args),
+              "network": lambda: child_network(args)}[args.child]
         print(json.dumps(fn()))
         return 0
     results = {"python": sys.version.split()[0], "cpus": os.cpu_count()}

@@ -1,4 +1,5 @@
-"""What a process costs: resident memory now and at its peak, per stage, and where it lives.
+"""What a process costs: resident memory now and at its peak, per stage, and where it lives;
+and the TCP bytes it has moved.
 
 Linux only (reads /proc/self). A stage's peak is the highest resident set size reached
 while it ran: the kernel's high-water mark (VmHWM) is reset to the current size when a
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import collections
 import os
+import socket
+import struct
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -115,3 +118,63 @@ class _Measuring:
         s.rss_mb, s.peak_mb = round(rss_mb(), 1), round(peak_mb(), 1)
         s.modules = len(sys.modules)
         self.stages.stages.append(s)
+
+
+_TCP_BYTES_ACKED, _TCP_BYTES_RECEIVED = 120, 128  # offsets of the u64s in Linux's tcp_info
+
+
+class TcpMeter:
+    """TCP payload bytes this process sent and received over all its sockets, cumulative.
+
+    Read from each open TCP socket's TCP_INFO (bytes acknowledged by the peer, bytes
+    received), remembered per socket, so a connection that closes keeps what it moved up
+    to the last reading. Counts exactly what went on the wire above TCP (Noise, Yamux and
+    every protocol included); not what the kernel added (headers, retransmissions).
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, int]] = {}  # socket inode -> (received, sent)
+        self.received = 0
+        self.sent = 0
+
+    def read(self) -> tuple[int, int]:
+        """(bytes received, bytes sent) since this meter was made."""
+        for inode, fd in _tcp_sockets():
+            counts = _tcp_counts(fd)
+            if counts is None:
+                continue
+            before = self._last.get(inode, (0, 0))
+            self.received += max(0, counts[0] - before[0])
+            self.sent += max(0, counts[1] - before[1])
+            self._last[inode] = counts
+        return self.received, self.sent
+
+
+def _tcp_sockets():
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            yield target, int(fd)
+
+
+def _tcp_counts(fd: int) -> tuple[int, int] | None:
+    try:
+        sock = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return None
+    try:
+        if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+            return None
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+        if len(info) < _TCP_BYTES_RECEIVED + 8:
+            return None
+        sent = struct.unpack_from("Q", info, _TCP_BYTES_ACKED)[0]
+        received = struct.unpack_from("Q", info, _TCP_BYTES_RECEIVED)[0]
+        return received, sent
+    except OSError:
+        return None
+    finally:
+        sock.close()
