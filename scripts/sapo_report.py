@@ -96,6 +96,8 @@ def _tuning_table(units: list[dict], console: Console) -> dict:
 
 def _seed_table(cumulative: dict, batch: dict, console: Console) -> dict:
     seeds = sorted({s for by_seed in cumulative.values() for s in by_seed})
+    if not seeds:
+        return {}
     table = Table(title="cumulative reward per seed: own fresh rollouts / training batch (sum over 8 nodes and all rounds)")
     table.add_column("arm")
     for s in seeds:

@@ -1,10 +1,10 @@
 """Configuration: one documented, frozen dataclass per component, loaded from TOML.
 
 A config file has one table per component (`[node]`, `[policy]`, `[generation]`,
-`[training]`, `[tasks]`, `[ledger]`, `[p2p]`, `[verify]`, `[sync]`); every key is optional and defaults to the
-value documented below. Values are then overridden by environment variables
-(`SWARM__<SECTION>__<KEY>=value`, e.g. `SWARM__TRAINING__LR=1e-5`) and finally by the CLI
-(`--set training.lr=1e-5`, plus a few dedicated flags).
+`[training]`, `[tasks]`, `[ledger]`, `[p2p]`, `[verify]`, `[sync]`, `[monitor]`); every key is
+optional and defaults to the value documented below. Values are then overridden by environment
+variables (`SWARM__<SECTION>__<KEY>=value`, e.g. `SWARM__TRAINING__LR=1e-5`) and finally by the
+CLI (`--set training.lr=1e-5`, plus a few dedicated flags).
 
 Any unknown section or key, wrong type or out-of-range value is a `ConfigError` whose
 message names the file and the key, on one line. This module imports no torch, so
@@ -51,6 +51,12 @@ class NodeSection:
     seed: int = opt(0, "Seed for sampling, task streams and everything random in this node.", min=0)
     checkpoint_every: int = opt(10, "Write a checkpoint every this many rounds (and always on a clean stop).", min=1)
     keep_checkpoints: int = opt(3, "How many recent checkpoints to keep on disk.", min=1)
+    observe_every_s: float = opt(
+        5.0,
+        "Observer role: seconds between its passes over what arrived (node.rounds counts passes).",
+        min=0.05,
+        max=3600.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -210,6 +216,7 @@ class VerifySection:
     spot_check_completions: int = opt(1, "Completions per group whose tokens are re-scored under our own policy when the sender declares our model, base and policy version (0: off).", min=0, max=256)
     spot_check_groups_per_round: int = opt(1, "At most this many qualifying groups are spot-checked per round (each costs a forward pass).", min=0)
     spot_check_min_prob: float = opt(1e-6, "A spot-checked token less likely than this under the declared sampler marks the group implausible.", min=0.0, max=1.0)
+    task_catalogue: list = opt([], "Tasks peers' groups may name besides this node's own mix: a list of tables {dataset, config} (exact configs). A group naming any other dataset or config is rejected before its task is rebuilt (unlisted_task), so a peer cannot make this node build costly tasks.")
     recheck_signatures: bool = opt(False, "Check each group's signature again when the round loop takes it from the inbox. Off by default: the transports queue only messages the gossip validator accepted, signature included.")
 
 
@@ -233,6 +240,30 @@ class SyncSection:
 
 
 @dataclass(frozen=True)
+class MonitorSection:
+    """What a node tells its operator besides the terminal: log file, metrics, experiment logs."""
+
+    log_format: str = opt(
+        "text",
+        "node.log in the run folder (rotated): text (time, level, message) or json (one JSON "
+        "object a line).",
+        choices=("text", "json"),
+    )
+    log_max_mb: int = opt(10, "Rotate node.log when it reaches this many MB.", min=1, max=10_000)
+    log_backups: int = opt(5, "Rotated logs kept (node.log.1 ... node.log.N).", min=0, max=1000)
+    metrics: str = opt(
+        "",
+        "HOST:PORT to serve Prometheus metrics on (e.g. 127.0.0.1:9400; port 0: any free one); "
+        "'' : off.",
+    )
+    tensorboard: bool = opt(
+        False,
+        "Also write TensorBoard event files to tensorboard/ in the run folder (needs the "
+        "tensorboard package).",
+    )
+
+
+@dataclass(frozen=True)
 class Config:
     """A node's whole configuration."""
 
@@ -245,6 +276,7 @@ class Config:
     p2p: P2PSection = field(default_factory=P2PSection)
     verify: VerifySection = field(default_factory=VerifySection)
     sync: SyncSection = field(default_factory=SyncSection)
+    monitor: MonitorSection = field(default_factory=MonitorSection)
 
     @property
     def run_dir(self) -> Path:
@@ -273,7 +305,8 @@ def who_set(origins: Mapping[tuple[str, str], str], source: str, *keys: str) -> 
     """Who set these `section.key`s, for an error message: the strongest setter among them
     (a flag such as --rounds, then --set, then an env var, then the file); `source` (the
     file, or "defaults") if none of them was set."""
-    found = [origins[k] for k in (tuple(key.split(".", 1)) for key in keys) if k in origins]
+    pairs = [(section, name) for section, _, name in (key.partition(".") for key in keys)]
+    found = [origins[k] for k in pairs if k in origins]
     return max(found, key=_origin_rank, default=source)
 
 
@@ -363,6 +396,10 @@ def _check_cross_field(config: Config, origin) -> None:
         raise ConfigError(f"{source}: tasks.mix must list datasets when tasks.preset = \"custom\"")
     if config.tasks.preset != "custom" and config.tasks.mix:
         raise ConfigError(f"{source}: tasks.mix is only used with tasks.preset = \"custom\"")
+    listed = origin("verify", "task_catalogue")
+    for i, entry in enumerate(config.verify.task_catalogue):
+        if not isinstance(entry, Mapping) or "dataset" not in entry or set(entry) - {"dataset", "config"}:
+            raise ConfigError(f"{listed}: verify.task_catalogue[{i}] must be a table with keys dataset and config")
     for i, entry in enumerate(config.tasks.mix):
         if not isinstance(entry, Mapping) or "dataset" not in entry:
             raise ConfigError(f"{source}: tasks.mix[{i}] must be a table with a 'dataset' key")
@@ -418,6 +455,6 @@ def describe_config() -> list[tuple[str, str, str]]:
     rows = []
     for section, cls in SECTIONS.items():
         for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
             rows.append((f"{section}.{f.name}", repr(default), f.metadata.get("help", "")))
     return rows

@@ -50,6 +50,10 @@ class TransportError(SwarmError):
     """The peer-to-peer transport failed (listen, dial, publish, stream)."""
 
 
+class FetchTooSlow(TransportError):
+    """A blob fetch ran past its deadline or fell below its minimum transfer rate."""
+
+
 class Libp2pVersionError(TransportError):
     """The installed py-libp2p is not the version whose internals the transport patches."""
 

@@ -219,9 +219,18 @@ class Ledger:
             raise LedgerError(f"cannot open ledger {url}: {_one_line(e)}") from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         if create:
+            self._stamp_schema()
+
+    def _stamp_schema(self) -> None:
+        """Record the schema version once; another opener may record it at the same moment."""
+        try:
             with self.transaction() as session:
                 if session.get(Meta, "schema_version") is None:
                     session.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
+        except LedgerError:
+            with self.reader() as session:
+                if session.get(Meta, "schema_version") is None:
+                    raise
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:

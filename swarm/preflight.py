@@ -9,14 +9,16 @@ Cheapest checks first, so most mistakes are refused within a second or two:
 
 1. the role; the run folder can be created and written;
 2. the listen address parses and its port is free on an address of this machine; the
-   bootstrap addresses and the allow-list's peer IDs parse;
+   bootstrap addresses and the allow-list's peer IDs parse; the metrics address parses and
+   its port is free; TensorBoard is installed when asked for;
 3. the swarm key file reads; the run folder's identity, if any, reads and is on the
    allow-list (a member without its identity would otherwise make a new, unlisted one);
    the run folder's ledger belongs to this model;
 4. the task mix builds;
 5. the model: a local folder holds a config, weights and a tokenizer; CUDA and vLLM are
    there when asked for; the task mix's prompts (a sample of the questions, formatted as the node
-   formats them) plus `generation.max_new_tokens` fit the model's context.
+   formats them) plus `generation.max_new_tokens` fit the model's context (an observer has no
+   model: none of these apply to it).
 
 Deliberately not here: whether another process holds the run folder (`swarm.node.runlock`),
 or anything that needs the model's weights.
@@ -31,9 +33,17 @@ from pathlib import Path
 
 from swarm.config import Config, task_mix
 from swarm.errors import ConfigError, SwarmError
-from swarm.p2p.addresses import check_peer_id, listen_problem, parse_dial, parse_listen
+from swarm.p2p.addresses import (
+    TcpAddress,
+    check_peer_id,
+    listen_problem,
+    parse_dial,
+    parse_listen,
+)
 
-ROLES = ("trainer", "generator")
+ROLES = ("trainer", "generator", "observer")
+OBSERVER = "observer"  # the role without a model
+OBSERVER_MODEL = "none (observer)"  # what an observer's ledger says its model is
 CONTEXT_SAMPLE = 64  # questions of the training stream (and as many held-out ones) measured
 
 Where = Callable[..., str]
@@ -47,8 +57,8 @@ def check_role(config: Config, where: Where = _nowhere) -> None:
     """Refuse a role this version does not have."""
     if config.node.role not in ROLES:
         raise ConfigError(
-            f"{where('node.role')}: node.role = {config.node.role!r} is not available in this "
-            "version; use 'trainer' or 'generator'"
+            f"{where('node.role')}: node.role = {config.node.role!r} is not a role; use "
+            "'trainer', 'generator' or 'observer'"
         )
 
 
@@ -60,6 +70,7 @@ def preflight(config: Config, where: Where = _nowhere) -> None:
         check_role,
         check_run_folder,
         check_addresses,
+        check_monitor,
         check_swarm_key,
         check_identity,
         check_ledger,
@@ -164,7 +175,8 @@ def identity_problem(path: Path, peer_id: str | None, allowed: list[str]) -> str
 
 
 def check_ledger(config: Config, where: Where = _nowhere) -> None:
-    """A run folder's existing ledger belongs to a node of the configured model."""
+    """A run folder's existing ledger belongs to a node of the configured model (an observer's:
+    to an observer)."""
     if config.ledger.url or not (Path(config.run_dir) / "ledger.sqlite").exists():
         return
     from swarm.ledger import Ledger, get_meta
@@ -177,17 +189,28 @@ def check_ledger(config: Config, where: Where = _nowhere) -> None:
         return  # not readable as a ledger: opening it at start says why
     finally:
         ledger.close()
-    if model is not None and model != config.policy.model:
-        raise ConfigError(
-            f"{where('policy.model', 'node.run_dir')}: {config.run_dir} belongs to a node of model "
-            f"{model!r}, not {config.policy.model!r}: use another node.run_dir"
-        )
+    problem = ledger_model_problem(config, model)
+    if problem:
+        raise ConfigError(f"{where('policy.model', 'node.run_dir')}: {problem}")
+
+
+def ledger_model_problem(config: Config, model: str | None) -> str | None:
+    """Why a run folder whose ledger names `model` cannot serve this config's node, or None."""
+    expected = OBSERVER_MODEL if config.node.role == OBSERVER else config.policy.model
+    if model is None or model == expected:
+        return None
+    return (
+        f"{config.run_dir} belongs to a node of model {model!r}, not {expected!r}: "
+        "use another node.run_dir"
+    )
 
 
 def check_model(config: Config, where: Where = _nowhere) -> None:
     """A local model folder holds a config, weights and a tokenizer; a name is well formed."""
     from swarm.policy.source import model_problem
 
+    if config.node.role == OBSERVER:
+        return
     problem = model_problem(config.policy.model)
     if problem:
         raise ConfigError(
@@ -198,6 +221,8 @@ def check_model(config: Config, where: Where = _nowhere) -> None:
 def check_device(config: Config, where: Where = _nowhere) -> None:
     """CUDA when the device or the vLLM backend needs it; vLLM installed when asked for."""
     device, backend = config.policy.device, config.generation.backend
+    if config.node.role == OBSERVER:
+        return
     if backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ConfigError(
             f"{where('generation.backend')}: generation.backend = 'vllm' needs the vllm package: "
@@ -248,6 +273,8 @@ def check_context(config: Config, where: Where = _nowhere) -> None:
     fits the model's context (positions); skipped for a model that is not on this machine."""
     from swarm.policy.source import context_source
 
+    if config.node.role == OBSERVER:
+        return
     source = context_source(config.policy.model)
     if source is None:
         return
@@ -299,3 +326,32 @@ def longest_prompt(config: Config, tokenizer) -> tuple[int, str]:
         if length > longest:
             longest, dataset = length, spec.dataset
     return longest, dataset
+
+
+def check_monitor(config: Config, where: Where = _nowhere) -> None:
+    """The metrics address parses and its port is free here; TensorBoard is installed if asked."""
+    m = config.monitor
+    if m.tensorboard:
+        from swarm.ops.explog import TENSORBOARD_MISSING, tensorboard_available
+
+        if not tensorboard_available():
+            raise ConfigError(f"{where('monitor.tensorboard')}: {TENSORBOARD_MISSING}")
+    if not m.metrics:
+        return
+    import ipaddress
+    import socket
+
+    from swarm.ops.metrics import parse_metrics_address
+
+    try:
+        host, port = parse_metrics_address(m.metrics)
+    except ConfigError as e:
+        raise ConfigError(f"{where('monitor.metrics')}: {e}") from None
+    try:
+        v6 = ipaddress.ip_address(host).version == 6
+    except ValueError:
+        v6 = False  # a host name: bound as IPv4, as the metrics server does
+    family = socket.AF_INET6 if v6 else socket.AF_INET
+    problem = listen_problem(TcpAddress(host, port, family))
+    if problem:
+        raise ConfigError(f"{where('monitor.metrics')}: monitor.metrics = {m.metrics!r}: {problem}")

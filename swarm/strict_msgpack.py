@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import typing
 from collections.abc import Callable
+from typing import TypeGuard
 
 import msgspec
 
@@ -172,7 +173,7 @@ def _fields(cls: type) -> tuple[tuple[str, str, object], ...]:
     return tuple((f.name, f.encode_name, hints[f.name]) for f in msgspec.structs.fields(cls))
 
 
-def _is_struct(t: object) -> bool:
+def _is_struct(t: object) -> TypeGuard[type[msgspec.Struct]]:
     return isinstance(t, type) and issubclass(t, msgspec.Struct)
 
 

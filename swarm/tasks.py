@@ -19,7 +19,6 @@ import io
 import json
 import math
 import random
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -36,7 +35,6 @@ MAX_SPEC_INDEX = _DATASET_SIZE - 1
 
 ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
-_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.DOTALL)
 
 
 class AnswerRule(StrEnum):
@@ -130,15 +128,38 @@ def build_task(spec: TaskSpec) -> Task:
     return Task(spec=spec, question=str(entry["question"]), answer=None if answer is None else str(answer), entry=entry)
 
 
+def last_tagged_answer(completion: str) -> tuple[int, int, int] | None:
+    """(start, end, close_end) of the last `<answer>...</answer>` (the regex
+    `<answer>(.*?)</answer>` matched left to right), or None; `completion[start:end]` is
+    its text.
+
+    Linear in the completion's length: the two search positions only move forward, so
+    completions crafted with thousands of unclosed tags cost no more than plain text (a
+    backtracking regex tried every opening tag against the rest of the text).
+    """
+    last = None
+    pos = 0
+    while True:
+        opened = completion.find(ANSWER_OPEN, pos)
+        if opened < 0:
+            return last
+        start = opened + len(ANSWER_OPEN)
+        end = completion.find(ANSWER_CLOSE, start)
+        if end < 0:
+            return last
+        pos = end + len(ANSWER_CLOSE)
+        last = (start, end, pos)
+
+
 def extract_answer(completion: str) -> tuple[str, bool]:
     """The answer a completion gives, and whether it used the `<answer>` tag.
 
     The last tagged answer wins (models often restate); without a tag the whole completion,
     stripped, is taken as the answer so untagged but correct output still scores.
     """
-    found = _ANSWER_RE.findall(completion)
+    found = last_tagged_answer(completion)
     if found:
-        return found[-1].strip(), True
+        return completion[found[0] : found[1]].strip(), True
     return completion.strip(), False
 
 
@@ -150,8 +171,8 @@ def well_formatted(completion: str) -> bool:
     (`<answer>7</answer>1</answer>10`); peers then trained on each other's filler, tokens
     they would never sample themselves, and sharing rollouts did more harm than good.
     """
-    found = list(_ANSWER_RE.finditer(completion))
-    return bool(found) and not completion[found[-1].end() :].strip()
+    found = last_tagged_answer(completion)
+    return found is not None and not completion[found[2] :].strip()
 
 
 def score_completion(

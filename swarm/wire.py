@@ -158,7 +158,7 @@ class DeltaManifest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     from_version: Annotated[int, Meta(ge=-1, le=MAX_COUNT)]  # -1 for an anchor
     key: Annotated[str, Meta(max_length=MAX_BLOB_KEY_CHARS)]  # blob key of the payload
     kind: Literal["delta", "anchor"]
-    model: Name  # model name, as in the provider's policy.model
+    model: Name  # the provider's model identity (`swarm.policy.source.model_identity`)
     payload_hash: HexHash
     provider: Name  # peer ID that serves the payload and signs this manifest
     result_hash: HexHash  # `swarm.policy.delta.weights_hash` of the weights after applying
@@ -214,6 +214,7 @@ class ManifestsMessage(Struct, frozen=True, forbid_unknown_fields=True):
 
 _ENCODER = msgspec.msgpack.Encoder()
 S = TypeVar("S", bound=Struct)
+Envelope = TypeVar("Envelope", RolloutsMessage, ManifestsMessage)
 
 
 def _encode(value: Struct) -> bytes:
@@ -318,7 +319,9 @@ def pack_messages(
     groups: Iterable[SignedGroup], target_bytes: int = TARGET_MESSAGE_BYTES
 ) -> list[bytes]:
     """Batch signed groups into gossip messages of about `target_bytes` (never over the limit)."""
-    messages, batch, size = [], [], 0
+    messages: list[bytes] = []
+    batch: list[SignedGroup] = []
+    size = 0
     for group in groups:
         item = len(group.body) + len(group.signature) + 16
         if batch and (size + item > target_bytes or len(batch) >= MAX_GROUPS_PER_MESSAGE):
@@ -350,7 +353,7 @@ def unpack_message(data: bytes) -> list[SignedGroup]:
 
 
 def _unpack_envelope(
-    data: bytes, cls: type[S], max_bytes: int, max_items: int, max_item_bytes: int
+    data: bytes, cls: type[Envelope], max_bytes: int, max_items: int, max_item_bytes: int
 ) -> list:
     """The signed items of an envelope {"v", "kind", <items>: [[body, signature], ...]}."""
     if len(data) > max_bytes:

@@ -40,20 +40,38 @@ def cluster_init(
     swarm_id: Annotated[
         str, typer.Option(help="Swarm id written into every member's config (p2p.swarm_id).")
     ] = "private-cluster",
+    observers: Annotated[
+        int,
+        typer.Option(
+            help="Also write this many observers (0 to 16): nodes without a model that verify "
+            "and record what the members send, with Prometheus metrics on port 9400 + j."
+        ),
+    ] = 0,
+    observer_host: Annotated[
+        str | None,
+        typer.Option(
+            help="IPv4 address the observers listen on and are dialed at (default: the first "
+            "member's host)."
+        ),
+    ] = None,
 ) -> None:
     """Write a private cluster: a shared swarm key (PSK), one identity per member, the allow-list
     of their peer IDs, and one config per member with fixed listen addresses and every other
     member as bootstrap.
 
-    Start member i with 'swarm-node join --config OUT/member-i/config.toml'. Paths in the
-    configs are relative to them, so the folder (or one member's folder) can be moved or
-    copied to another machine. Members refuse peers without the key or not on the allow-list.
+    Start member i with 'swarm-node join --config OUT/member-i/config.toml' (an observer:
+    OUT/observer-j/config.toml). Paths in the configs are relative to them, so the folder (or
+    one member's folder) can be moved or copied to another machine. Members refuse peers
+    without the key or not on the allow-list (which lists the observers too).
     """
     from swarm.ops.cluster import init_cluster
 
-    members = init_cluster(out, nodes, list(host or []), base_port, swarm_id)
+    members = init_cluster(
+        out, nodes, list(host or []), base_port, swarm_id, observers, observer_host
+    )
+    watching = f" and {observers} observer{'s' * (observers != 1)}" if observers else ""
     typer.echo(
-        f"wrote a private cluster of {len(members)} members to {out.resolve()} (swarm key: "
+        f"wrote a private cluster of {nodes} members{watching} to {out.resolve()} (swarm key: "
         f"{out.resolve() / 'swarm.key'})"
     )
     for m in members:

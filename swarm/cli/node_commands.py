@@ -63,13 +63,39 @@ def join(
             "none."
         ),
     ] = "auto",
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            metavar="HOST:PORT",
+            help="Serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9400 "
+            "(overrides monitor.metrics).",
+        ),
+    ] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            help="node.log in the run folder as text or json lines (overrides "
+            "monitor.log_format)."
+        ),
+    ] = None,
+    tensorboard: Annotated[
+        bool,
+        typer.Option(
+            "--tensorboard",
+            help="Also write TensorBoard event files to RUN_DIR/tensorboard (sets "
+            "monitor.tensorboard; needs the tensorboard package).",
+        ),
+    ] = False,
 ) -> None:
     """Run a node: generate, score, share and train, round after round.
 
     With no bootstrap peers the node trains alone (solo mode). It resumes from the latest
     checkpoint in its run folder. The whole config is checked before the model is loaded
     (the same checks as 'swarm-node config'). Ctrl-C stops it after the current round, with
-    the ledger and a checkpoint written; a second Ctrl-C aborts at once.
+    the ledger and a checkpoint written; a second Ctrl-C aborts at once. The node logs to
+    node.log and records each round and evaluation in metrics.jsonl, both in its run folder.
+    With node.role = "observer" it loads no model: it verifies and records what the swarm
+    sends, pass after pass.
     """
     if display not in DISPLAYS:
         raise SwarmError(f"--display must be auto, live, lines or none, not {display!r}")
@@ -83,6 +109,9 @@ def join(
             "node.seed": ("--seed", seed),
             "p2p.listen": ("--listen", listen),
             "p2p.bootstrap": ("--bootstrap", bootstrap or None),
+            "monitor.metrics": ("--metrics", metrics),
+            "monitor.log_format": ("--log-format", log_format),
+            "monitor.tensorboard": ("--tensorboard", True if tensorboard else None),
         },
     )
     cfg = loaded.config
@@ -114,18 +143,32 @@ def _target_reached(cfg) -> bool:
 
 
 def _run_node(cfg, display: str) -> None:
-    from swarm.node import Node
+    from swarm.node.assembly import make_run_folder
+    from swarm.ops.logs import NodeLog
+
+    make_run_folder(cfg)
+    log = NodeLog.for_config(cfg)  # first: library noise while loading goes there too
+    try:
+        log.capture_process(transformers=cfg.node.role != "observer")
+        _run_logged(cfg, display, log)
+    finally:
+        log.close()
+
+
+def _run_logged(cfg, display: str, log) -> None:
+    from swarm.node import make_node
     from swarm.ops.display import make_reporter
 
     reporter = make_reporter(display)
-    node = Node(cfg, reporter=reporter)
+    node = make_node(cfg, reporter=reporter, log=log)
     previous = signal.getsignal(signal.SIGINT)
 
     def on_interrupt(signum, frame):
         if node.stop_requested:  # second Ctrl-C: give up on a clean stop
             signal.signal(signal.SIGINT, previous)
             raise KeyboardInterrupt
-        reporter.message("stopping after the current round (Ctrl-C again to abort)...")
+        step = "pass" if cfg.node.role == "observer" else "round"
+        reporter.message(f"stopping after the current {step} (Ctrl-C again to abort)...")
         node.request_stop()
 
     signal.signal(signal.SIGINT, on_interrupt)
@@ -135,6 +178,9 @@ def _run_node(cfg, display: str) -> None:
     finally:
         node.close()
         signal.signal(signal.SIGINT, previous)
+    if cfg.node.role == "observer":
+        typer.echo(f"stopped after {state.round} passes; ledger and node.log in {cfg.run_dir}")
+        return
     typer.echo(
         f"stopped at round {state.round}, policy v{state.policy_version}; ledger and checkpoint "
         f"in {cfg.run_dir}"

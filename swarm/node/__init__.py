@@ -18,6 +18,10 @@ generates and shares at that policy version, and skips step 4.
 A solo node is this same loop with a transport that has no peers. Stopping (Ctrl-C or
 `request_stop`) takes effect at the next round boundary and always leaves a checkpoint.
 
+An observer (`node.role = "observer"`) has no model and no rounds: `Observer` joins,
+verifies and records every group and delta manifest it hears, pass after pass.
+`make_node` builds whichever the config's role asks for.
+
 One module per concern; `Node` is their composition:
 
 - `lifecycle`: `Node`: start, run, stop, close; resuming from a checkpoint; node.json;
@@ -28,8 +32,13 @@ One module per concern; `Node` is their composition:
   spot check);
 - `following`: a generator's following of its trainer, a trainer's delta publishing;
 - `records`: the ledger rows of rounds, updates, groups, deltas and evaluations;
-- `sync`: the delta publisher and follower over a transport (no ledger, no model);
-- `runlock`: one node per run folder (an exclusive lock file, held until `close()`).
+- `sync`: the rules of following (manifest checks, catch-up plans, payload checks,
+  back-off); `delta_publisher` and `delta_follower` over a transport (no ledger, no
+  model); `topic_tap`: the delta topic taken off the shared inbox;
+- `runlock`: one node per run folder (an exclusive lock file, held until `close()`);
+- `monitoring`: the reporters besides the terminal's (node.log, metrics.jsonl,
+  TensorBoard, Prometheus metrics) and the swarm sample they get after each round;
+- `observer`, `manifests`: the observer role, and its record of peers' delta manifests.
 
 The checks of a whole config before a node loads anything are `swarm.preflight`.
 """
@@ -43,6 +52,7 @@ import importlib
 _EXPORTS = {
     "LocalGroup": "swarm.node.state",
     "Node": "swarm.node.lifecycle",
+    "Observer": "swarm.node.observer",
     "NodeState": "swarm.node.state",
     "RoundTimes": "swarm.node.state",
     "SharingStats": "swarm.node.state",
@@ -53,7 +63,19 @@ _EXPORTS = {
     "trainer_settings": "swarm.node.assembly",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "make_node"])
+
+
+def make_node(config, **kwargs):
+    """A `Node` (trainer or generator) or an `Observer`, as `config.node.role` says; the
+    keyword arguments are theirs (transport, reporter, key_pair, log)."""
+    if config.node.role == "observer":
+        from swarm.node.observer import Observer
+
+        return Observer(config, **kwargs)
+    from swarm.node.lifecycle import Node
+
+    return Node(config, **kwargs)
 
 
 def __getattr__(name: str):

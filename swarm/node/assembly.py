@@ -1,6 +1,6 @@
 """Building a node's parts from its config.
 
-Plain functions, one per part: the run folder and identity, the transport, the generator,
+Plain functions, one per part: the run folder, node.json and identity, the transport, the generator,
 the trainer (none for the generator role), the verifier and the spot checker, the sampling
 settings, the evaluation questions, and the sync parts (a trainer's delta publisher or a
 generator's follower).
@@ -10,11 +10,17 @@ node's start is reproducible. Nothing here runs a round or touches the ledger.
 
 from __future__ import annotations
 
+import json
+import os
+
 import torch
 
 from swarm.config import Config
 from swarm.errors import ConfigError, TransportError
-from swarm.node.sync import DeltaFollower, DeltaPublisher, Expectation, TopicTap
+from swarm.node.delta_follower import DeltaFollower
+from swarm.node.delta_publisher import DeltaPublisher
+from swarm.node.sync import Expectation
+from swarm.node.topic_tap import TopicTap
 from swarm.p2p.identity import (
     identity_exists,
     load_or_create_identity,
@@ -41,6 +47,15 @@ def make_run_folder(config: Config) -> None:
             f"cannot create run folder {config.run_dir}: {e.strerror or e}: "
             "choose a writable node.run_dir (--run-dir)"
         ) from None
+
+
+def write_node_info(config: Config, peer_id: str, addrs: list[str]) -> None:
+    """node.json in the run folder: how other nodes (and `swarm-node demo`) reach this one."""
+    info = {"peer_id": peer_id, "addrs": addrs, "pid": os.getpid(), "name": config.node.name}
+    path = config.run_dir / "node.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(info, indent=2))
+    os.replace(tmp, path)
 
 
 def node_identity(config: Config, key_pair=None):
@@ -175,7 +190,7 @@ def make_follower(
     if policy.dtype == torch.float16:  # bf16 values do not all fit in fp16
         raise ConfigError("a generator holds the trainer's bf16 weights exactly only with policy.dtype float32 or bfloat16")
     expect = Expectation(
-        provider=sync.follow, swarm_id=config.p2p.swarm_id, model=config.policy.model,
+        provider=sync.follow, swarm_id=config.p2p.swarm_id, model=policy.model_id,
         base_hash=policy.base_hash, max_bytes=sync.max_blob_mb * 1024 * 1024,
     )
     return DeltaFollower(
@@ -191,6 +206,6 @@ def make_publisher(
     sync = config.sync
     return DeltaPublisher(
         transport, key_pair, peer_id=peer_id, swarm_id=config.p2p.swarm_id,
-        model=config.policy.model, base_hash=policy.base_hash, anchor_every=sync.anchor_every,
+        model=policy.model_id, base_hash=policy.base_hash, anchor_every=sync.anchor_every,
         keep_deltas=sync.keep_deltas, level=sync.zstd_level,
     )

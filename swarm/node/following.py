@@ -2,17 +2,26 @@
 
 A generator-role node follows the trainer named in `sync.follow`: before each round it
 applies what that trainer published since the last one, loads the changed tensors into
-its model and generator, and takes the trainer's policy version. A trainer with
-`sync.publish_deltas` announces the bf16 change of each update after it. The protocol
-itself (manifests, fetching, every check, bit-exact application) is `swarm.node.sync`;
-this part connects it to the node's model, generator, version and ledger.
+its model (refusing and undoing a step after which the model's forward pass is no longer
+finite) and its generator, and takes the trainer's policy version. A payload refused for
+its content is remembered in the ledger, so a restarted node never fetches it again. A
+trainer with `sync.publish_deltas` announces the bf16 change of each update after it. The
+protocol itself (manifests, fetching, every check, bit-exact application) is
+`swarm.node.sync` and the delta publisher and follower; this part connects it to the
+node's model, generator, version and ledger.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from swarm.node.sync import DeltaFollower, DeltaPublisher, load_into
+import torch
+
+from swarm.ledger import get_meta, set_meta
+from swarm.node.delta_follower import DeltaFollower
+from swarm.node.delta_publisher import DeltaPublisher
 from swarm.p2p.transport import Transport
 from swarm.policy.delta import bf16_state_dict
 from swarm.policy.generator import Generator
@@ -21,6 +30,12 @@ from swarm.policy.model import Policy
 if TYPE_CHECKING:
     from swarm.node.records import Records
     from swarm.node.state import NodeState
+
+# The ledger's meta key listing payloads refused for their content (JSON list of hashes).
+REFUSED_KEY = "refused_delta_payloads"
+MAX_REMEMBERED = 1024
+# What the model reads after each applied step: its logits must all be finite.
+PROBE_TEXT = "Question: 12 + 30 = ? Answer: <answer>42</answer>"
 
 
 class Following:
@@ -38,6 +53,8 @@ class Following:
         self.records = records
         self.publisher = publisher
         self.follower = follower
+        if follower is not None:
+            follower.refuse(self._remembered())
 
     @property
     def follows(self) -> bool:
@@ -61,15 +78,17 @@ class Following:
     def publish_delta(self) -> None:
         """Trainer: announce the bf16 change of this update to followers."""
         if self.publisher is not None:
-            events = self.publisher.publish(bf16_state_dict(self.policy.model), self.state.policy_version)
+            weights = bf16_state_dict(self.policy.model)
+            events = self.publisher.publish(weights, self.state.policy_version)
             self.records.record_deltas(events + self.publisher.served_events())
 
     def follow(self) -> None:
         """Generator: apply what the followed trainer published since the last round."""
         self.transport.pump()  # manifests that arrived since the last drain
-        result = self.follower.sync()
+        result = self.follower.sync(load=self._load_and_probe)
+        if result.refused:
+            self._remember(result.refused)
         if result.changed:
-            load_into(self.policy.model, self.follower.weights, result.changed)
             self.generator.update_weights(self.policy.model, result.changed)
         self.state.policy_version = result.version
         self.records.record_deltas(result.events)
@@ -78,3 +97,46 @@ class Following:
         """Trainer: record the fetches of its deltas since the last update."""
         if self.publisher is not None:
             self.records.record_deltas(self.publisher.served_events())
+
+    # -- the model after each step -------------------------------------------------------------
+
+    def _load_and_probe(self, names: set[str]) -> str | None:
+        """Load the follower's named tensors into the model; what is wrong with it then."""
+        load_into(self.policy.model, self.follower.weights, names)
+        return probe(self.policy)
+
+    # -- refusals that outlive the process -------------------------------------------------------
+
+    def _remembered(self) -> list[str]:
+        with self.records.ledger.reader() as session:
+            return json.loads(get_meta(session, REFUSED_KEY) or "[]")
+
+    def _remember(self, payload_hashes: Iterable[str]) -> None:
+        with self.records.ledger.transaction() as session:
+            known = json.loads(get_meta(session, REFUSED_KEY) or "[]")
+            known += [h for h in payload_hashes if h not in known]
+            set_meta(session, REFUSED_KEY, json.dumps(known[-MAX_REMEMBERED:]))
+
+
+def probe(policy: Policy) -> str | None:
+    """None if the model's logits on a fixed short text are all finite, else what is not."""
+    ids = policy.tokenizer.encode(PROBE_TEXT)
+    device = next(policy.model.parameters()).device
+    with torch.no_grad():
+        logits = policy.model(input_ids=torch.tensor([ids], device=device)).logits
+    bad = int((~torch.isfinite(logits)).sum())
+    return f"{bad} of {logits.numel()} logits not finite on a probe text" if bad else None
+
+
+def load_into(
+    model: torch.nn.Module, weights: Mapping[str, torch.Tensor], names: Iterable[str]
+) -> None:
+    """Copy the named bf16 tensors into `model` (any dtype, any device), in place.
+
+    A float32 (or bfloat16) parameter holds a bf16 value exactly, so the model's bf16 view
+    is then bit-identical to `weights`; float16 cannot (the node refuses it for a generator).
+    """
+    state = model.state_dict()
+    with torch.no_grad():
+        for name in names:
+            state[name].copy_(weights[name])

@@ -7,12 +7,14 @@ evaluating and checkpointing when due, and stopping cleanly. Stopping (Ctrl-C or
 
 Driving a node by hand (tests, experiments) uses the same public calls `run()` does:
 `start()`, then `run_round()` as often as wanted, `evaluate()`, and `close()`.
+
+Besides the reporter it is given (the terminal's), a node reports to its node.log,
+metrics.jsonl, and, as configured, TensorBoard files and Prometheus metrics
+(`swarm.node.monitoring`); after each round they also get a `SwarmSample`.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 
 import torch
@@ -32,16 +34,27 @@ from swarm.node.assembly import (
     make_verifier,
     node_identity,
     sampling_params,
+    write_node_info,
 )
+from swarm.node.delta_follower import DeltaFollower
+from swarm.node.delta_publisher import DeltaPublisher
 from swarm.node.following import Following
 from swarm.node.memory import release_free_memory
+from swarm.node.monitoring import Monitoring, swarm_sample
 from swarm.node.records import Records
 from swarm.node.rounds import RoundLoop, evaluate_by_family
 from swarm.node.runlock import RunLock
 from swarm.node.sharing import Sharing
 from swarm.node.state import LocalGroup, NodeState
-from swarm.node.sync import DeltaFollower, DeltaPublisher
-from swarm.ops.display import EvalReport, Reporter, RoundReport, RunInfo, SilentReporter
+from swarm.ops.display import (
+    EvalReport,
+    Reporter,
+    RoundReport,
+    RunInfo,
+    SilentReporter,
+    SwarmSample,
+)
+from swarm.ops.logs import NodeLog
 from swarm.p2p.identity import peer_id_of
 from swarm.p2p.transport import Transport
 from swarm.policy.checkpoint import (
@@ -65,19 +78,31 @@ class Node:
         transport: Transport | None = None,
         reporter: Reporter | None = None,
         key_pair=None,
+        log: NodeLog | None = None,
     ):
-        """`transport` defaults to libp2p as configured; `key_pair` to the run folder's identity.
+        """`transport` defaults to libp2p as configured; `key_pair` to the run folder's identity;
+        `log` to a node.log of the node's own (`swarm-node join` passes the one it opened).
 
         The node holds its run folder's lock (`swarm.node.runlock`) from here until `close()`:
         a second node on the same folder is refused before it loads anything."""
         check_role(config)
+        if config.node.role == "observer":
+            raise ConfigError(
+                "node.role = 'observer' runs as swarm.node.observer.Observer, not Node"
+            )
         self.config = config
-        self.reporter = reporter or SilentReporter()
         make_run_folder(config)
         self.run_lock = RunLock.acquire(config.run_dir)
         try:
+            self.monitoring = Monitoring(config, reporter or SilentReporter(), log)
+        except BaseException:
+            self.run_lock.release()
+            raise
+        self.reporter = self.monitoring.reporter
+        try:
             self._assemble(transport, key_pair)
         except BaseException:
+            self.monitoring.close()
             self.run_lock.release()
             raise
 
@@ -99,6 +124,7 @@ class Node:
         self.ledger = Ledger(config.ledger_url)
         torch.manual_seed(config.node.seed)
         self.policy = load_policy(config.policy.model, config.policy.device, config.policy.dtype)
+        self.monitoring.identify(config.node.name, self.peer_id, self.policy.model_id)
         self.generator = make_generator(config, self.policy)
         self.trainer = make_trainer(config, self.policy)
         self.spot_checker = make_spot_checker(config, self.policy)
@@ -160,6 +186,7 @@ class Node:
         self.transport.start()
         self.transport.subscribe(self.topic, self.sharing.validate)
         self.following.start()
+        self.monitoring.start()
         self._started = True
 
     def stop(self) -> None:
@@ -228,23 +255,32 @@ class Node:
             self.generator.close()
             self.ledger.close()
         finally:
-            self.run_lock.release()
+            try:
+                self.monitoring.close()
+            finally:
+                self.run_lock.release()
 
     def _write_node_info(self) -> None:
-        """node.json in the run folder: how other nodes (and `swarm-node demo`) reach this one."""
-        info = {"peer_id": self.peer_id, "addrs": self.transport.listen_addrs(), "pid": os.getpid(), "name": self.config.node.name}
-        path = self.config.run_dir / "node.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(info, indent=2))
-        os.replace(tmp, path)
+        write_node_info(self.config, self.peer_id, self.transport.listen_addrs())
 
     # -- rounds, evaluation and checkpoints --------------------------------------------------------
 
     def run_round(self) -> RoundReport:
-        """One round (`swarm.node.rounds`); it shares with peers once the node is started."""
+        """One round (`swarm.node.rounds`); it shares with peers once the node is started.
+        The reporters then get the round's report and a `SwarmSample`."""
         report = self.rounds.run_round()
         release_free_memory()  # what the round freed goes back to the OS
+        self.reporter.swarm(self.swarm_sample())
         return report
+
+    def swarm_sample(self) -> SwarmSample:
+        """What this node exchanged with the swarm so far (this process), and where it stands."""
+        publisher, follower = self.following.publisher, self.following.follower
+        return swarm_sample(
+            self.config.node.role, self.state, self.sharing.stats, self.transport,
+            delta_published=publisher.version if publisher else -1,
+            delta_applied=follower.version if follower else -1,
+        )
 
     def generate_groups(self) -> list[LocalGroup]:
         """This round's groups, generated and scored, without sharing or training on them."""

@@ -100,7 +100,7 @@ class Records:
             total_s=times.total, tokens_generated=tokens, peers=len(peers),
             received=sharing.received_groups, accepted=sharing.accepted_groups,
             rejected=sharing.rejected_groups, optimizer_steps=result.steps, batch_reward=batch_reward,
-            tagged=tagged, shared_families=tuple(g.family for g in shared),
+            tagged=tagged, shared_families=tuple(g.family for g in shared), score_s=times.score,
         )
 
     def group_row(self, signed, group, direction, status, source="", reason="", detail="", content_hash="", sender=""):

@@ -77,7 +77,8 @@ class RoundLoop:
         self.sharing.publish(groups)
         self.sharing.receive()
         if self.trainer is None:  # generator role: nothing to train, the followed trainer does it
-            batch, shared_advantages = BatchChoice(local=[], shared=[]), []
+            batch: BatchChoice = BatchChoice(local=[], shared=[])
+            shared_advantages: list[list[float]] = []
             result = UpdateResult(skipped=True, skip_reason="generator role: follows a trainer")
         else:
             batch = self._choose_batch(groups)

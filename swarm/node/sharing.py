@@ -50,7 +50,8 @@ class Sharing:
 
     def __init__(
         self, *, config: Config, key_pair, peer_id: str, topic: str, transport: Transport,
-        verifier: Verifier, pool: ExperiencePool, spot_checker: SpotChecker, policy: Policy,
+        verifier: Verifier, pool: ExperiencePool, spot_checker: SpotChecker | None,
+        policy: Policy | None,
         sampling, state: NodeState, ledger: Ledger, records: Records, reporter: Reporter,
     ):
         self.config = config
@@ -125,7 +126,7 @@ class Sharing:
             completions=tuple(c.text for c in group.completions),
             rewards=tuple(group.rewards),
             finished=tuple(c.finished for c in group.completions),
-            model=self.config.policy.model,
+            model=self.policy.model_id,  # by content: never a local path
             base_hash=self.policy.base_hash,
             policy_version=self.state.policy_version,
             sampling=Sampling(
@@ -207,16 +208,20 @@ class Sharing:
         self.stats.accepted_groups += len(fresh)
         self.stats.rejected_groups += len([r for r in rejected if r.reason != Reason.DUPLICATE])
         self.stats.duplicates += len([r for r in rejected if r.reason == Reason.DUPLICATE])
+        self.stats.rejected_by_reason.update(r.reason for r in rejected)
         return fresh
 
     def _spot_check(self, item: Accepted) -> None:
         """Re-score a sample of the group's tokens if it claims our exact model and version.
 
         At most `verify.spot_check_groups_per_round` groups a round: each costs a forward pass.
+        A node without a model (an observer) has no spot checker and checks none.
         """
         group = item.group
-        if self._spot_checks_left <= 0 or (group.model, group.base_hash, group.policy_version) != (
-            self.config.policy.model, self.policy.base_hash, self.state.policy_version
+        if self.spot_checker is None or self._spot_checks_left <= 0:
+            return
+        if (group.model, group.base_hash, group.policy_version) != (
+            self.policy.model_id, self.policy.base_hash, self.state.policy_version
         ):
             return
         self._spot_checks_left -= 1
@@ -225,7 +230,9 @@ class Sharing:
 
     def _shared_group(self, row_id: int, item: Accepted, task: Task, rewards, received_at: float) -> SharedGroup:
         group = item.group
-        same_model = group.model == self.config.policy.model and group.base_hash == self.policy.base_hash
+        same_model = self.policy is not None and (group.model, group.base_hash) == (
+            self.policy.model_id, self.policy.base_hash
+        )
         return SharedGroup(
             row_id=row_id, content_hash=item.signed.content_hash, sender=group.sender, task=task,
             completions=group.completions, finished=group.finished, rewards=rewards,

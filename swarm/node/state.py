@@ -6,6 +6,7 @@ never on each other's modules for types.
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
 
 from swarm.policy.generator import Completion
@@ -56,3 +57,5 @@ class SharingStats:
     rejected_groups: int = 0
     duplicates: int = 0
     rejections_dropped: int = 0  # validator rejections lost because the pending queue was full
+    # received groups refused, by `Reason` code (duplicates included, as "duplicate")
+    rejected_by_reason: collections.Counter = field(default_factory=collections.Counter)

@@ -145,8 +145,8 @@ def peer_contributions(session: Session, window: Window = Window(), sort: str = 
         peers[origin].mean_reward = sum(values) / len(values)
     _add_uses(session, window, peer)
     _add_deltas(session, window, peer)
-    for row in session.scalars(select(BanRow)):
-        peer(row.peer_id).banned = f"{row.source}: {row.reason}" if row.reason else row.source
+    for ban in session.scalars(select(BanRow)):
+        peer(ban.peer_id).banned = f"{ban.source}: {ban.reason}" if ban.reason else ban.source
     return sorted(peers.values(), key=lambda p: (SORT_KEYS[sort](p), p.peer_id))
 
 
@@ -154,8 +154,8 @@ def _add_uses(session: Session, window: Window, peer) -> None:
     started = _use_times(session)
     received_at = dict(session.execute(select(GroupRow.id, GroupRow.recorded_at).where(GroupRow.direction == "received")).all())
     used_rewards: dict[str, list[float]] = defaultdict(list)
-    stmt = select(GroupUseRow).where(GroupUseRow.superseded.is_(False), GroupUseRow.skipped_update.is_(False))
-    for use in session.scalars(stmt):
+    uses = select(GroupUseRow).where(GroupUseRow.superseded.is_(False), GroupUseRow.skipped_update.is_(False))
+    for use in session.scalars(uses):
         when = started.get(use.round, received_at.get(use.group_id, 0.0))
         if not window.holds(when):
             continue
@@ -218,8 +218,8 @@ def contribution_timeline(session: Session, window: Window = Window()) -> dict[s
             events[source or sender].append((recorded_at, 0.0, 1))
     started = _use_times(session)
     received_at = dict(session.execute(select(GroupRow.id, GroupRow.recorded_at)).all())
-    stmt = select(GroupUseRow).where(GroupUseRow.superseded.is_(False), GroupUseRow.skipped_update.is_(False))
-    for use in session.scalars(stmt):
+    uses = select(GroupUseRow).where(GroupUseRow.superseded.is_(False), GroupUseRow.skipped_update.is_(False))
+    for use in session.scalars(uses):
         when = started.get(use.round, received_at.get(use.group_id, 0.0))
         if window.holds(when):
             events[use.sender].append((when, use.advantage_abs_sum, 0))

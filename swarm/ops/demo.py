@@ -188,7 +188,7 @@ def watch(demo: list[DemoNode], rounds: int, timeout: float, console: Console) -
         try:
             while any(n.exit_code is None for n in demo):
                 for node in demo:
-                    if node.exit_code is None:
+                    if node.exit_code is None and node.process is not None:
                         node.exit_code = node.process.poll()
                     node.stats = read_stats(node) or node.stats
                 live.update(render(demo, rounds, time.monotonic() - start))

@@ -3,12 +3,15 @@
 The node reports events to a `Reporter`; how they look is decided here. `LiveReporter` draws
 a table of recent rounds with a reward sparkline under a progress bar (terminals);
 `LineReporter` prints one line per round (logs, pipes, CI); `SilentReporter` is for tests.
+`Reporters` passes every event to several reporters: the terminal's, and the node's log,
+experiment log and metrics (`swarm.ops.logs`, `swarm.ops.explog`, `swarm.ops.metrics`).
 """
 
 from __future__ import annotations
 
 import collections
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from rich.console import Console, Group
@@ -44,6 +47,12 @@ class RoundReport:
     batch_reward: float = 0.0  # mean reward of the groups trained on (own and shared)
     tagged: float = 0.0  # share of own completions that give an <answer>-tagged answer
     shared_families: tuple[str, ...] = ()  # the task family (dataset) of each shared group trained on
+    score_s: float = 0.0  # scoring own completions (generate, score and train are parts of total)
+
+    @property
+    def other_s(self) -> float:
+        """The round's time outside generating, scoring and training (sharing, records...)."""
+        return max(0.0, self.total_s - self.generate_s - self.score_s - self.train_s)
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,29 @@ class EvalReport:
     accuracy: float
     questions: int
     by_family: dict[str, float] = field(default_factory=dict)  # accuracy per dataset
+
+
+@dataclass(frozen=True)
+class SwarmSample:
+    """Where a node stands with the swarm, taken after each round (an observer's: each pass).
+
+    Counters are totals since this process started the node; the rest is the current value.
+    """
+
+    role: str
+    round: int  # rounds completed (an observer's passes)
+    policy_version: int
+    peers: int
+    groups_sent: int = 0
+    groups_received: int = 0  # peers' groups, duplicates not counted
+    groups_accepted: int = 0
+    rejected: Mapping[str, int] = field(default_factory=dict)  # `Reason` code -> groups
+    manifests: int = 0  # peers' delta manifests recorded (observer)
+    delta_published: int = -1  # a trainer's newest version served as deltas (-1: none)
+    delta_applied: int = -1  # a generator's version from its trainer's deltas (-1: none)
+    bytes_in: Mapping[str, int] = field(default_factory=dict)  # "gossip" | "blob" -> bytes
+    bytes_out: Mapping[str, int] = field(default_factory=dict)
+    refused: Mapping[str, int] = field(default_factory=dict)  # the transport's own refusals
 
 
 @dataclass
@@ -80,10 +112,50 @@ class Reporter:
 
     def message(self, text: str) -> None: ...
 
+    def swarm(self, sample: SwarmSample) -> None: ...
+
     def stop(self) -> None: ...
+
+    def close(self) -> None:
+        """Release what the reporter holds (files, a server); the node is done with it."""
 
 
 SilentReporter = Reporter
+
+
+class Reporters(Reporter):
+    """Passes every event to each of `reporters`, in order."""
+
+    def __init__(self, reporters: list[Reporter]):
+        self.reporters = list(reporters)
+
+    def start(self, info: RunInfo) -> None:
+        for r in self.reporters:
+            r.start(info)
+
+    def round(self, report: RoundReport) -> None:
+        for r in self.reporters:
+            r.round(report)
+
+    def evaluation(self, report: EvalReport) -> None:
+        for r in self.reporters:
+            r.evaluation(report)
+
+    def message(self, text: str) -> None:
+        for r in self.reporters:
+            r.message(text)
+
+    def swarm(self, sample: SwarmSample) -> None:
+        for r in self.reporters:
+            r.swarm(sample)
+
+    def stop(self) -> None:
+        for r in self.reporters:
+            r.stop()
+
+    def close(self) -> None:
+        for r in self.reporters:
+            r.close()
 
 
 def sparkline(values: list[float], width: int = 40) -> str:
@@ -96,7 +168,8 @@ def sparkline(values: list[float], width: int = 40) -> str:
     return "".join(SPARKS[min(len(SPARKS) - 1, int((v - low) / span * (len(SPARKS) - 1) + 0.5))] for v in values)
 
 
-def _round_line(r: RoundReport) -> str:
+def round_line(r: RoundReport) -> str:
+    """One round on one line (`LineReporter`, node.log)."""
     update = "skipped (no signal)" if r.skipped else f"loss {r.loss:+.4f}"
     shared = f" shared {r.shared_groups}" if r.shared_groups else ""
     swarm = f"  peers {r.peers} recv {r.received} ok {r.accepted} rej {r.rejected}" if (r.peers or r.received) else ""
@@ -107,7 +180,15 @@ def _round_line(r: RoundReport) -> str:
     )
 
 
-def _header_lines(info: RunInfo) -> list[str]:
+def eval_line(report: EvalReport) -> str:
+    """One evaluation on one line."""
+    return (
+        f"held-out accuracy {report.accuracy:.1%} on {report.questions} questions "
+        f"(round {report.round}, v{report.policy_version})"
+    )
+
+
+def header_lines(info: RunInfo) -> list[str]:
     """What both reporters print once when a node starts."""
     until = f"until round {info.target_rounds}" if info.target_rounds else "until stopped"
     first = (
@@ -124,17 +205,14 @@ class LineReporter(Reporter):
         self.console = Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)
 
     def start(self, info: RunInfo) -> None:
-        for line in _header_lines(info):
+        for line in header_lines(info):
             self.console.print(line)
 
     def round(self, report: RoundReport) -> None:
-        self.console.print(_round_line(report))
+        self.console.print(round_line(report))
 
     def evaluation(self, report: EvalReport) -> None:
-        self.console.print(
-            f"held-out accuracy {report.accuracy:.1%} on {report.questions} questions "
-            f"(round {report.round}, v{report.policy_version})"
-        )
+        self.console.print(eval_line(report))
 
     def message(self, text: str) -> None:
         self.console.print(text)
@@ -158,7 +236,7 @@ class LiveReporter(Reporter):
 
     def start(self, info: RunInfo) -> None:
         self.info = info
-        for line in _header_lines(info):  # the header stays above the live area
+        for line in header_lines(info):  # the header stays above the live area
             self.console.print(line)
         total = info.target_rounds or None
         self.task_id = self.progress.add_task("rounds", total=total, completed=info.start_round)
@@ -174,6 +252,11 @@ class LiveReporter(Reporter):
     def evaluation(self, report: EvalReport) -> None:
         self.evals.append(report)
         self._refresh()
+
+    def swarm(self, sample: SwarmSample) -> None:
+        if sample.role == "observer" and self.task_id is not None:  # passes, not rounds
+            self.progress.update(self.task_id, completed=sample.round)
+            self._refresh()
 
     def message(self, text: str) -> None:
         if self.live is not None:

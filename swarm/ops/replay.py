@@ -66,6 +66,13 @@ class StoredGroup:
     def passed(self) -> bool:
         return not self.reason
 
+    @property
+    def rollout(self) -> RolloutGroup:
+        """The verified group (only a group that passed has one)."""
+        if self.group is None:
+            raise SwarmError(f"group {self.content_hash[:12]} did not pass verification: {self.reason}")
+        return self.group
+
 
 @dataclass
 class VerifyReport:
@@ -89,15 +96,18 @@ def verify_row(row: GroupRow, format_weight: float, swarm_id: str | None = None,
     The claimed rewards are checked with the sender's declared format bonus (as a live node
     checks them); the rewards kept for training use `format_weight`, this node's own bonus.
     """
-    base = {"row_id": row.id, "direction": row.direction, "status": row.status, "content_hash": row.content_hash,
-            "local_round": row.local_round}
+
+    def stored(reason: Reason | Literal[""], detail: str = "", **verified) -> StoredGroup:
+        return StoredGroup(row_id=row.id, direction=row.direction, status=row.status, content_hash=row.content_hash,
+                           local_round=row.local_round, reason=reason, detail=detail, **verified)
+
     if row.body is None or row.signature is None:
         detail = "the ledger kept no bytes of this message"
-        return StoredGroup(**base, reason=Reason.NO_BODY, detail=detail)
+        return stored(Reason.NO_BODY, detail)
     signed = SignedGroup(bytes(row.body), bytes(row.signature))
     if signed.content_hash != row.content_hash:
         detail = "body does not hash to the recorded content hash"
-        return StoredGroup(**base, reason=Reason.HASH_MISMATCH, detail=detail)
+        return stored(Reason.HASH_MISMATCH, detail)
     try:
         group = verify_signed(signed)
         if swarm_id is not None and group.swarm_id != swarm_id:
@@ -107,8 +117,8 @@ def verify_row(row: GroupRow, format_weight: float, swarm_id: str | None = None,
         rescored = rescore_group(group)
         check_rewards(group.rewards, rescored.rewards(group.format_bonus), tolerance)
     except RejectedMessage as e:
-        return StoredGroup(**base, reason=e.reason, detail=e.detail)
-    return StoredGroup(**base, reason="", group=group, task=rescored.task, rewards=rescored.rewards(format_weight))
+        return stored(e.reason, e.detail)
+    return stored("", group=group, task=rescored.task, rewards=rescored.rewards(format_weight))
 
 
 def iter_rows(url: str, batch: int = 500) -> Iterator[GroupRow]:
@@ -177,7 +187,7 @@ def export_records(
     from swarm.policy.grpo import group_advantages
 
     for item in groups:
-        g = item.group
+        g = item.rollout
         prompt = format_prompt(g.question)
         advantages = group_advantages(item.rewards, scale_by_std=scale_advantages)
         for i, completion in enumerate(g.completions):
@@ -270,9 +280,9 @@ def train_samples(tokenizer, system_prompt: str, item: StoredGroup, scale_advant
     from swarm.policy.prompts import build_prompt
     from swarm.policy.trainer import retokenized_samples
 
-    prompt = build_prompt(tokenizer, item.group.question, system_prompt)
+    prompt = build_prompt(tokenizer, item.rollout.question, system_prompt)
     advantages = group_advantages(item.rewards, scale_by_std=scale_advantages)
-    return retokenized_samples(tokenizer, prompt, item.group.completions, item.group.finished, advantages, max_tokens)
+    return retokenized_samples(tokenizer, prompt, item.rollout.completions, item.rollout.finished, advantages, max_tokens)
 
 
 def train_offline(
@@ -316,7 +326,7 @@ def train_offline(
             for round_index, local, shared in plan_updates(groups):
                 batch = choose_batch(
                     [Candidate(g, g.rewards) for g in local],
-                    [Candidate(g, g.rewards, sender=g.group.sender) for g in shared],
+                    [Candidate(g, g.rewards, sender=g.rollout.sender) for g in shared],
                     t.local_groups, t.shared_groups, seed=f"{config.node.seed}:batch:{round_index}",
                     per_peer_cap=t.per_peer_cap or None,
                 )

@@ -19,6 +19,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from swarm.errors import TransportError
 
@@ -120,6 +121,12 @@ class TransportStats:
     received: int = 0
     inbox_dropped: int = 0  # accepted by the validator but evicted from a full inbox
     rejected: collections.Counter = field(default_factory=collections.Counter)  # reason -> n
+    # Payload bytes (not counting the transport's own framing and control traffic): gossip
+    # messages published and received (every one a validator saw), blobs served and fetched.
+    gossip_bytes_out: int = 0
+    gossip_bytes_in: int = 0
+    blob_bytes_out: int = 0
+    blob_bytes_in: int = 0
 
     def as_dict(self) -> dict:
         return {
@@ -127,6 +134,10 @@ class TransportStats:
             "received": self.received,
             "inbox_dropped": self.inbox_dropped,
             "rejected": dict(self.rejected),
+            "gossip_bytes_out": self.gossip_bytes_out,
+            "gossip_bytes_in": self.gossip_bytes_in,
+            "blob_bytes_out": self.blob_bytes_out,
+            "blob_bytes_in": self.blob_bytes_in,
         }
 
 
@@ -172,6 +183,43 @@ class BoundedInbox:
             return len(self._items)
 
 
+class BlobCheck(Protocol):
+    """Checks a blob while it arrives, so a bad one is refused before it is read in full.
+
+    Both methods run on the transport's thread, like a validator: keep them cheap and
+    thread-safe. Raising refuses the blob; the exception reaches `fetch_blob`'s caller.
+    """
+
+    def size(self, nbytes: int) -> None:
+        """The length the serving peer announced, before any of the blob is read."""
+
+    def head(self, data: bytes) -> int:
+        """Given the blob's first bytes (b"" at first), how many first bytes to see in all:
+        at most `len(data)` once satisfied. Called again after every read until then."""
+
+
+@dataclass(frozen=True)
+class FetchLimits:
+    """Bounds on one `fetch_blob` beyond its total deadline."""
+
+    min_rate: float = 0.0  # bytes/s the transfer must average once grace_s is over (0: none)
+    grace_s: float = 5.0  # seconds from the start (dial, request, header) before the floor
+    check: BlobCheck | None = None
+
+
+def run_blob_check(check: BlobCheck | None, data: bytes) -> None:
+    """A `BlobCheck` over a blob already held whole (transports without streams)."""
+    if check is None:
+        return
+    check.size(len(data))
+    seen = 0
+    while True:
+        need = check.head(data[:seen])
+        if need <= seen or seen >= len(data):
+            return
+        seen = min(need, len(data))
+
+
 class Transport(ABC):
     """What a node needs from the network. Implementations are used from one thread (the node's)."""
 
@@ -214,8 +262,12 @@ class Transport(ABC):
         """Stop serving `key` (and free its memory). Unknown keys are ignored."""
 
     @abstractmethod
-    def fetch_blob(self, peer_id: str, key: str, timeout: float = 30.0) -> bytes:
-        """Fetch a blob a peer serves. Raises `TransportError` if it is missing or times out."""
+    def fetch_blob(
+        self, peer_id: str, key: str, timeout: float = 30.0, limits: FetchLimits | None = None
+    ) -> bytes:
+        """Fetch a blob a peer serves. Raises `TransportError` if it is missing, and
+        `FetchTooSlow` past `timeout` s or below `limits.min_rate`; whatever
+        `limits.check` raises refuses the blob before the rest of it is read."""
 
     @abstractmethod
     def served_blobs(self) -> list[BlobServed]:
@@ -301,6 +353,7 @@ class MemoryTransport(Transport):
         if not self._started:
             raise TransportError("publish on a transport that is not started")
         self._stats.published += 1
+        self._stats.gossip_bytes_out += len(data)
         for member in self._hub.members():
             if member is not self:
                 member._deliver(topic, bytes(data), self.peer_id)
@@ -309,6 +362,7 @@ class MemoryTransport(Transport):
         if topic not in self._validators:
             return
         message = InboundMessage(topic=topic, data=data, source=source, received_at=time.time())
+        self._stats.gossip_bytes_in += len(data)
         reason = run_validator(self._validators[topic], message)
         if reason is not None:
             self._stats.rejected[reason] += 1
@@ -331,7 +385,9 @@ class MemoryTransport(Transport):
     def unserve_blob(self, key: str) -> None:
         self._blobs.pop(key, None)
 
-    def fetch_blob(self, peer_id: str, key: str, timeout: float = 30.0) -> bytes:
+    def fetch_blob(
+        self, peer_id: str, key: str, timeout: float = 30.0, limits: FetchLimits | None = None
+    ) -> bytes:
         member = self._hub.member(peer_id)
         if member is None:
             raise TransportError(f"peer {peer_id} is not connected")
@@ -339,7 +395,10 @@ class MemoryTransport(Transport):
             data = member._blobs[key]
         except KeyError:
             raise TransportError(f"peer {peer_id} serves no blob {key!r}") from None
+        run_blob_check(limits.check if limits else None, data)
         member._served.note(self.peer_id, key, len(data))
+        member._stats.blob_bytes_out += len(data)
+        self._stats.blob_bytes_in += len(data)
         return data
 
     def served_blobs(self) -> list[BlobServed]:

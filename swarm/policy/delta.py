@@ -50,7 +50,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -72,15 +72,22 @@ __all__ = [
     "TRAILER_LEN",
     "DeltaError",
     "DeltaInfo",
+    "LayoutMismatch",
+    "NonFiniteWeights",
     "TensorInfo",
+    "Undo",
     "apply_chain",
     "apply_delta",
+    "apply_delta_undoable",
     "bf16_state_dict",
     "build_container",
+    "check_layout",
     "decode_anchor",
     "encode_anchor",
     "encode_delta",
+    "header_extent",
     "parse_container",
+    "peek_header",
     "put_values",
     "read_header",
     "weights_hash",
@@ -100,6 +107,7 @@ TRAILER_LEN = 32
 _TAG_LEN = 16
 _MAX_HEADER = 64 << 20  # decompressed; ~300 bytes per tensor, so far beyond any model
 _DTYPE = "bfloat16"
+_EXPONENT = np.uint16(0x7F80)  # a bf16 value whose exponent bits are all set is NaN or +-inf
 
 # Scanning for changes in slices of this many elements keeps both slices and the mask in
 # L2 for the gathers that follow (measured: 4.2 GB/s vs 3.6 at 1M and 1.2 unchunked).
@@ -122,6 +130,14 @@ class DeltaError(SwarmError):
     The message names what mismatched (tensor, shape, dtype, version, hash, checksum). When
     raised by `apply_delta` the target weights are bit-identical to before the call.
     """
+
+
+class NonFiniteWeights(DeltaError):
+    """Applying would write NaN or infinity into the weights (asked for with `finite=True`)."""
+
+
+class LayoutMismatch(DeltaError):
+    """A delta's tensor names, shapes or dtypes are not those of the weights it targets."""
 
 
 @dataclass(frozen=True)
@@ -707,28 +723,78 @@ def parse_container(blob: bytes | bytearray | memoryview) -> tuple[dict, memoryv
     view = memoryview(blob).cast("B")
     if len(view) < PREFIX.size + TRAILER_LEN:
         raise DeltaError(f"not a delta: {len(view)} bytes is too short")
-    magic, version, head_len = PREFIX.unpack_from(view)
-    if magic != MAGIC:
-        raise DeltaError(f"not a delta: magic {bytes(magic)!r}")
+    head_end = header_extent(view[: PREFIX.size], check_version=False)
     body = view[: len(view) - TRAILER_LEN]
     if blake3.blake3(body).digest() != bytes(view[len(body) :]):
         raise DeltaError("corrupt delta: checksum mismatch")
-    if version != FORMAT_VERSION:
+    header_extent(view[: PREFIX.size])  # the version, once the bytes are known to be intact
+    if head_end > len(body):
+        raise DeltaError("corrupt delta: header runs past the end")
+    return _decode_header(view[PREFIX.size : head_end], _MAX_HEADER), body[head_end:]
+
+
+def header_extent(prefix: bytes | bytearray | memoryview, *, check_version: bool = True) -> int:
+    """Bytes from a container's start to the end of its header, read from its first
+    `PREFIX.size` bytes (magic, format version, header length)."""
+    if len(prefix) < PREFIX.size:
+        raise DeltaError(f"not a delta: {len(prefix)} bytes is too short")
+    magic, version, head_len = PREFIX.unpack_from(prefix)
+    if magic != MAGIC:
+        raise DeltaError(f"not a delta: magic {bytes(magic)!r}")
+    if check_version and version != FORMAT_VERSION:
         raise DeltaError(
             f"unsupported delta format version {version} (this node reads {FORMAT_VERSION})"
         )
-    if PREFIX.size + head_len > len(body):
-        raise DeltaError("corrupt delta: header runs past the end")
+    return PREFIX.size + head_len
+
+
+def peek_header(
+    head: bytes | bytearray | memoryview, *, max_header: int = _MAX_HEADER
+) -> DeltaInfo:
+    """The header of a container from its first `header_extent` bytes, before the payload.
+
+    Nothing is verified yet (the checksum covers the whole container): this is only for
+    refusing a payload early, say one for other tensors, without reading the rest of it.
+    `max_header` bounds the decompressed header; `nbytes` of the result is 0 (unknown).
+    """
+    view = memoryview(head).cast("B")
+    end = header_extent(view)
+    if len(view) < end:
+        raise DeltaError(f"peek_header: {len(view)} bytes given, the header ends at {end}")
+    return _info(_decode_header(view[PREFIX.size : end], max_header), 0)
+
+
+def _decode_header(head: memoryview, max_header: int) -> dict:
+    """The header map of its zstd frame (its declared size at most `max_header`), checked."""
     try:
-        head = view[PREFIX.size : PREFIX.size + head_len]
-        if not 0 <= zstandard.frame_content_size(head) <= _MAX_HEADER:
+        if not 0 <= zstandard.frame_content_size(head) <= max_header:
             raise DeltaError("corrupt delta header: bad or oversized frame")
         raw = _decompressor().decompress(head)
         header = msgpack.unpackb(raw, raw=False)
     except (zstandard.ZstdError, ValueError, msgpack.UnpackException) as e:
         raise DeltaError(f"corrupt delta header: {e}") from e
     _validate_header(header)
-    return header, body[PREFIX.size + head_len :]
+    return header
+
+
+def check_layout(info: DeltaInfo, shapes: Mapping[str, Sequence[int]]) -> None:
+    """Raise `LayoutMismatch` unless `info` lists exactly the tensors named in `shapes` (a
+    weight set's names and shapes, `{name: t.shape}`), each with its shape, as bfloat16."""
+    listed = {t.name: t for t in info.tensors}
+    missing, extra = sorted(set(shapes) - set(listed)), sorted(set(listed) - set(shapes))
+    if missing or extra:
+        raise LayoutMismatch(
+            f"{info.kind} lacks tensors {missing[:5]} and has unknown {extra[:5]}"
+            f" ({len(missing)} missing, {len(extra)} unknown)"
+        )
+    for name, t in listed.items():
+        if t.dtype != _DTYPE:
+            raise LayoutMismatch(f"{info.kind}: {name!r} is {t.dtype}, not {_DTYPE}")
+        if tuple(t.shape) != tuple(shapes[name]):
+            raise LayoutMismatch(
+                f"{info.kind}: shape mismatch for {name!r}: {tuple(t.shape)}, the weights "
+                f"hold {tuple(shapes[name])}"
+            )
 
 
 def _require(ok: bool, rec: dict, what: str) -> None:
@@ -907,11 +973,11 @@ def _target_plan(
     recs = {r["name"]: r for r in header["tensors"]}
     missing, extra = sorted(set(recs) - set(weights)), sorted(set(weights) - set(recs))
     if missing or extra:
-        raise DeltaError(f"{what}: target lacks tensors {missing}, has unexpected {extra}")
+        raise LayoutMismatch(f"{what}: target lacks tensors {missing}, has unexpected {extra}")
     for name, rec in recs.items():
         t = weights[name]
         if isinstance(t, torch.Tensor) and tuple(t.shape) != tuple(rec["shape"]):
-            raise DeltaError(
+            raise LayoutMismatch(
                 f"{what}: shape mismatch for {name!r}: delta has {tuple(rec['shape'])}, "
                 f"target has {tuple(t.shape)}"
             )
@@ -920,7 +986,7 @@ def _target_plan(
     writes: dict[str, list[str]] = {}
     for name in sorted(recs):
         if delta_canon[target[name]] != delta_canon[name]:
-            raise DeltaError(
+            raise LayoutMismatch(
                 f"{what}: target ties {name!r} to {target[name]!r} but the delta does not"
             )
         group = writes.setdefault(delta_canon[name], [])
@@ -955,11 +1021,19 @@ class _Journal:
     """Undo log of in-place writes, so a failed apply leaves the target untouched.
 
     With ``keep=False`` it only writes (for freshly allocated targets nobody else holds).
+    With ``finite=True`` it refuses (`NonFiniteWeights`) to write a NaN or an infinity.
     """
 
-    def __init__(self, keep: bool) -> None:
+    def __init__(self, keep: bool, finite: bool = False) -> None:
         self._keep = keep
+        self._finite = finite
         self._undo: list[Callable[[], None]] = []
+
+    def check(self, values: np.ndarray, name: str) -> None:
+        """Refuse bf16 bit patterns whose exponent is all ones (NaN, +-inf), if asked to."""
+        if self._finite and np.any((values & _EXPONENT) == _EXPONENT):
+            bad = int(np.count_nonzero((values & _EXPONENT) == _EXPONENT))
+            raise NonFiniteWeights(f"tensor {name!r}: {bad} new values are NaN or infinite")
 
     def write(
         self,
@@ -967,8 +1041,10 @@ class _Journal:
         idx: np.ndarray | None,
         old_v: np.ndarray | None,
         new_v: np.ndarray,
+        name: str = "",
     ) -> None:
         """Write `new_v` at `idx` (everywhere for None); `old_v`: t's bits there, if known."""
+        self.check(new_v, name)
         t = t.detach()
         if not t.is_contiguous():
             if self._keep:
@@ -1006,7 +1082,9 @@ class _Journal:
                 where = idx[lo:hi]
                 old_v = flat[where]
                 saved.append(old_v)
-                put_values(flat, where, _combine(rec, v[lo:hi], old_v))
+                new_v = _combine(rec, v[lo:hi], old_v)
+                self.check(new_v, rec["name"])
+                put_values(flat, where, new_v)
             hasher.update(_le_bytes(flat[start : start + SCAN_CHUNK]))
         return hasher.digest()
 
@@ -1046,10 +1124,11 @@ def _apply(
     expect_from_version: int | None,
     threads: int | None,
     keep_undo: bool,
-) -> None:
+    finite: bool = False,
+) -> _Journal:
     """Check, decode, write, verify; see `apply_delta`. Without `keep_undo` (fresh target
     tensors nobody else holds) tensors are decoded and written one by one, and a failure
-    leaves them partly written."""
+    leaves them partly written. Returns the journal of the writes (to undo them later)."""
     _check_versions(header, expect_from_version)
     target, writes = _target_plan(weights, header, f"apply {header['kind']}")
     slices = _split_sections(header, payload)
@@ -1062,7 +1141,7 @@ def _apply(
     # right result (except where every differing bit is overwritten, which is then correct
     # anyway), so it shows as a result mismatch, and only then is the base hashed to say so.
     hashed = sorted(set(target.values()) - changed)
-    journal = _Journal(keep_undo)
+    journal = _Journal(keep_undo, finite)
 
     def content(name: str) -> bytes:
         return _content_digest(_bits(weights[name]))
@@ -1079,7 +1158,7 @@ def _apply(
 
     def write_and_hash(job: tuple) -> tuple[str, bytes]:
         name, idx, old_v, new_v = job
-        journal.write(weights[name], idx, old_v, new_v)
+        journal.write(weights[name], idx, old_v, new_v, name)
         return name, content(name)
 
     def prepare(name: str) -> tuple[np.ndarray | None, np.ndarray]:
@@ -1138,6 +1217,7 @@ def _apply(
         except BaseException:
             journal.rollback()
             raise
+    return journal
 
 
 def apply_delta(
@@ -1146,6 +1226,7 @@ def apply_delta(
     *,
     expect_from_version: int | None = None,
     threads: int | None = None,
+    finite: bool = False,
 ) -> DeltaInfo:
     """Apply a delta (or an anchor, which overwrites everything) to `weights` in place.
 
@@ -1153,15 +1234,43 @@ def apply_delta(
     `expect_from_version` is given), tensor names, shapes and dtype, and decodes every
     tensor. After writing it verifies the result hash; on a mismatch it rolls back and
     says whether the target was not the delta's base ("base hash mismatch", naming the
-    tensors) or the result is wrong. On any failure the writes are rolled back and
-    `DeltaError` is raised, so the caller holds either the old weights or the new ones,
-    bit for bit, never a mix. Costs extra memory for the old values of the changed
-    elements (a whole copy of the weights for an anchor). Not safe against other writers
-    of `weights` during the call.
+    tensors) or the result is wrong. With `finite`, a NaN or an infinity among the values
+    written is refused (`NonFiniteWeights`); by default every bit pattern is carried as
+    is. On any failure the writes are rolled back and `DeltaError` is raised, so the
+    caller holds either the old weights or the new ones, bit for bit, never a mix. Costs
+    extra memory for the old values of the changed elements (a whole copy of the weights
+    for an anchor). Not safe against other writers of `weights` during the call.
     """
+    return apply_delta_undoable(
+        weights, blob, expect_from_version=expect_from_version, threads=threads, finite=finite
+    )[0]
+
+
+class Undo:
+    """Puts back the weights an `apply_delta_undoable` changed (once; later calls do nothing).
+
+    Holds the old values of the changed elements until it is dropped."""
+
+    def __init__(self, journal: _Journal) -> None:
+        self._journal = journal
+
+    def __call__(self) -> None:
+        self._journal.rollback()
+
+
+def apply_delta_undoable(
+    weights: Weights,
+    blob: bytes | bytearray | memoryview,
+    *,
+    expect_from_version: int | None = None,
+    threads: int | None = None,
+    finite: bool = False,
+) -> tuple[DeltaInfo, Undo]:
+    """`apply_delta`, and an `Undo` that restores the weights as they were before it, for a
+    caller that checks the result further (say, a forward pass of the model) first."""
     header, payload = parse_container(blob)
-    _apply(weights, header, payload, expect_from_version, threads, keep_undo=True)
-    return _info(header, len(memoryview(blob).cast("B")))
+    journal = _apply(weights, header, payload, expect_from_version, threads, True, finite)
+    return _info(header, len(memoryview(blob).cast("B"))), Undo(journal)
 
 
 def decode_anchor(

@@ -9,10 +9,14 @@ and loading errors become `ModelError` with the name that failed. The built-in m
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from swarm.errors import ModelError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 TINY_MODEL_NAME = "swarm-tiny"
 
@@ -24,11 +28,12 @@ class Policy:
     """A loaded model and tokenizer, with where they live and what they are."""
 
     name: str
-    model: torch.nn.Module
-    tokenizer: object
+    model: PreTrainedModel
+    tokenizer: Any  # a transformers tokenizer
     device: torch.device
     dtype: torch.dtype
     base_hash: str  # identifies the base weights, so peers know whether deltas can apply
+    model_id: str  # how peers know the model: name@revision or folder@hash, never a local path
 
     @property
     def stop_token_ids(self) -> set[int]:
@@ -87,7 +92,7 @@ def load_policy(name: str, device: str = "auto", dtype: str = "auto") -> Policy:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from swarm.policy.source import model_problem
+    from swarm.policy.source import model_identity, model_problem
 
     hf_logging.disable_progress_bar()  # a per-load bar is noise in a node's output
     problem = model_problem(name)
@@ -102,9 +107,13 @@ def load_policy(name: str, device: str = "auto", dtype: str = "auto") -> Policy:
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
         raise ModelError(f"cannot load model {name!r}: {first}") from None
-    model.to(dev)
+    model.to(dev)  # type: ignore[arg-type]
     model.eval()
-    return Policy(name=name, model=model, tokenizer=tokenizer, device=dev, dtype=dt, base_hash=weights_hash(model))
+    base_hash = weights_hash(model)
+    return Policy(
+        name=name, model=model, tokenizer=tokenizer, device=dev, dtype=dt, base_hash=base_hash,
+        model_id=model_identity(name, base_hash),
+    )
 
 
 def weights_hash(model: torch.nn.Module) -> str:

@@ -7,12 +7,14 @@ hub's complaint about a malformed repo id), a folder without config, weights or 
 a name that cannot be a hub name, or a hub model missing from the cache while the hub is
 offline. `context_source` gives what the context-length check needs: a tokenizer and the
 number of positions, for built-in models, local folders and hub models already cached.
+`model_identity` is how a node names its model to peers: by content, never by a local path.
 
 No torch here unless a built-in model is named (its recipes live in `swarm.policy.tiny`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -27,6 +29,9 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
+IDENTITY_HASH_CHARS = 12  # hex characters of a local model's content hash in its identity
+# config.json keys that say where or with what a folder was written, not what the model is
+_UNSTABLE_CONFIG_KEYS = ("transformers_version",)
 _POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx")
 
 
@@ -148,3 +153,39 @@ def context_source(name: str) -> ContextSource | None:
         return AutoTokenizer.from_pretrained(folder)
 
     return ContextSource(tokenizer, max_positions(folder))
+
+
+def model_identity(name: str, base_hash: str) -> str:
+    """The name a node gives its model on the wire (groups, delta manifests): never a path.
+
+    A built-in model keeps its name (its recipe fixes its weights); a hub model is
+    `org/name@<revision>`, the commit of its snapshot in the Hugging Face cache; a local
+    folder is `<folder name>@<hash>`, a short hash of its config and of `base_hash` (its
+    version-0 weights), so two copies of one model agree wherever they are stored. Peers
+    compare these strings (with `base_hash`) to decide whether a group is of their model.
+    """
+    folder = local_folder(name)
+    if folder is None and name.startswith(TINY_PREFIX):
+        return name
+    if folder is not None:
+        return f"{folder.resolve().name}@{content_digest(folder, base_hash)}"
+    snapshot = cached_folder(name)
+    revision = snapshot.name if snapshot is not None else base_hash[:IDENTITY_HASH_CHARS]
+    return f"{name}@{revision}"
+
+
+def content_digest(folder: Path, base_hash: str) -> str:
+    """Short hex hash of a model folder's config (what it is, not who saved it) and weights."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        config = {}
+    if isinstance(config, dict):
+        config = {
+            k: v
+            for k, v in config.items()
+            if not k.startswith("_") and k not in _UNSTABLE_CONFIG_KEYS
+        }
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode() + b"\0" + base_hash.encode())
+    return digest.hexdigest()[:IDENTITY_HASH_CHARS]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from swarm.errors import RejectedMessage
 from swarm.signing import check_group_signature
-from swarm.tasks import Scoring, Task, claim_rules
+from swarm.tasks import Scoring, Task, canonical_config, claim_rules
 from swarm.verify import rules
 from swarm.verify.message import Accepted, Rejection, check_message, collateral
 from swarm.verify.reasons import Reason, Status
@@ -65,6 +65,8 @@ class VerifySettings:
     rate_burst: int = 4096
     copycat_overlap: float = 0.75
     recheck_signatures: bool = False
+    # (dataset, canonical config JSON) a peer's task may name; None: any (offline tools, tests)
+    task_catalogue: frozenset[tuple[str, str]] | None = None
     reputation: ReputationSettings = field(default_factory=ReputationSettings)
 
     @classmethod
@@ -81,8 +83,18 @@ class VerifySettings:
             rate_burst=v.rate_burst,
             copycat_overlap=v.copycat_overlap,
             recheck_signatures=v.recheck_signatures,
+            task_catalogue=task_catalogue(config),
             reputation=ReputationSettings(v.throttle_below, v.ban_after, v.ban_below),
         )
+
+
+def task_catalogue(config) -> frozenset[tuple[str, str]]:
+    """The tasks peers' groups may name: the node's own mix and `verify.task_catalogue`."""
+    from swarm.config import task_mix
+
+    entries = [(e.dataset, dict(e.config)) for e in task_mix(config)]
+    entries += [(str(e["dataset"]), dict(e.get("config", {}))) for e in config.verify.task_catalogue]
+    return frozenset((dataset, canonical_config(cfg)) for dataset, cfg in entries)
 
 
 class Verifier:
@@ -147,6 +159,7 @@ class Verifier:
             try:
                 rules.check_allowed(group.sender, s.allow_list)
                 rules.check_not_banned(group.sender, self._banned)
+                rules.check_task_listed(group.task, s.task_catalogue)
                 key = (group.sender, bytes(group.nonce))
                 first = nonces.get(key) or self._nonces.lookup(*key)
                 if first == digest:

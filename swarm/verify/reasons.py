@@ -62,6 +62,7 @@ class Reason(enum.StrEnum):
     # Expensive checks (`swarm.verify.rescore`, `swarm.verify.rules`, `swarm.verify.spotcheck`).
     COPYCAT = "copycat", 0.5  # soft: two nodes sharing a task seed can meet honestly
     BAD_TASK = "bad_task"
+    UNLISTED_TASK = "unlisted_task", 0.5  # soft: an honest peer may practise another mix
     QUESTION_MISMATCH = "question_mismatch"
     REWARD_MISMATCH = "reward_mismatch"
     IMPLAUSIBLE_TOKENS = "implausible_tokens", 0.5  # soft: weights at one version may differ
@@ -73,6 +74,10 @@ class Reason(enum.StrEnum):
     BAD_HASH = "bad_hash"
     MANIFEST_MISMATCH = "manifest_mismatch"
     APPLY_FAILED = "apply_failed"
+    FETCH_TOO_SLOW = "fetch_too_slow"  # past its deadline, or below the minimum rate
+    WRONG_TENSORS = "wrong_tensors"  # a payload for other tensor names, shapes or dtypes
+    NON_FINITE = "non_finite"  # a payload that would write NaN or infinite weights
+    BROKEN_MODEL = "broken_model"  # applied, the model's forward pass gave non-finite logits
     # Re-verifying stored groups offline (`swarm.replay`): what the ledger itself got wrong.
     NO_BODY = "no_body"  # the ledger kept no bytes of the message
     HASH_MISMATCH = "hash_mismatch"  # the stored body does not hash to its recorded content hash
@@ -97,6 +102,7 @@ class Status(enum.StrEnum):
     PUBLISHED = "published"  # a delta or anchor this node announced
     SERVED = "served"  # a delta or anchor a peer fetched from this node in full
     APPLIED = "applied"  # a peer's delta or anchor this node applied
+    ANNOUNCED = "announced"  # a peer's delta or anchor manifest an observer recorded (not fetched)
 
 
 class Direction(enum.StrEnum):

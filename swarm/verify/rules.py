@@ -14,9 +14,13 @@ import collections
 import hashlib
 import math
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
 
 from swarm.errors import RejectedMessage
 from swarm.verify.reasons import Reason
+
+if TYPE_CHECKING:
+    from swarm.tasks import TaskSpec
 
 
 def check_allowed(sender: str, allow_list: Collection[str]) -> None:
@@ -24,6 +28,16 @@ def check_allowed(sender: str, allow_list: Collection[str]) -> None:
     if allow_list and sender not in allow_list:
         raise RejectedMessage(
             Reason.NOT_ALLOWED, f"sender {sender[:16]}... is not on p2p.allow_list"
+        )
+
+
+def check_task_listed(spec: TaskSpec, catalogue: Collection[tuple[str, str]] | None) -> None:
+    """With a catalogue, a group's task (dataset, exact config) must be on it: checked before
+    the task is rebuilt, so a peer cannot choose what this node computes."""
+    if catalogue is not None and (spec.dataset, spec.config_json) not in catalogue:
+        raise RejectedMessage(
+            Reason.UNLISTED_TASK,
+            f"task {spec.dataset} {spec.config_json[:200]} is not in this node's mix or verify.task_catalogue",
         )
 
 

@@ -138,7 +138,8 @@ def attacks(honest: RolloutGroup) -> tuple[list[bytes], collections.Counter, int
         (one(msgspec.structs.replace(wrong, completions=(wrong_answer,) * 2 + ("a", "b"), rewards=(1.1, 1.1, 0.0, 0.0))),
          "reward_mismatch", 1),  # claims a wrong answer is right
         (one(mallory_group(15, question="What is 1 + 1?")), "question_mismatch", 1),
-        (one(mallory_group(16, task=TaskSpec.make("no_such_dataset", {}, 0, 0))), "bad_task", 1),
+        # refused on its spec alone, before any rebuild and before the rate limit
+        (one(mallory_group(16, task=TaskSpec.make("no_such_dataset", {}, 0, 0))), "unlisted_task", 0),
         (one(copy), "copycat", 1),  # the honest node's own group, re-signed as mallory's
     ]
     expected = collections.Counter(reason for _, reason, _ in plan if reason)
@@ -179,7 +180,7 @@ def from_mallory(url: str) -> collections.Counter:
 
 def test_hostile_peer_is_refused_with_one_recorded_reason_per_bad_group(tmp_path, tiny_model_path):
     # tokens for the first wave's groups that pass the cheap checks, plus FLOOD_ALLOWED of the flood
-    burst = 6 + FLOOD_ALLOWED
+    burst = 5 + FLOOD_ALLOWED
     config = small_config(
         tmp_path / "honest",
         node={"rounds": 0, "checkpoint_every": 1000},

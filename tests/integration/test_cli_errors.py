@@ -236,9 +236,15 @@ def _bad_configs(root: Path, busy_port: int) -> list[tuple[str, str, str]]:
             "cannot be created",
         ),
         (
-            "role not available",
-            '[node]\nrole = "observer"\n',
-            "node.role = 'observer' is not available in this version",
+            "metrics address without a port",
+            '[monitor]\nmetrics = "9400"\n',
+            "monitor.metrics = '9400': expected HOST:PORT",
+        ),
+        (
+            "metrics port in use",
+            f'[monitor]\nmetrics = "127.0.0.1:{busy_port}"\n',
+            f"monitor.metrics = '127.0.0.1:{busy_port}': port {busy_port} on 127.0.0.1 is "
+            "already in use",
         ),
         (
             "unknown dataset",

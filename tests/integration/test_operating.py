@@ -197,7 +197,7 @@ def test_compose_cluster_references_files_that_exist(tmp_path):
     assert written.returncode == 0, written.stderr
     subnet = ipaddress.ip_network(compose["networks"]["swarm"]["ipam"]["config"][0]["subnet"])
     services = compose["services"]
-    assert sorted(services) == ["member-0", "member-1", "member-2"]
+    assert sorted(services) == ["member-0", "member-1", "member-2", "observer-0"]
     for name, service in services.items():
         build = service["build"]
         assert (ROOT / build["context"] / build["dockerfile"]).is_file()
@@ -212,6 +212,13 @@ def test_compose_cluster_references_files_that_exist(tmp_path):
         assert ipaddress.ip_address(address) in subnet
         assert config.p2p.listen.startswith(f"/ip4/{address}/tcp/"), (name, config.p2p.listen)
         assert config.run_dir == folder and Path(config.p2p.psk_file) == folder / "swarm.key"
+        assert config.node.role == ("observer" if name.startswith("observer") else "trainer")
+        allowed = (tmp_path / "cluster" / "allow_list.txt").read_text().split()
+        assert sorted(config.p2p.allow_list) == sorted(allowed) and len(allowed) == 4
+    observer = load_config(tmp_path / "cluster" / "observer-0" / "config.toml", env={})
+    (published,) = services["observer-0"]["ports"]
+    assert observer.monitor.metrics == "172.28.0.20:9400" and published.endswith(":9400:9400")
+    assert len(observer.p2p.bootstrap) == 3
     assert 'ENTRYPOINT ["swarm-node"]' in (ROOT / "Dockerfile").read_text()
 
 

@@ -696,3 +696,96 @@ def test_nan_inf_and_signed_zero_patterns_survive_a_delta_exactly():
     target = clone(old)
     apply_delta(target, encode_delta(old, new, from_version=0, to_version=1))
     assert np.array_equal(bits(target["w"]), specials)
+
+
+# --------------------------------------------------------------------------- a follower's guards
+
+
+def _finite_weights(seed: int) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    emb = (0.02 * torch.randn(64, 16, generator=gen)).to(torch.bfloat16)
+    return {"emb": emb, "head": emb, "w": (0.02 * torch.randn(300, 300, generator=gen)).to(torch.bfloat16)}
+
+
+@pytest.mark.parametrize("pattern", [0x7FC0, 0x7F80, 0xFF80, 0xFFFF])
+@pytest.mark.parametrize("kind", ["delta", "anchor"])
+def test_finite_refuses_nan_and_inf_values_and_rolls_back(pattern, kind):
+    old = _finite_weights(0)
+    new = clone(old)
+    # one element deep in a large tensor, and one of the tied pair
+    new["w"].view(torch.int16).view(-1)[77_777] = np.int16(np.uint16(pattern).view(np.int16))
+    new["emb"].view(torch.int16).view(-1)[5] = np.int16(np.uint16(pattern).view(np.int16))
+    if kind == "delta":
+        blob = encode_delta(old, new, from_version=0, to_version=1)
+    else:
+        blob = encode_anchor(new, version=1)
+    target = clone(old)
+    snap = snapshot(target)
+    with pytest.raises(delta.NonFiniteWeights, match="NaN or infinite"):
+        apply_delta(target, blob, finite=True)
+    assert unchanged(target, snap)
+    apply_delta(target, blob)  # without the guard every pattern is carried as is
+    assert same(target, new)
+
+
+def test_finite_accepts_every_finite_pattern():
+    finite = SPECIAL[(SPECIAL & 0x7F80) != 0x7F80]  # -0.0, +0.0, subnormal, largest finite
+    old = {"w": from_bits(np.resize(finite, 64), (8, 8))}
+    new = {"w": from_bits(np.roll(np.resize(finite, 64), 1), (8, 8))}
+    target = clone(old)
+    apply_delta(target, encode_delta(old, new, from_version=0, to_version=1), finite=True)
+    assert same(target, new)
+
+
+def test_an_undo_puts_back_what_an_applied_delta_changed():
+    old = _finite_weights(1)
+    new = step(old, np.random.default_rng(2), 0.05, nudge=True)
+    target = clone(old)
+    snap = snapshot(target)
+    info, undo = delta.apply_delta_undoable(
+        target, encode_delta(old, new, from_version=3, to_version=4)
+    )
+    assert same(target, new) and info.to_version == 4
+    undo()
+    assert unchanged(target, snap)
+    anchor_target = clone(old)
+    _, undo = delta.apply_delta_undoable(anchor_target, encode_anchor(new, version=9))
+    assert same(anchor_target, new)
+    undo()
+    assert unchanged(anchor_target, snap)
+
+
+def test_the_header_is_read_from_the_first_bytes_before_the_payload():
+    old = _finite_weights(3)
+    blob = encode_anchor(old, version=5)
+    end = delta.header_extent(blob[: delta.PREFIX.size])
+    assert end < len(blob) // 4  # the header is a small part of an anchor
+    info = delta.peek_header(blob[:end])
+    assert (info.kind, info.to_version) == ("anchor", 5)
+    assert [t.name for t in info.tensors] == sorted(old)
+    delta.check_layout(info, {name: t.shape for name, t in old.items()})
+    with pytest.raises(DeltaError, match="header ends at"):
+        delta.peek_header(blob[: end - 1])
+    with pytest.raises(DeltaError, match="oversized"):
+        delta.peek_header(blob[:end], max_header=16)
+    with pytest.raises(DeltaError, match="magic"):
+        delta.header_extent(b"JUNK" + blob[4:10])
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda w: w.pop("w"), r"unknown \['w'\]"),
+        (lambda w: w.update(extra=torch.zeros(3).bfloat16()), r"lacks tensors \['extra'\]"),
+        (lambda w: w.update(w=torch.zeros(300, 299).bfloat16()), "shape mismatch for 'w'"),
+    ],
+)
+def test_check_layout_names_what_differs_from_the_weights(change, match):
+    weights = _finite_weights(4)
+    info = delta.peek_header(encode_anchor(weights, version=1))
+    other = dict(weights)
+    change(other)
+    with pytest.raises(delta.LayoutMismatch, match=match):
+        delta.check_layout(info, {name: t.shape for name, t in other.items()})
+    with pytest.raises(delta.LayoutMismatch):  # apply refuses the same, before writing
+        apply_delta(clone(other), encode_anchor(weights, version=1))

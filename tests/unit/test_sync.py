@@ -11,14 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from swarm.node.sync import (
-    DeltaFollower,
-    DeltaPublisher,
-    Expectation,
-    TopicTap,
-    load_into,
-    plan_catch_up,
-)
+from swarm.node.delta_follower import DeltaFollower
+from swarm.node.delta_publisher import DeltaPublisher
+from swarm.node.following import load_into
+from swarm.node.sync import Expectation, plan_catch_up
+from swarm.node.topic_tap import TopicTap
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.transport import InboundMessage, MemoryHub, MemoryTransport
 from swarm.policy.delta import bf16_state_dict, weights_hash
@@ -71,7 +68,9 @@ def same_bits(a, b) -> bool:
 class Swarm:
     """A trainer with a publisher and a follower, joined by a MemoryHub."""
 
-    def __init__(self, anchor_every=100, keep_deltas=100, max_bytes=1 << 20, subscribe=True):
+    def __init__(
+        self, anchor_every=100, keep_deltas=100, max_bytes=1 << 20, subscribe=True, **follower
+    ):
         self.hub = MemoryHub()
         self.trainer_t = MemoryTransport(TRAINER, self.hub)
         self.follower_t = MemoryTransport("follower", self.hub)
@@ -88,7 +87,9 @@ class Swarm:
             keep_deltas=keep_deltas,
         )
         self.expect = Expectation(TRAINER, SWARM, "m", BASE, max_bytes)
-        self.follower = DeltaFollower(self.follower_t, self.expect, clone(base_weights()))
+        self.follower = DeltaFollower(
+            self.follower_t, self.expect, clone(base_weights()), **follower
+        )
         self.tap = TopicTap(self.follower_t, delta_topic(SWARM), self.follower.offer)
         if subscribe:
             self.tap.subscribe(delta_topic(SWARM), self.follower.validator)
@@ -391,7 +392,7 @@ def test_publisher_started_before_the_transport_counts_the_lost_gossip():
 
 
 def test_a_gossiped_manifest_is_verified_once_by_the_validator_not_again(monkeypatch):
-    import swarm.node.sync as sync_module
+    import swarm.node.delta_follower as sync_module
 
     verified = []
     real = sync_module.verify_manifest

@@ -1,6 +1,10 @@
 """Task specs rebuild deterministically; verifiers score completions; mixes sample reproducibly."""
 
+import re
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from swarm.errors import TaskError
 from swarm.tasks import (
@@ -134,3 +138,39 @@ def test_without_partial_credit_correctness_is_all_or_nothing():
     assert score_completion(task, f"<answer>{right}</answer>", partial_credit=False) == 1.0
     bonus_only = score_completion(task, padded, 0.1, AnswerRule.TAGGED, partial_credit=False)
     assert bonus_only == pytest.approx(0.1)
+
+
+_REFERENCE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+@given(st.lists(st.sampled_from(["<answer>", "</answer>", "7", " ", "x\n", "<answer", "answer>", "</"]), max_size=12))
+def test_tag_parsing_matches_the_regex_it_replaces(parts):
+    from swarm.tasks import extract_answer, last_tagged_answer, well_formatted
+
+    text = "".join(parts)
+    found = list(_REFERENCE.finditer(text))
+    span = last_tagged_answer(text)
+    if not found:
+        assert span is None and extract_answer(text) == (text.strip(), False) and not well_formatted(text)
+    else:
+        last = found[-1]
+        assert span == (last.start(1), last.end(1), last.end())
+        assert extract_answer(text) == (last.group(1).strip(), True)
+        assert well_formatted(text) == (not text[last.end():].strip())
+
+
+def test_crafted_tags_cost_linear_time():
+    """Thousands of unclosed tags: a backtracking regex took seconds on 230 KB; this scans once."""
+    import time
+
+    from swarm.tasks import extract_answer
+
+    small, large = "<answer>" * 2_000, "<answer>" * 32_000  # 16 KB and 256 KB
+    timings = []
+    for text in (small, large):
+        start = time.perf_counter()
+        for _ in range(20):
+            extract_answer(text)
+        timings.append(time.perf_counter() - start)
+    # 16x the input: a linear scan takes ~16x, a quadratic one ~256x; allow noise up to 64x
+    assert timings[1] < 64 * max(timings[0], 1e-4)

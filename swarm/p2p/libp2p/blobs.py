@@ -9,7 +9,7 @@ Every write and read is bounded in time, so a stalled peer ends its own exchange
 from __future__ import annotations
 
 import collections
-import struct
+import math
 import threading
 from collections.abc import Callable
 
@@ -18,36 +18,39 @@ from libp2p.abc import IHost, INetStream
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from swarm.errors import TransportError
+from swarm import wire_streams
+from swarm.errors import FetchTooSlow, TransportError
 from swarm.p2p.libp2p.framing import (
     NET_ERRORS,
     STREAM_IO_TIMEOUT_S,
     StreamProtocolError,
     close_quietly,
-    frame,
-    read_exactly,
     read_frame,
     reset_quietly,
 )
 from swarm.p2p.libp2p.host import AccessPolicy
 from swarm.p2p.libp2p.stats import Counters
-from swarm.p2p.transport import BlobServed, PeerRejectReason, ServedBlobLog
+from swarm.p2p.transport import BlobServed, FetchLimits, PeerRejectReason, ServedBlobLog
+from swarm.wire_streams import (
+    BLOB_RESPONSE,
+    BlobStatus,
+    blob_request,
+    blob_response_header,
+    parse_blob_response_header,
+)
 
 # gossip.Gossip.refuse: count, record and penalise something refused from a peer.
 Refuse = Callable[[ID, PeerRejectReason, str, object], None]
 
-BLOB_PROTOCOL = TProtocol("/swarm/blob/1.0.0")
+BLOB_PROTOCOL = TProtocol(wire_streams.BLOB_PROTOCOL)
 # Served in pieces of this size: what one stalled fetch can pin beyond the blob itself (which
 # is shared). It equals Yamux's initial stream window.
 BLOB_CHUNK = 256 * 1024
 # Fetches one peer may have running at once; more are reset, counted and recorded (a peer
 # that opens many fetches and reads none pinned +350 MB before this limit).
 MAX_FETCHES_PER_PEER = 4
-MAX_BLOB_KEY = 1024
+MAX_BLOB_KEY = wire_streams.MAX_BLOB_KEY_BYTES
 DEFAULT_MAX_BLOB_SIZE = 1024 * 1024 * 1024
-
-_BLOB_OK, _BLOB_MISSING = 0, 1
-_BLOB_HEADER = struct.Struct(">BQ")  # status, total length
 
 
 def check_blob_key(key: str) -> None:
@@ -118,46 +121,106 @@ class BlobServer:
                 data = self._blobs.get(key)
             if data is None:
                 with trio.fail_after(STREAM_IO_TIMEOUT_S):
-                    await stream.write(_BLOB_HEADER.pack(_BLOB_MISSING, 0))
+                    await stream.write(blob_response_header(BlobStatus.MISSING, 0))
             else:
-                await _write_chunked(stream, _BLOB_HEADER.pack(_BLOB_OK, len(data)), data)
+                await _write_chunked(stream, blob_response_header(BlobStatus.OK, len(data)), data)
                 self._served.note(str(peer_id), key, len(data))
+                with self._counters.locked() as stats:
+                    stats.blob_bytes_out += len(data)
             await close_quietly(stream)
         except Exception as exc:  # noqa: BLE001 - a peer's request must never stop the host
             self._counters.handler_error("blob_serve", exc)
             await reset_quietly(stream)
 
 
-async def fetch_blob(host: IHost, peer_id: ID, key: str, timeout: float, max_size: int) -> bytes:
-    """Fetch blob `key` from `peer_id` within `timeout` s; every failure is a `TransportError`."""
+async def fetch_blob(
+    host: IHost,
+    peer_id: ID,
+    key: str,
+    timeout: float,
+    max_size: int,
+    limits: FetchLimits | None = None,
+) -> bytes:
+    """Fetch blob `key` from `peer_id` within `timeout` s and `limits`; every failure is a
+    `TransportError` (`FetchTooSlow` for time), or what `limits.check` raised."""
+    reader = _Reader(limits or FetchLimits(), trio.current_time())
     try:
         with trio.fail_after(timeout):
             stream = await host.new_stream(peer_id, [BLOB_PROTOCOL])
             try:
-                data = await _request(stream, peer_id, key, max_size)
+                data = await _request(stream, peer_id, key, max_size, reader)
             except BaseException:
                 await reset_quietly(stream)
                 raise
             await close_quietly(stream)
             return data
     except trio.TooSlowError:
-        raise TransportError(
+        raise FetchTooSlow(
             f"fetching blob {key!r} from {peer_id} timed out after {timeout} s"
+            f" ({reader.got} bytes read)"
         ) from None
     except (*NET_ERRORS, StreamProtocolError) as exc:
         raise TransportError(f"fetching blob {key!r} from {peer_id} failed: {exc}") from exc
 
 
-async def _request(stream: INetStream, peer_id: ID, key: str, max_size: int) -> bytes:
-    await stream.write(frame(key.encode("utf-8")))
-    status, size = _BLOB_HEADER.unpack(await read_exactly(stream, _BLOB_HEADER.size))
-    if status == _BLOB_MISSING:
+async def _request(
+    stream: INetStream, peer_id: ID, key: str, max_size: int, reader: _Reader
+) -> bytes:
+    await stream.write(blob_request(key))
+    status, size = parse_blob_response_header(await reader.read(stream, BLOB_RESPONSE.size))
+    if status == BlobStatus.MISSING:
         raise TransportError(f"peer {peer_id} serves no blob {key!r}")
-    if status != _BLOB_OK or size > max_size:
+    if status != BlobStatus.OK or size > max_size:
         raise TransportError(
             f"peer {peer_id} answered blob {key!r} with status {status}, {size} bytes"
         )
-    return await read_exactly(stream, size)
+    check = reader.limits.check
+    head = b""
+    if check is not None:  # refuse a bad blob by its announced size and first bytes
+        check.size(size)
+        need = check.head(head)
+        while len(head) < min(need, size):
+            head += await reader.read(stream, min(need, size) - len(head))
+            need = check.head(head)
+    return head + await reader.read(stream, size - len(head))
+
+
+class _Reader:
+    """Reads a fetch's bytes under its rate floor: once `grace_s` has passed, the bytes read
+    must keep up with `min_rate` on average, or the fetch ends (`FetchTooSlow`)."""
+
+    def __init__(self, limits: FetchLimits, started: float) -> None:
+        self.limits = limits
+        self.started = started
+        self.got = 0
+
+    def _deadline(self) -> float:
+        if self.limits.min_rate <= 0:
+            return math.inf
+        return self.started + self.limits.grace_s + self.got / self.limits.min_rate
+
+    async def read(self, stream: INetStream, size: int) -> bytes:
+        """Exactly `size` bytes, looping over partial reads (a muxer hands out what it has)."""
+        parts: list[bytes] = []
+        left = size
+        while left > 0:
+            with trio.move_on_at(self._deadline()):
+                try:
+                    chunk = await stream.read(left)
+                except EOFError:  # StreamEOF is an EOFError
+                    chunk = b""
+                if not chunk:
+                    raise StreamProtocolError(f"stream ended after {size - left} of {size} bytes")
+                parts.append(chunk)
+                left -= len(chunk)
+                self.got += len(chunk)
+                continue
+            elapsed = trio.current_time() - self.started
+            raise FetchTooSlow(
+                f"{self.got} bytes in {elapsed:.1f} s: below the floor of "
+                f"{self.limits.min_rate:.0f} bytes/s after {self.limits.grace_s:g} s"
+            )
+        return b"".join(parts)
 
 
 async def _write_chunked(stream: INetStream, header: bytes, data: bytes) -> None:

@@ -7,19 +7,17 @@ resetting a stream that already failed is best effort and bounded in time.
 
 from __future__ import annotations
 
-import struct
-
 import trio
 from libp2p.abc import INetStream
 from libp2p.exceptions import BaseLibp2pError
+
+from swarm.wire_streams import FRAME_LENGTH, frame  # noqa: F401 - frame is re-exported
 
 # Library errors we expect on the network (closed streams, failed dials, timeouts, bad data).
 NET_ERRORS = (BaseLibp2pError, OSError, trio.TooSlowError, trio.BrokenResourceError, ValueError)
 
 # Bound on each read or write of one of our streams: a stalled peer ends its own exchange.
 STREAM_IO_TIMEOUT_S = 10.0
-
-_U32 = struct.Struct(">I")
 
 
 class StreamProtocolError(Exception):
@@ -42,7 +40,7 @@ async def read_exactly(stream: INetStream, size: int) -> bytes:
 
 async def read_frame(stream: INetStream, max_size: int) -> bytes:
     """Read one length-prefixed frame of at most `max_size` payload bytes."""
-    (size,) = _U32.unpack(await read_exactly(stream, _U32.size))
+    (size,) = FRAME_LENGTH.unpack(await read_exactly(stream, FRAME_LENGTH.size))
     if size > max_size:
         raise StreamProtocolError(f"frame of {size} bytes exceeds the limit of {max_size}")
     return await read_exactly(stream, size)
@@ -77,11 +75,6 @@ async def discard_exactly(stream: INetStream, size: int, chunk: int = 256 * 1024
         if not data:
             raise StreamProtocolError(f"stream ended after {size - left} of {size} bytes")
         left -= len(data)
-
-
-def frame(payload: bytes) -> bytes:
-    """`payload` with its 4-byte length prefix."""
-    return _U32.pack(len(payload)) + payload
 
 
 async def reset_quietly(stream: INetStream) -> None:

@@ -174,6 +174,8 @@ class Gossip:
             if msg.from_id == my_id_bytes:
                 return True  # our own publish: our peers validate it, as with MemoryTransport
             source = policy.peer_str(msg.from_id)
+            with self._counters.locked() as stats:
+                stats.gossip_bytes_in += len(msg.data)
             if not (policy.allows(forwarder) and policy.allows_str(source)):
                 reason: str | None = "peer_not_allowed"
             else:

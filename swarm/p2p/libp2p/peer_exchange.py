@@ -8,10 +8,8 @@ ignored, and the dial loop (connections.py) decides when to dial the rest.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
-from typing import Any
 
 import multiaddr
 import trio
@@ -19,6 +17,7 @@ from libp2p.abc import IHost, INetStream
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
+from swarm import wire_streams
 from swarm.p2p.libp2p.connections import Dialer
 from swarm.p2p.libp2p.framing import (
     NET_ERRORS,
@@ -32,16 +31,20 @@ from swarm.p2p.libp2p.framing import (
 from swarm.p2p.libp2p.host import AccessPolicy, connected_peers, is_dialable_tcp, peer_addrs
 from swarm.p2p.libp2p.patches import is_protocol_not_supported
 from swarm.p2p.libp2p.stats import Counters
+from swarm.wire_streams import (
+    PX_MAX_PEERS,
+    PX_MAX_RESPONSE,
+    PeerEntry,
+    decode_peer_exchange,
+    encode_peer_exchange,
+)
 
 logger = logging.getLogger(__name__)
 
-PEER_EXCHANGE_PROTOCOL = TProtocol("/swarm/px/1.0.0")
+PEER_EXCHANGE_PROTOCOL = TProtocol(wire_streams.PEER_EXCHANGE_PROTOCOL)
 # Every peer is asked once, soon after start, then one random peer per interval: each ask
 # opens a stream, and stream opens are not free (see gossip.SEND_STALL_S).
 PX_FIRST_DELAY_S, PX_INTERVAL_S = 0.5, 5.0
-PX_MAX_PEERS = 64
-PX_MAX_ADDRS = 4  # per peer
-PX_MAX_RESPONSE = 64 * 1024
 
 
 class PeerExchange:
@@ -110,7 +113,7 @@ class PeerExchange:
             if not self._policy.allows(remote):
                 await reset_quietly(stream)
                 return
-            payload = json.dumps({"peers": self._entries(exclude=remote)}).encode()
+            payload = encode_peer_exchange(self._entries(exclude=remote))
             with trio.fail_after(STREAM_IO_TIMEOUT_S):
                 await stream.write(frame(payload))
             await close_quietly(stream)
@@ -118,29 +121,25 @@ class PeerExchange:
             self._counters.handler_error("peer_exchange", exc)
             await reset_quietly(stream)
 
-    def _entries(self, exclude: ID) -> list[dict[str, Any]]:
+    def _entries(self, exclude: ID) -> list[PeerEntry]:
         entries = []
         for peer_id in connected_peers(self._host):
             if peer_id == exclude or len(entries) >= PX_MAX_PEERS:
                 continue
             addrs = [str(a) for a in peer_addrs(self._host, peer_id) if is_dialable_tcp(a)]
             if addrs:
-                entries.append({"id": peer_id.to_base58(), "addrs": addrs[:PX_MAX_ADDRS]})
+                entries.append(PeerEntry(peer_id.to_base58(), tuple(addrs)))
         return entries
 
 
 def parse_px_payload(payload: bytes) -> list[tuple[ID, list[multiaddr.Multiaddr]]]:
     """Peers from a peer-exchange answer. Malformed entries are skipped: it is only a hint list."""
-    try:
-        entries = json.loads(payload.decode("utf-8")).get("peers", [])
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-        return []
     found = []
-    for entry in entries[:PX_MAX_PEERS] if isinstance(entries, list) else []:
+    for entry in decode_peer_exchange(payload):
         try:
-            peer_id = ID.from_base58(entry["id"])
-            addrs = [multiaddr.Multiaddr(a) for a in entry["addrs"][:PX_MAX_ADDRS]]
-        except (KeyError, TypeError, ValueError):
+            peer_id = ID.from_base58(entry.id)
+            addrs = [multiaddr.Multiaddr(a) for a in entry.addrs]
+        except (TypeError, ValueError):
             continue
         addrs = [a for a in addrs if is_dialable_tcp(a)]
         if addrs:

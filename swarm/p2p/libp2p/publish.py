@@ -123,6 +123,7 @@ class Outbox:
         else:
             with self._counters.locked() as stats:
                 stats.published += 1
+                stats.gossip_bytes_out += len(data)
 
     async def _wait_for_queue_room(self, gossip: Gossip, size: int) -> None:
         """Back-pressure: wait (bounded) until every peer's outbound queue is below high water."""

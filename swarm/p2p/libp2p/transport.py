@@ -47,6 +47,7 @@ from swarm.p2p.libp2p.testing import RawStream
 from swarm.p2p.transport import (
     BlobServed,
     BoundedInbox,
+    FetchLimits,
     InboundMessage,
     PeerInfo,
     PeerRejectReason,
@@ -266,9 +267,14 @@ class Libp2pTransport(Transport):
     async def _flush(self, timeout: float) -> bool:
         return await self._outbox.flush(self._running_net().gossip, timeout)
 
-    async def _fetch_blob(self, peer_id: ID, key: str, timeout: float) -> bytes:
+    async def _fetch_blob(
+        self, peer_id: ID, key: str, timeout: float, limits: FetchLimits | None
+    ) -> bytes:
         host = self._running_net().host
-        return await fetch_blob(host, peer_id, key, timeout, self._max_blob_size)
+        data = await fetch_blob(host, peer_id, key, timeout, self._max_blob_size, limits)
+        with self._counters.locked() as stats:
+            stats.blob_bytes_in += len(data)
+        return data
 
     async def _wait_for_topic_peers(self, topic: str, count: int, timeout: float) -> int:
         return await self._running_net().gossip.wait_for_topic_peers(topic, count, timeout)
@@ -369,10 +375,14 @@ class Libp2pTransport(Transport):
         """Stop serving `key` (and free its memory). Unknown keys are ignored."""
         self._blobs.unserve(key)
 
-    def fetch_blob(self, peer_id: str, key: str, timeout: float = 30.0) -> bytes:
-        """Fetch a blob from a peer (dialed from the peerstore if need be), within `timeout` s."""
+    def fetch_blob(
+        self, peer_id: str, key: str, timeout: float = 30.0, limits: FetchLimits | None = None
+    ) -> bytes:
+        """Fetch a blob from a peer (dialed from the peerstore if need be), within `timeout` s
+        and `limits` (a rate floor; checks of its size and first bytes)."""
         check_blob_key(key)
-        return self._thread.call(self._fetch_blob, _parse_peer_id(peer_id), key, float(timeout))
+        peer = _parse_peer_id(peer_id)
+        return self._thread.call(self._fetch_blob, peer, key, float(timeout), limits)
 
     def served_blobs(self) -> list[BlobServed]:
         return self._blobs.served()

@@ -1,0 +1,256 @@
+"""The observer role: a node without a model that watches and archives a swarm.
+
+An observer joins like any node (identity, transport, allow-list, swarm key) but loads no
+model, generates nothing and trains nothing. It subscribes to the swarm's rollout and
+delta topics and runs, on everything that arrives, every check a trainer runs except the
+token spot check (which needs the model): the gossip validator's cheap checks, then the
+copycat check, the task rebuilt from its spec, the question and every claimed reward
+recomputed (`swarm.node.sharing.Sharing`, with no policy). It records every group in its
+ledger (accepted ones with their signed bytes, so `swarm-node replay` re-verifies, exports
+or trains on them) and every delta manifest (`swarm.node.manifests`). Gossip relays what it
+accepts to its other peers, so it also serves the swarm.
+
+It works in passes rather than rounds: every `node.observe_every_s` seconds it drains what
+arrived and records it; `node.rounds` (if not 0) is the number of passes to run. Its
+reporters get a `SwarmSample` after each pass (metrics, metrics.jsonl, node.log).
+
+Driving one by hand (tests) uses the calls `run()` does: `start()`, `observe()` as often as
+wanted, and `close()`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from swarm.config import Config
+from swarm.errors import ConfigError
+from swarm.experience import ExperiencePool
+from swarm.ledger import Ledger, get_meta, set_meta, touch_peer
+from swarm.node.assembly import (
+    make_run_folder,
+    make_transport,
+    make_verifier,
+    node_identity,
+    write_node_info,
+)
+from swarm.node.manifests import ManifestLog
+from swarm.node.monitoring import OBSERVER, Monitoring, swarm_sample
+from swarm.node.records import Records
+from swarm.node.runlock import RunLock
+from swarm.node.sharing import Sharing
+from swarm.node.state import NodeState
+from swarm.node.topic_tap import TopicTap
+from swarm.ops.display import Reporter, RunInfo, SilentReporter, SwarmSample
+from swarm.ops.logs import NodeLog
+from swarm.p2p.identity import peer_id_of
+from swarm.p2p.transport import Transport
+from swarm.preflight import OBSERVER_MODEL, check_role, ledger_model_problem
+from swarm.wire import rollout_topic
+
+NO_MODEL = OBSERVER_MODEL
+
+
+class Observer:
+    """A node of role "observer" (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: Config,
+        transport: Transport | None = None,
+        reporter: Reporter | None = None,
+        key_pair=None,
+        log: NodeLog | None = None,
+    ):
+        """As `swarm.node.Node`: `transport` defaults to libp2p as configured, `key_pair` to
+        the run folder's identity, `log` to a node.log of its own. Holds the run folder's lock
+        until `close()`."""
+        check_role(config)
+        if config.node.role != OBSERVER:
+            raise ConfigError(f"Observer needs node.role = 'observer', not {config.node.role!r}")
+        self.config = config
+        make_run_folder(config)
+        self.run_lock = RunLock.acquire(config.run_dir)
+        try:
+            self.monitoring = Monitoring(config, reporter or SilentReporter(), log)
+        except BaseException:
+            self.run_lock.release()
+            raise
+        self.reporter = self.monitoring.reporter
+        try:
+            self._assemble(transport, key_pair)
+        except BaseException:
+            self.monitoring.close()
+            self.run_lock.release()
+            raise
+
+    def _assemble(self, transport: Transport | None, key_pair) -> None:
+        config = self.config
+        self.key_pair = node_identity(config, key_pair)
+        self.peer_id = peer_id_of(self.key_pair)
+        inner = transport or make_transport(config, self.key_pair)
+        if inner.peer_id != self.peer_id:
+            raise ConfigError("the transport's peer ID differs from the node's identity")
+        self.monitoring.identify(config.node.name, self.peer_id, "")
+        self.topic = rollout_topic(config.p2p.swarm_id)
+        self.manifests = ManifestLog(config.p2p.swarm_id)
+        # Delta manifests go to the manifest log, never into the rollout inbox.
+        self.transport = TopicTap(inner, self.manifests.topic, self.manifests.offer)
+        self.verifier = make_verifier(config, self.peer_id)
+        self.state = NodeState()
+        self.ledger = Ledger(config.ledger_url)
+        try:
+            self._claim_ledger()
+        except BaseException:
+            self.ledger.close()
+            raise
+        self.records = Records(self.ledger, self.state, self.reporter, config.tasks.scoring())
+        self.sharing = Sharing(
+            config=config,
+            key_pair=self.key_pair,
+            peer_id=self.peer_id,
+            topic=self.topic,
+            transport=self.transport,
+            verifier=self.verifier,
+            pool=ExperiencePool(1),  # it trains on nothing: the smallest pool there is
+            spot_checker=None,
+            policy=None,
+            sampling=None,
+            state=self.state,
+            ledger=self.ledger,
+            records=self.records,
+            reporter=self.reporter,
+        )
+        self.sharing.restore_memory()
+        self.policy = None  # no model, by design
+        self._stop = threading.Event()
+        self._started = False
+        self._shown = None
+
+    def _claim_ledger(self) -> None:
+        """Mark the ledger an observer's (`peers` and `status` show it; a trainer is refused
+        on it); refuse a trainer's, whose ledger would then no longer say whose it is."""
+        with self.ledger.transaction() as session:
+            problem = ledger_model_problem(self.config, get_meta(session, "model"))
+            if problem:
+                raise ConfigError(problem)
+            set_meta(session, "node_name", self.config.node.name)
+            set_meta(session, "model", NO_MODEL)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Finish the current pass and return from `run()`."""
+        self._stop.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    def start(self) -> None:
+        """Join the swarm: subscribe to its rollouts and delta manifests; serve metrics."""
+        if self._started:
+            return
+        self.transport.start()
+        self.transport.subscribe(self.topic, self.sharing.validate)
+        self.transport.subscribe(self.manifests.topic, self.manifests.validator)
+        self.monitoring.start()
+        self._started = True
+
+    def stop(self) -> None:
+        """Leave the swarm (a closed libp2p transport cannot start again)."""
+        self._started = False
+        self.transport.close()
+
+    def close(self) -> None:
+        """Stop (if not stopped yet), then release the ledger, the reporters and the run folder."""
+        try:
+            self.stop()
+            self.ledger.close()
+        finally:
+            try:
+                self.monitoring.close()
+            finally:
+                self.run_lock.release()
+
+    def run(self) -> NodeState:
+        """Observe pass after pass until `node.rounds` passes (0: until stopped)."""
+        target, every = self.config.node.rounds, self.config.node.observe_every_s
+        self.start()
+        write_node_info(self.config, self.peer_id, self.transport.listen_addrs())
+        self.reporter.start(
+            RunInfo(
+                name=self.config.node.name,
+                model=NO_MODEL,
+                device="-",
+                run_dir=str(self.config.run_dir),
+                peer_id=self.peer_id,
+                start_round=0,
+                target_rounds=target,
+            )
+        )
+        try:
+            while not self._stop.is_set() and (target == 0 or self.state.round < target):
+                started = time.monotonic()
+                self.observe()
+                self._stop.wait(max(0.0, every - (time.monotonic() - started)))
+            self.sharing.final_drain()  # what peers sent during the last pass
+            self.records.record_deltas(self.manifests.take())
+            self.reporter.swarm(self.swarm_sample())
+        finally:
+            self.reporter.stop()
+            self.stop()
+        return self.state
+
+    # -- one pass -------------------------------------------------------------------------------
+
+    def observe(self) -> SwarmSample:
+        """Record everything that arrived since the last pass; report where the swarm stands."""
+        self.sharing.new_round()
+        self.sharing.receive()  # the tap hands delta-topic messages to the manifest log
+        self.records.record_deltas(self.manifests.take())
+        self._touch_peers()
+        self.state.round += 1
+        sample = self.swarm_sample()
+        self.reporter.swarm(sample)
+        self._show(sample)
+        return sample
+
+    def swarm_sample(self) -> SwarmSample:
+        """What this observer received and recorded so far (this process)."""
+        return swarm_sample(
+            OBSERVER,
+            self.state,
+            self.sharing.stats,
+            self.transport,
+            manifests=self.manifests.recorded,
+        )
+
+    def _touch_peers(self) -> None:
+        """Connected peers and where they are reachable, in the ledger (as a round does)."""
+        peers = self.transport.peers()
+        if not peers:
+            return
+        now = time.time()
+        with self.ledger.transaction() as session:
+            for peer in peers:
+                touch_peer(session, peer.peer_id, now, addrs=json.dumps(list(peer.addrs)))
+
+    def _show(self, s: SwarmSample) -> None:
+        """A line for the operator when something changed since the last one shown."""
+        seen = (
+            s.peers,
+            s.groups_received,
+            s.groups_accepted,
+            s.manifests,
+            sum(s.rejected.values()),
+        )
+        if seen == self._shown:
+            return
+        self._shown = seen
+        rejected = sum(n for reason, n in s.rejected.items() if reason != "duplicate")
+        self.reporter.message(
+            f"pass {s.round}: {s.peers} peers; groups received {s.groups_received}, accepted "
+            f"{s.groups_accepted}, rejected {rejected}; delta manifests {s.manifests}"
+        )
