@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import io
 import json
 import math
@@ -300,6 +301,17 @@ def sample_specs(mix: tuple[MixEntry, ...], seed: int, round_index: int, count: 
         TaskSpec.make(entry.dataset, entry.config, seed=seed, index=round_index * count + i)
         for i, entry in enumerate(chosen)
     ]
+
+
+def stream_seed(peer_id: str, salt: int = 0) -> int:
+    """The task-stream seed of a sender in the pull exchange: its peer ID hashed with `salt`.
+
+    Binding the stream to the sender means no peer can announce groups for another
+    sender's tasks (`swarm.verify.announcements`); `salt` (the sender's own task seed) keeps
+    streams configurable.
+    """
+    digest = hashlib.sha256(f"swarm-node/task-stream/v1:{peer_id}:{salt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
 
 
 def eval_specs(mix: tuple[MixEntry, ...], seed: int, count: int) -> list[TaskSpec]:

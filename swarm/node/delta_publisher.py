@@ -26,6 +26,7 @@ from swarm.policy.delta import encode_anchor, encode_delta, read_header
 from swarm.signing import sign_manifest
 from swarm.verify.reasons import Direction, Status
 from swarm.wire import (
+    SYNC_KEY_PREFIX,
     DeltaManifest,
     SignedManifest,
     delta_topic,
@@ -133,7 +134,7 @@ class DeltaPublisher:
         deliveries of weights and are left out.
         """
         events = []
-        for fetch in self.transport.served_blobs():
+        for fetch in self.transport.served_blobs(SYNC_KEY_PREFIX):
             m = self._recent.get(fetch.key)
             if m is not None:
                 events.append(

@@ -5,10 +5,13 @@ An exchange moves signed groups; it does not decide what to train on or record a
 passed the cheap checks (`Accepted`) and every refusal (`Rejection`), for the caller to
 verify fully (task rebuilt, rewards re-scored), pool and record exactly as it always did.
 
-- `GossipExchange` is the protocol every version so far has spoken: every group to every
-  node on the rollout topic, each checked by the gossip validator (`Verifier.admit`).
-- `swarm.node.pulling.PullExchange` gossips small signed announcements on topic shards and
-  pulls only the groups a node samples.
+- `GossipExchange` (`p2p.exchange = "gossip"`): every group to every node on the rollout
+  topic, each checked by the gossip validator (`Verifier.admit`). A node's cost grows
+  with the swarm.
+- `swarm.node.pulling.PullExchange` (`p2p.exchange = "pull"`): nodes serve small signed
+  announcements of their groups; each node asks a few peers sampled from a random view
+  of the swarm and pulls only the groups it samples. A node's cost does not grow with
+  the swarm (docs/SCALE.md).
 
 Deliberately not here: full verification, pools, ledgers, sampling for training.
 """
@@ -39,6 +42,9 @@ class Exchange(Protocol):
 
     def collect(self) -> tuple[list[Accepted], list[Rejection]]:
         """Peers' groups that passed the cheap checks since the last call, and refusals."""
+
+    def take_counters(self) -> dict:
+        """What the protocol did since the last call (for reports and benchmarks)."""
 
 
 class PendingRejections:
@@ -73,12 +79,14 @@ class GossipExchange:
         self.pending = PendingRejections()
         self.publish_failures = 0
         self.published_bytes = 0
+        self.cheap_checked = 0  # groups through the validator (on the transport's thread)
 
     def start(self) -> None:
         self.transport.subscribe(self.topic, self.validate)
 
     def validate(self, message: InboundMessage) -> str | None:
-        _, rejected = self.verifier.admit(message.data, message.source)
+        accepted, rejected = self.verifier.admit(message.data, message.source)
+        self.cheap_checked += len(accepted) + len(rejected)
         if not rejected:
             return None
         self.pending.add(rejected)
@@ -100,3 +108,11 @@ class GossipExchange:
             accepted += ok
             rejected += bad
         return accepted, rejected + self.pending.take()
+
+    def take_counters(self) -> dict:
+        out = {
+            "cheap_checked": self.cheap_checked, "publish_failures": self.publish_failures,
+            "published_bytes": self.published_bytes, "rejections_dropped": self.pending.dropped,
+        }
+        self.cheap_checked = self.publish_failures = self.published_bytes = 0
+        return out

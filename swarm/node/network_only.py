@@ -21,6 +21,7 @@ no torch, no transformers, no SQLAlchemy; with libp2p and the easy mix it stays 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 import hashlib
 import time
@@ -30,11 +31,12 @@ from dataclasses import dataclass, field
 from swarm.errors import RejectedMessage
 from swarm.experience import ExperiencePool, SharedGroup
 from swarm.node.exchange import Exchange, GossipExchange
+from swarm.node.pulling import PullExchange, PullSettings
 from swarm.node.synthetic import SyntheticRollouts, SyntheticShape, wire_group
 from swarm.p2p.transport import Transport
 from swarm.sampling import Candidate, Staleness, choose_batch
 from swarm.signing import sign_group
-from swarm.tasks import PRESET_MIXES, Scoring
+from swarm.tasks import PRESET_MIXES, Scoring, stream_seed
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.message import Accepted, Rejection
 from swarm.verify.reasons import Reason
@@ -49,7 +51,7 @@ class ExchangeKind(enum.StrEnum):
     """Which exchange protocol a network-only node speaks."""
 
     GOSSIP = "gossip"  # every group to every node (the protocol so far)
-    PULL = "pull"  # announcements on topic shards, sampled groups pulled
+    PULL = "pull"  # announcements served, sampled peers asked, sampled groups pulled
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class NetworkNodeSettings:
     exchange: ExchangeKind = ExchangeKind.GOSSIP
     preset: str = "easy"  # task mix (swarm.tasks.PRESET_MIXES)
     task_seed: int = -1  # -1: derived from the peer ID, so no two nodes share task specs
+    # (with the pull exchange the stream is always bound to the peer ID: `stream_seed`)
     groups_per_round: int = 16  # Q: groups made and shared per round
     local_groups: int = 16  # I
     shared_groups: int = 8  # J
@@ -69,6 +72,7 @@ class NetworkNodeSettings:
     format_bonus: float = 0.1
     pool_size: int = 4096
     verify: VerifySettings | None = None  # default: this swarm, default bounds
+    pull: PullSettings = field(default_factory=PullSettings)  # the pull exchange's budget
 
 
 @dataclass
@@ -116,22 +120,38 @@ class NetworkNode:
         self.key_pair = key_pair
         self.peer_id = peer_id_of(key_pair)
         self.clock = clock
-        self.byte_meter = byte_meter or (lambda: (0, 0))
+        self.byte_meter = byte_meter or self._payload_bytes
         self.scoring = Scoring(settings.format_bonus)
         verify = settings.verify or VerifySettings(swarm_id=settings.swarm_id)
         self.verifier = Verifier(verify, clock=clock, own_peer_id=self.peer_id)
-        seed = settings.task_seed
-        if seed < 0:
-            seed = int.from_bytes(hashlib.sha256(self.peer_id.encode()).digest()[:4], "big")
         self.rollouts = SyntheticRollouts(
-            PRESET_MIXES[settings.preset], seed, settings.shape, self.scoring
+            PRESET_MIXES[settings.preset], self.task_seed(), settings.shape, self.scoring
         )
-        self.exchange = exchange or GossipExchange(transport, self.verifier, settings.swarm_id)
+        self.exchange = exchange or self._make_exchange()
         self.pool = ExperiencePool(settings.pool_size)
         self.round = 0
         # content hash -> created_at of pooled groups (bounded like the pool)
         self._created: collections.OrderedDict[str, float] = collections.OrderedDict()
         self._rows = 0
+
+    def task_seed(self) -> int:
+        """This node's task stream: bound to its peer ID under the pull exchange."""
+        s = self.settings
+        if s.exchange == ExchangeKind.PULL:
+            return stream_seed(self.peer_id, max(s.task_seed, 0))
+        if s.task_seed >= 0:
+            return s.task_seed
+        return int.from_bytes(hashlib.sha256(self.peer_id.encode()).digest()[:4], "big")
+
+    def _make_exchange(self) -> Exchange:
+        s = self.settings
+        if s.exchange == ExchangeKind.GOSSIP:
+            return GossipExchange(self.transport, self.verifier, s.swarm_id)
+        pull = dataclasses.replace(s.pull, seed_salt=max(s.task_seed, 0))
+        return PullExchange(
+            self.transport, self.verifier, s.swarm_id, self.key_pair, self.peer_id, pull,
+            clock=self.clock,
+        )
 
     @classmethod
     def over_libp2p(
@@ -148,6 +168,11 @@ class NetworkNode:
             key_pair=key_pair, listen_addr=listen, bootstrap=list(bootstrap), **transport_options
         )
         return cls(settings, transport, key_pair, byte_meter=TcpMeter().read)
+
+    def _payload_bytes(self) -> tuple[int, int]:
+        """(in, out) payload bytes the transport counted: gossip messages and blobs."""
+        s = self.transport.stats()
+        return s.gossip_bytes_in + s.blob_bytes_in, s.gossip_bytes_out + s.blob_bytes_out
 
     def start(self) -> None:
         self.transport.start()
@@ -171,7 +196,8 @@ class NetworkNode:
         cost.bytes_in, cost.bytes_out = now_in - bytes_in, now_out - bytes_out
         cost.cpu_s = cost.work_cpu_s = time.process_time() - cpu
         cost.wall_s = time.perf_counter() - wall
-        cost.extra = dict(getattr(self.exchange, "counters", lambda: {})())
+        cost.extra = self.exchange.take_counters()
+        cost.cheap_checked = cost.extra.get("cheap_checked", cost.cheap_checked)
         self.round += 1
         return cost
 

@@ -79,9 +79,9 @@ class BlobServer:
         with self._lock:
             self._blobs.pop(key, None)
 
-    def served(self) -> list[BlobServed]:
-        """Blobs served in full since the last call."""
-        return self._served.drain()
+    def served(self, prefix: str = "") -> list[BlobServed]:
+        """Blobs served in full since the last call (with keys starting with `prefix`)."""
+        return self._served.drain(prefix)
 
     def register(self, host: IHost, refuse: Refuse) -> None:
         """Answer (allowed) peers' requests on `host` from now on; report refusals to `refuse`."""

@@ -23,10 +23,12 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import multiaddr
 import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.crypto.keys import KeyPair
 from libp2p.custom_types import TProtocol
+from libp2p.exceptions import BaseLibp2pError
 from libp2p.peer.id import ID
 
 from swarm.errors import ConfigError, TransportError
@@ -59,6 +61,7 @@ from swarm.p2p.transport import (
 logger = logging.getLogger(__name__)
 
 DEFAULT_INBOX_CAPACITY = 4096
+LEARNED_ADDR_TTL_S = 3600  # addresses learned from a peer's view (Transport.learn_peer)
 START_TIMEOUT_S = 30.0
 CLOSE_GRACE_S = 3.0
 
@@ -384,8 +387,22 @@ class Libp2pTransport(Transport):
         peer = _parse_peer_id(peer_id)
         return self._thread.call(self._fetch_blob, peer, key, float(timeout), limits)
 
-    def served_blobs(self) -> list[BlobServed]:
-        return self._blobs.served()
+    def served_blobs(self, prefix: str = "") -> list[BlobServed]:
+        return self._blobs.served(prefix)
+
+    def learn_peer(self, peer_id: str, addrs: Sequence[str]) -> None:
+        """Add a peer's dialable TCP addresses to the peerstore (for `fetch_blob`), for an hour."""
+        try:
+            target = ID.from_base58(peer_id)
+            parsed = [multiaddr.Multiaddr(a) for a in addrs[:4]]
+        except (ValueError, TypeError, BaseLibp2pError, multiaddr.exceptions.Error):
+            return  # a hint that does not parse is no hint
+        dialable = [a for a in parsed if hosting.is_dialable_tcp(a)]
+        if dialable and target != ID.from_pubkey(self._key_pair.public_key):
+            self._thread.call_sync(self._add_addrs, target, dialable)
+
+    def _add_addrs(self, peer_id: ID, addrs: list) -> None:
+        self._running_net().host.get_peerstore().add_addrs(peer_id, addrs, LEARNED_ADDR_TTL_S)
 
     def stats(self) -> Libp2pStats:
         """A consistent snapshot of the counters (not a live view)."""
