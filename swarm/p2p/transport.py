@@ -290,6 +290,7 @@ class Transport(ABC):
         A hint (from a peer's view or peer exchange): bad entries are ignored. Transports
         that need no addresses (in memory) do nothing.
         """
+        return None
 
     def set_rejection_hook(self, hook: RejectionHook | None) -> None:
         """Call `hook` with each `PeerRejection` the transport makes (None: stop).
