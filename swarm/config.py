@@ -190,6 +190,17 @@ class P2PSection:
     bootstrap: list = opt([], "Multiaddrs (/ip4/.../tcp/.../p2p/12D3KooW...) of peers to join through.")
     psk_file: str = opt("", "File holding the private swarm key (libp2p swarm.key format; relative: to the config file's folder); '' : open swarm. Peers without the same key cannot connect.", path=True)
     allow_list: list = opt([], "Peer IDs allowed to connect and send (empty: anyone). Connections from other peers are closed.")
+    exchange: str = opt(
+        "gossip",
+        "How rollout groups travel: gossip (every group to every node: a node's cost grows with "
+        "the swarm) or pull (signed announcements served, a few sampled peers asked, only the "
+        "groups sampled for training pulled: a node's cost does not grow with the swarm; "
+        "docs/SCALE.md). Every node of a swarm must use the same.",
+        choices=("gossip", "pull"),
+    )
+    pull_lists: int = opt(8, "Pull exchange: peers (sampled from the node's view of the swarm) asked for their announcements each round.", min=1, max=64)
+    pull_groups: int = opt(-1, "Pull exchange: groups pulled and verified each round (-1: training.shared_groups + 2, none when that is 0).", min=-1, max=4096)
+    view_size: int = opt(64, "Pull exchange: peers in the node's random view of the swarm (bounded whatever the swarm's size).", min=4, max=64)
 
 
 # -- verification of peers' rollout groups --

@@ -25,6 +25,7 @@ from swarm.experience import ExperiencePool
 from swarm.ledger import Ledger, get_meta, set_meta, supersede_after
 from swarm.node.assembly import (
     make_eval_tasks,
+    make_exchange,
     make_generator,
     make_run_folder,
     make_spot_checker,
@@ -34,6 +35,7 @@ from swarm.node.assembly import (
     make_verifier,
     node_identity,
     sampling_params,
+    task_stream_seed,
     write_node_info,
 )
 from swarm.node.delta_follower import DeltaFollower
@@ -143,6 +145,9 @@ class Node:
             transport=self.transport, verifier=self.verifier, pool=self.pool,
             spot_checker=self.spot_checker, policy=self.policy, sampling=self.sampling,
             state=self.state, ledger=self.ledger, records=self.records, reporter=self.reporter,
+            exchange=make_exchange(
+                config, self.transport, self.verifier, self.key_pair, self.peer_id
+            ),
         )
         self.sharing.restore_memory()
         self.following.publish_base()
@@ -151,6 +156,7 @@ class Node:
             policy=self.policy, generator=self.generator, trainer=self.trainer, pool=self.pool,
             transport=self.transport, sharing=self.sharing, following=self.following,
             records=self.records, reporter=self.reporter,
+            task_seed=task_stream_seed(config, self.peer_id),
         )
 
     @property
@@ -184,7 +190,10 @@ class Node:
         if self._started:
             return
         self.transport.start()
-        self.transport.subscribe(self.topic, self.sharing.validate)
+        if self.sharing.exchange is not None:
+            self.sharing.exchange.start()
+        else:
+            self.transport.subscribe(self.topic, self.sharing.validate)
         self.following.start()
         self.monitoring.start()
         self._started = True

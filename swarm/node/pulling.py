@@ -97,7 +97,6 @@ class PullCounters:
     holder_misses: int = 0  # a hinted holder did not serve the group
     bad_holders: int = 0  # a source served bytes that are not the announced group
     served: int = 0  # own or held groups peers fetched in full from this node
-    view_size: int = 0
 
 
 class PullExchange:
@@ -151,7 +150,6 @@ class PullExchange:
         return [digest for digest, _ in self._announced]
 
     def take_counters(self) -> dict:
-        self.counters.view_size = len(self.view.view)
         out, self.counters = self.counters, PullCounters()
         return asdict(out)
 
@@ -321,8 +319,10 @@ class PullExchange:
             ok, bad = self._admit(signed, data, sender)
             return ok, refused + bad
         self.counters.pulls_failed += 1
+        if refused:  # what was served is on record, blamed on whoever served it
+            return [], refused
         detail = "neither the sender nor a known holder served it"
-        return [], refused + [Rejection(Reason.PULL_FAILED, detail, sender, digest, sender)]
+        return [], [Rejection(Reason.PULL_FAILED, detail, sender, digest, sender)]
 
     def _admit(
         self, signed: SignedGroup, data: bytes, sender: str

@@ -1,7 +1,9 @@
 """Sharing: publishing this node's groups, and receiving its peers'.
 
 Publishing signs a round's groups and sends them in batches; a failure is counted, never
-fatal. Receiving has two halves. The gossip validator (`validate`, on the transport's
+fatal. With an exchange protocol other than gossip (`p2p.exchange = "pull"`), the groups go
+to `exchange.publish` and arrive from `exchange.collect` (`swarm.node.exchange`); everything
+after that (verification, ledger, pool, reputation) is the same. Receiving has two halves. The gossip validator (`validate`, on the transport's
 thread) runs the verifier's cheap checks and notes the rejections. Once a round, `receive`
 drains the inbox, gives each group that passed the expensive checks (copycat, task
 rebuild, question, every claimed reward, and the token spot check on groups of this
@@ -27,6 +29,7 @@ from swarm.ledger import (
     recent_accepted,
     touch_peer,
 )
+from swarm.node.exchange import Exchange
 from swarm.node.records import Records
 from swarm.node.state import LocalGroup, NodeState, SharingStats
 from swarm.ops.display import Reporter
@@ -53,8 +56,10 @@ class Sharing:
         verifier: Verifier, pool: ExperiencePool, spot_checker: SpotChecker | None,
         policy: Policy | None,
         sampling, state: NodeState, ledger: Ledger, records: Records, reporter: Reporter,
+        exchange: Exchange | None = None,
     ):
         self.config = config
+        self.exchange = exchange  # None: gossip through `validate` and the transport's inbox
         self.key_pair = key_pair
         self.peer_id = peer_id
         self.topic = topic
@@ -109,6 +114,10 @@ class Sharing:
             group.wire = self._wire_group(group)
             group.signed = sign_group(group.wire, self.key_pair)
             self.verifier.note_own(group.wire)  # a peer re-signing it is then a copycat
+        if self.exchange is not None:
+            self.exchange.publish([(g.signed, g.wire) for g in groups])
+            self.stats.published_groups += len(groups)
+            return
         for message in pack_messages([g.signed for g in groups]):
             try:
                 self.transport.publish(self.topic, message)
@@ -147,7 +156,11 @@ class Sharing:
                 self._store_received(session, accepted, rejected)
 
     def final_drain(self, wait_s: float = 1.0) -> None:
-        """Record what peers sent during the last round, so nothing received goes unrecorded."""
+        """Record what peers sent during the last round, so nothing received goes unrecorded.
+
+        (The pull exchange receives only what it asks for, in its rounds: nothing to drain.)"""
+        if self.exchange is not None:
+            return
         if self.transport.peers():
             time.sleep(wait_s)  # messages of the last round may still be in flight
         self.receive()
@@ -158,6 +171,10 @@ class Sharing:
         rejected: list[Rejection] = []
         with self.ledger.reader() as session:  # bans set or lifted by `swarm-node ban/unban`
             self.verifier.set_bans(banned_peers(session))
+        if self.exchange is not None:
+            accepted, rejected = self.exchange.collect()
+            self.stats.exchange.update(self.exchange.take_counters())
+            return accepted, rejected
         for message in self.transport.receive():
             ok, bad = self.verifier.recheck(message.data, message.source)
             accepted += ok
