@@ -197,6 +197,9 @@ class NetworkNode:
         cost.cpu_s = cost.work_cpu_s = time.process_time() - cpu
         cost.wall_s = time.perf_counter() - wall
         cost.extra = self.exchange.take_counters()
+        view = getattr(self.exchange, "view", None)
+        if view is not None:
+            cost.extra["view_size"] = len(view.peers())
         cost.cheap_checked = cost.extra.get("cheap_checked", cost.cheap_checked)
         self.round += 1
         return cost
@@ -343,13 +346,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--start-at", type=float, default=0.0, help="wall clock of round 0")
     parser.add_argument("--groups", type=int, default=16, help="Q: groups per round")
     parser.add_argument("--shared", type=int, default=8, help="J")
-    parser.add_argument("--linger", type=float, default=2.0, help="seconds served after the last round")
+    parser.add_argument("--lists", type=int, default=8, help="pull: peers asked a round")
+    parser.add_argument("--pulls", type=int, default=10, help="pull: groups pulled a round")
+    parser.add_argument("--max-connections", type=int, default=64)
+    parser.add_argument("--no-peer-exchange", action="store_true", help="discover by views only")
+    parser.add_argument("--linger", type=float, default=2.0, help="seconds served after the end")
     args = parser.parse_args(argv)
     settings = NetworkNodeSettings(
         exchange=ExchangeKind(args.exchange), groups_per_round=args.groups,
-        shared_groups=args.shared,
+        shared_groups=args.shared, pull=PullSettings(args.lists, args.pulls),
     )
-    node = NetworkNode.over_libp2p(settings, listen=args.listen, bootstrap=args.bootstrap)
+    node = NetworkNode.over_libp2p(
+        settings, listen=args.listen, bootstrap=args.bootstrap,
+        peer_exchange=not args.no_peer_exchange, max_connections=args.max_connections,
+    )
     node.start()
 
     def emit(record: dict) -> None:

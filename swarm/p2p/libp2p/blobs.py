@@ -69,6 +69,11 @@ class BlobServer:
         self._served = ServedBlobLog()
         self._active: collections.Counter[ID] = collections.Counter()  # network thread only
         self._refuse: Refuse | None = None
+        self.on_use: Callable[[ID], None] = lambda peer_id: None  # a peer fetched from us
+
+    def busy(self, peer_id: ID) -> bool:
+        """Whether `peer_id` has a fetch from us running (network thread)."""
+        return self._active.get(peer_id, 0) > 0
 
     def serve(self, key: str, data: bytes) -> None:
         check_blob_key(key)
@@ -94,6 +99,7 @@ class BlobServer:
             await self._refuse_fetch(stream, peer_id)
             return
         self._active[peer_id] += 1
+        self.on_use(peer_id)
         try:
             await self._serve(stream, peer_id)
         finally:

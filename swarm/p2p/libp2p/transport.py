@@ -46,6 +46,7 @@ from swarm.p2p.libp2p.publish import PUBLISH_WAIT_S, Outbox
 from swarm.p2p.libp2p.rejections import RejectionRecorder
 from swarm.p2p.libp2p.stats import Counters, Libp2pStats
 from swarm.p2p.libp2p.testing import RawStream
+from swarm.p2p.libp2p.trimming import DEFAULT_MAX_CONNECTIONS, ConnectionTrimmer
 from swarm.p2p.transport import (
     BlobServed,
     BoundedInbox,
@@ -99,6 +100,9 @@ class Libp2pTransport(Transport):
             (and counted) beyond it.
         dial_timeout: bound on each dial, in seconds.
         max_peers: stop dialing peers learned by peer exchange at this many connections.
+        max_connections: beyond this many connected peers, close the least recently used
+            idle ones (never a bootstrap peer's) down to three quarters of it
+            (`trimming.ConnectionTrimmer`); 0: no bound.
         mesh_degree: GossipSub D (mesh peers per topic); D_lo = D*2//3, D_hi = 2*D.
         peer_exchange: ask connected peers for their peers, so a node bootstrapped from
             one peer finds the rest.
@@ -122,6 +126,7 @@ class Libp2pTransport(Transport):
         inbox_capacity: int = DEFAULT_INBOX_CAPACITY,
         dial_timeout: float = hosting.DEFAULT_DIAL_TIMEOUT,
         max_peers: int = DEFAULT_MAX_PEERS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         mesh_degree: int = DEFAULT_MESH_DEGREE,
         peer_exchange: bool = True,
         answer_peer_exchange: bool = True,
@@ -143,6 +148,7 @@ class Libp2pTransport(Transport):
         self._max_message_size = max_message_size
         self._dial_timeout = float(dial_timeout)
         self._max_peers = max_peers
+        self._max_connections = max_connections
         if mesh_degree < 1:
             raise TransportError("mesh_degree must be at least 1")
         self._mesh_degree = mesh_degree
@@ -156,6 +162,11 @@ class Libp2pTransport(Transport):
         self._counters = Counters()
         self._rejections = RejectionRecorder(self._counters)
         self._blobs = BlobServer(self._policy, self._counters)
+        self._trimmer = (
+            ConnectionTrimmer(max_connections, self._counters) if max_connections > 0 else None
+        )
+        if self._trimmer is not None:
+            self._blobs.on_use = self._trimmer.touch
         self._thread = NetworkThread(
             name=f"libp2p-{self.peer_id[-8:]}",
             label=f"libp2p host of {self.peer_id}",
@@ -226,6 +237,8 @@ class Libp2pTransport(Transport):
             self._counters,
             dial_timeout=self._dial_timeout,
             max_peers=self._max_peers,
+            trimmer=self._trimmer,
+            busy=self._blobs.busy,
         )
         gossip.gossipsub.learn_peer = dialer.learn  # PRUNE peer exchange, from well-scored peers
         peer_exchange = PeerExchange(host, self._policy, dialer, self._counters)
@@ -274,7 +287,11 @@ class Libp2pTransport(Transport):
         self, peer_id: ID, key: str, timeout: float, limits: FetchLimits | None
     ) -> bytes:
         host = self._running_net().host
+        if self._trimmer is not None:
+            self._trimmer.touch(peer_id)
         data = await fetch_blob(host, peer_id, key, timeout, self._max_blob_size, limits)
+        if self._trimmer is not None:
+            self._trimmer.touch(peer_id)
         with self._counters.locked() as stats:
             stats.blob_bytes_in += len(data)
         return data
