@@ -13,7 +13,8 @@ on J of them. Here a node's cost per round depends on its own settings only
   `lists_per_round` peers drawn uniformly from the view for their lists, checks each
   announcement cheaply (`swarm.verify.announcements`), keeps the fresh ones as candidates,
   chooses `pull_groups` of them with the trainer's sampler (uniform, at most
-  `per_sender_cap` per sender, only groups whose claimed rewards carry signal), and pulls
+  `per_sender_cap` per sender, only groups whose claimed rewards carry signal) taken one
+  sender at a time (`balanced`), and pulls
   them, content-addressed, from their sender or, when it fails, from a holder;
 - a pulled group must be exactly the announced one (else it is refused and the peer that
   served it is blamed), then passes `Verifier.admit` like a gossiped group, and the caller
@@ -21,8 +22,9 @@ on J of them. Here a node's cost per round depends on its own settings only
 
 Why this is a fair sample of the swarm: the peers asked are a uniform sample of a view that
 is itself a random subset of the swarm, so every sender is equally likely to be asked, and
-every group equally likely to be chosen, whoever is connected to whom; a sender that
-announces more groups gets no more than `per_sender_cap` of them chosen.
+each of its groups is as likely to be chosen as another's of the same sender, whoever is
+connected to whom; a sender that announces more groups gains nothing (`balanced`), and no
+sender gets more than `per_sender_cap` a round.
 
 Deliberately not here: full verification, pooling, ledgers (the caller's), or the transport.
 """
@@ -74,7 +76,7 @@ class PullSettings:
     pull_groups: int = 10  # groups pulled each round (J plus a margin for failures)
     per_sender_cap: int = 2  # of those, at most this many from one sender
     keep_rounds: int = 3  # own and pulled groups stay served this many rounds
-    candidate_rounds: int = 2  # announcements stay candidates this many rounds
+    candidate_rounds: int = 1  # announcements stay candidates this many rounds
     max_age_s: float = 600.0  # older announcements are not pulled
     fetch_timeout_s: float = 5.0
     view_capacity: int = DEFAULT_CAPACITY
@@ -232,6 +234,9 @@ class PullExchange:
             r.reason != Reason.PULL_FAILED for r in rejected
         )
         self.round += 1
+        for digest, (_, learned) in list(self.candidates.items()):
+            if learned <= self.round - self.settings.candidate_rounds:
+                del self.candidates[digest]
         return accepted, rejected
 
     def _ask(self, peer: str) -> list[Rejection]:
@@ -275,14 +280,15 @@ class PullExchange:
                       received_at=a.created_at, round=a.round, family=a.task.dataset)
             for a, _ in self.candidates.values()
         ]
-        choice = choose_batch(
-            [], offered, 0, s.pull_groups, seed=f"{self.own_id}:pull:{self.round}",
+        shuffled = choose_batch(
+            [], offered, 0, len(offered), seed=f"{self.own_id}:pull:{self.round}",
             now=self.clock(), staleness=Staleness(max_version_gap=None, max_age_s=s.max_age_s),
             per_peer_cap=s.per_sender_cap or None,
-        )
-        for announcement in choice.shared:
+        ).shared
+        chosen = balanced(shuffled, s.pull_groups)
+        for announcement in chosen:
             self.candidates.pop(announcement.content_hash, None)
-        return choice.shared
+        return chosen
 
     def _sources(self, announcement: GroupAnnouncement) -> list[str]:
         """Whom to pull a group from: its sender, then its known holders in random order."""
@@ -337,3 +343,18 @@ class PullExchange:
             self._serve(group_key(signed.content_hash), data)  # a holder now
         return ok, bad
 
+
+def balanced(shuffled: list[GroupAnnouncement], k: int) -> list[GroupAnnouncement]:
+    """`k` of `shuffled` (a uniform order), one per sender in turn: every sender asked counts
+    the same, however many groups it announced (a loud sender gains nothing)."""
+    by_sender: dict[str, list[GroupAnnouncement]] = {}
+    for announcement in shuffled:
+        by_sender.setdefault(announcement.sender, []).append(announcement)
+    queues = list(by_sender.values())
+    chosen: list[GroupAnnouncement] = []
+    while len(chosen) < k and queues:
+        for queue in queues:
+            if len(chosen) < k:
+                chosen.append(queue.pop(0))
+        queues = [q for q in queues if q]
+    return chosen

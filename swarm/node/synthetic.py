@@ -16,6 +16,7 @@ nonces aside.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 
@@ -59,9 +60,7 @@ class SyntheticRollouts:
         self.task_seed = task_seed
         self.shape = shape
         self.scoring = scoring
-        rng = random.Random(f"filler:{task_seed}")
-        text = " ".join(rng.choice(_WORDS) for _ in range(4096))
-        self._filler = (text + " ") * (1 + shape.completion_chars // max(len(text), 1))
+        self._filler = _filler(task_seed % FILLER_VARIANTS, shape.completion_chars)
 
     def round_groups(self, round_index: int, count: int) -> list[SyntheticGroup]:
         """`count` groups for round `round_index`."""
@@ -89,6 +88,17 @@ class SyntheticRollouts:
         if draw >= self.shape.untagged_share + self.shape.correct_share:
             answer = _wrong(answer)
         return f"{filler}\n<answer>{answer}</answer>"[-MAX_TEXT_CHARS:]
+
+
+FILLER_VARIANTS = 16  # texts shared by all nodes of a process (10,000 nodes, 16 texts)
+
+
+@functools.lru_cache(maxsize=FILLER_VARIANTS)
+def _filler(variant: int, completion_chars: int) -> str:
+    """A long filler text to cut completions from (one of a few per process)."""
+    rng = random.Random(f"filler:{variant}")
+    text = " ".join(rng.choice(_WORDS) for _ in range(4096))
+    return (text + " ") * (1 + completion_chars // max(len(text), 1))
 
 
 def _wrong(answer: str) -> str:

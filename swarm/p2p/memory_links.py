@@ -5,7 +5,8 @@ but a node of a 10,000-node swarm is connected to a few dozen peers, and listing
 peers a round would cost more than everything else it does. `LinkedMemoryTransport` keeps
 libp2p's shape instead:
 
-- it starts connected to its bootstrap peers only (a *link*, both ways);
+- it starts connected to its bootstrap peers only (a *link*, both ways), and dials them
+  again whenever it has no link left;
 - fetching a blob from a peer it is not linked to dials it (a new link), as libp2p's
   `fetch_blob` does with an address learned from a peer;
 - `peers()` lists its links, and gossip reaches linked peers only (no forwarding: the
@@ -69,6 +70,9 @@ class LinkedMemoryTransport(MemoryTransport):
                 member._deliver(topic, bytes(data), self.peer_id)
 
     def peers(self) -> list[PeerInfo]:
+        if not self.links:  # like libp2p's dialer, which redials bootstrap peers forever
+            for peer in self.bootstrap:
+                self._dial(peer)
         return [PeerInfo(p) for p in self.links]
 
     def fetch_blob(
