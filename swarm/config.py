@@ -248,6 +248,7 @@ class SyncSection:
     zstd_level: int = opt(1, "Trainer: zstd level of deltas and anchors (higher: a few % smaller, several times slower).", min=1, max=22)
     max_blob_mb: int = opt(1024, "Generator: refuse a delta or anchor announced larger than this many MB.", min=1, max=1024)
     fetch_timeout_s: float = opt(120.0, "Generator: give up fetching one delta or anchor after this many seconds.", min=1.0)
+    hold_deltas: int = opt(4, "Generator: serve this many most recent applied deltas to other followers, and fetch from followers that hold one before the trainer (0: fetch from the trainer only), so the trainer's upload per version stays about constant.", min=0, max=64)
 
 
 @dataclass(frozen=True)

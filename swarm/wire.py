@@ -109,6 +109,22 @@ def payload_key(base_hash: str, kind: str, from_version: int, to_version: int) -
     return f"sync/{base_hash[:16]}/delta/{from_version}-{to_version}"
 
 
+def held_key(payload_hash: str) -> str:
+    """Blob key under which a follower holding a trainer's delta serves it (by its hash)."""
+    return f"sync/held/{payload_hash}"
+
+
+def have_key(payload_hash: str) -> str:
+    """Blob key a trainer serves (one byte) for each payload, so that a follower fetching it
+    tells the trainer it now holds that payload (`swarm.node.delta_holders`)."""
+    return f"sync/have/{payload_hash}"
+
+
+def holders_key(base_hash: str) -> str:
+    """Blob key of a trainer's hints of which followers hold its payloads."""
+    return f"sync/{base_hash[:16]}/holders"
+
+
 def group_key(content_hash: str) -> str:
     """Blob key under which a node serves the signed group with this content hash."""
     return f"pull/group/{content_hash}"

@@ -196,7 +196,7 @@ def make_follower(
     )
     return DeltaFollower(
         transport, expect, bf16_state_dict(policy.model), version,
-        fetch_timeout=sync.fetch_timeout_s,
+        fetch_timeout=sync.fetch_timeout_s, hold=sync.hold_deltas,
     )
 
 
@@ -208,7 +208,7 @@ def make_publisher(
     return DeltaPublisher(
         transport, key_pair, peer_id=peer_id, swarm_id=config.p2p.swarm_id,
         model=policy.model_id, base_hash=policy.base_hash, anchor_every=sync.anchor_every,
-        keep_deltas=sync.keep_deltas, level=sync.zstd_level,
+        keep_deltas=sync.keep_deltas, level=sync.zstd_level, refresh_holders_s=1.0,
     )
 
 

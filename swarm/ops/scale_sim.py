@@ -23,8 +23,8 @@ Fairness of what the nodes train on (the J shared groups each chooses a round):
   chosen, over its value under ideal uniform sampling (1: as even as chance allows);
 - `hub_ratio`: how often node 0, everyone's bootstrap peer, was chosen, over an ordinary
   sender (1: no bias to the peer every node is connected to);
-- `loud_ratio`: the same for a sender that makes `loud_factor` times as many groups
-  (per-sender caps should keep it near 1).
+- `loud_ratio`: the same for senders that make `loud_factor` times as many groups (one
+  node in 100; per-sender caps and taking one group per sender in turn keep it near 1).
 """
 
 from __future__ import annotations
@@ -60,9 +60,9 @@ class SimSettings:
     shared: int = 8  # J
     lists: int = 8
     pulls: int = 10
-    keep_rounds: int = 2
+    keep_rounds: int = 1  # in memory a pull follows its list at once: the current round suffices
     links: int = 64
-    loud_factor: int = 4  # node 1 makes this many times Q groups a round
+    loud_factor: int = 4  # loud nodes (1 in 100, at least one) make this many times Q a round
     seed: int = 0
 
 
@@ -91,7 +91,7 @@ def build(settings: SimSettings, clock: SimClock) -> list[NetworkNode]:
         else:
             transport = MemoryTransport(peer_id, hub, inbox_capacity=1 << 20)
         first = first or peer_id
-        groups = settings.groups * (settings.loud_factor if i == 1 else 1)
+        groups = settings.groups * (settings.loud_factor if 1 <= i <= loud_count(settings) else 1)
         node_settings = NetworkNodeSettings(
             exchange=settings.exchange, groups_per_round=groups, shared_groups=settings.shared,
             max_age_s=3 * settings.period_s,
@@ -150,7 +150,7 @@ def simulate(settings: SimSettings, progress: Callable[[str], None] = lambda s: 
                      "delivered": 1.0 - failed / pulls if pulls else 1.0},
         "age_s": {"mean": statistics.fmean(ages) if ages else 0.0,
                   "p95": percentile(ages, 0.95)},
-        "fairness": fairness(chosen, [n.peer_id for n in nodes]),
+        "fairness": fairness(chosen, [n.peer_id for n in nodes], loud_count(settings)),
         "wall_s": time.perf_counter() - t0,
     }
     for node in nodes:
@@ -190,10 +190,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def fairness(chosen: Counter, peer_ids: list[str]) -> dict:
+def loud_count(settings: SimSettings) -> int:
+    return max(1, settings.nodes // 100)
+
+
+def fairness(chosen: Counter, peer_ids: list[str], louds: int = 1) -> dict:
     """How evenly the chosen shared groups spread over senders (see the module docstring)."""
-    hub, loud = peer_ids[0], peer_ids[1]
-    ordinary = [chosen.get(p, 0) for p in peer_ids[2:]]
+    hub, loud = peer_ids[0], peer_ids[1 : 1 + louds]
+    ordinary = [chosen.get(p, 0) for p in peer_ids[1 + louds :]]
     total = sum(ordinary)
     if not ordinary or total == 0:
         return {"sender_cv_ratio": 0.0, "hub_ratio": 0.0, "loud_ratio": 0.0, "chosen": 0}
@@ -205,7 +209,7 @@ def fairness(chosen: Counter, peer_ids: list[str]) -> dict:
         "sender_cv_ideal": ideal,
         "sender_cv_ratio": cv / ideal if ideal else 0.0,
         "hub_ratio": chosen.get(hub, 0) / mean,
-        "loud_ratio": chosen.get(loud, 0) / mean,
+        "loud_ratio": statistics.fmean(chosen.get(p, 0) for p in loud) / mean,
         "never_chosen": sum(1 for c in ordinary if c == 0) / len(ordinary),
         "chosen": sum(chosen.values()),
     }
