@@ -94,10 +94,20 @@ def cmd_real(args) -> None:
 def cmd_deltas(args) -> None:
     from swarm.ops.delta_sim import DeltaSimSettings, simulate_deltas
 
-    rows = [simulate_deltas(DeltaSimSettings(followers=n)) for n in args.followers]
+    rows = [
+        simulate_deltas(DeltaSimSettings(followers=n, hold=hold, bad_holders=n // 10 if hold else 0))
+        for n in args.followers
+        for hold in (0, 4)
+    ]
     write(Path(args.out) / "deltas.json", {"runs": rows})
     for r in rows:
-        print(json.dumps({k: v for k, v in r.items() if k != "settings"}))
+        s = r["settings"]
+        print(
+            f"followers {s['followers']:5}  hold {s['hold']}  bad holders {s['bad_holders']:4}"
+            f"  trainer sends {r['trainer_payloads_per_version']:6.1f} payloads/version"
+            f" ({r['payload_bytes'] / 1e3:.1f} kB each), {r['trainer_upload_per_version'] / 1e3:9.1f}"
+            f" kB in all  from holders {r['from_holders']:5}  all bit-exact {r['all_in_step']}"
+        )
 
 
 def write(path: Path, data: dict) -> None:

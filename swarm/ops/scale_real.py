@@ -78,7 +78,7 @@ def run_real(
 ) -> dict:
     """Run the swarm; returns per-process records and summaries (see the module docstring)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    start_at = time.time() + 20.0 + 0.6 * (s.network + s.trainers)
+    start_at = time.time() + 20.0 + 0.6 * s.network
     common = [
         "-m", "swarm.node.network_only", "--exchange", s.exchange, "--rounds", str(s.rounds),
         "--period", str(s.period_s), "--groups", str(s.groups), "--shared", str(s.shared),
@@ -92,6 +92,8 @@ def run_real(
         for i in range(1, s.network)
     ]
     trainer_dirs = [out_dir / f"trainer-{i}" for i in range(s.trainers)]
+    # trainers start their rounds (after ~10 s of loading) once the network-only nodes share
+    time.sleep(max(0.0, start_at - 8.0 - time.time()))
     for i, run_dir in enumerate(trainer_dirs):
         args = [
             "-m", "swarm.cli", "join", "--run-dir", str(run_dir), "--rounds", str(s.trainer_rounds),
