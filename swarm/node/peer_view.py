@@ -96,6 +96,11 @@ class PeerView:
     def sample(self, k: int) -> list[str]:
         return sample(list(self.view), k, self.rng)
 
+    def forget(self, peer: str) -> None:
+        """`peer` did not answer: out of the view (it comes back if it asks us or is passed
+        on as alive)."""
+        self.view.pop(peer, None)
+
     def refresh(self, timeout: float = 5.0) -> None:
         """Age, take in who asked us, serve our view, shuffle with our oldest entry."""
         self.view = {peer: (addrs, age + 1) for peer, (addrs, age) in self.view.items()}

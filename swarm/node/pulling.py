@@ -246,6 +246,7 @@ class PullExchange:
             data = self.transport.fetch_blob(peer, ANNOUNCEMENTS_KEY, self.settings.fetch_timeout_s)
         except TransportError:
             self.counters.lists_failed += 1
+            self.view.forget(peer)
             return []
         try:
             items, hints = unpack_announcements(data)

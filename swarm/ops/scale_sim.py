@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from swarm.node.network_only import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
 from swarm.node.pulling import PullSettings
+from swarm.ops.footprint import peak_mb
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import MemoryHub, MemoryTransport
@@ -152,6 +153,7 @@ def simulate(settings: SimSettings, progress: Callable[[str], None] = lambda s: 
                   "p95": percentile(ages, 0.95)},
         "fairness": fairness(chosen, [n.peer_id for n in nodes], loud_count(settings)),
         "wall_s": time.perf_counter() - t0,
+        "process_peak_mb": peak_mb(),  # the whole simulation's, all nodes together
     }
     for node in nodes:
         node.close()
