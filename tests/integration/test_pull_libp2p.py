@@ -33,3 +33,20 @@ def test_pull_nodes_find_each_other_from_one_address_and_verify_every_pull():
         assert sum(r["accepted"] for r in rounds) == sum(r["verified"] for r in rounds) == pulls
         assert all(r["rejected"] == 0 for r in rounds)
         assert max(r["peak_mb"] for r in rounds) < 100
+
+
+def test_a_trainer_process_trains_on_groups_pulled_over_libp2p(tmp_path, tiny_model_path):
+    from swarm.ops.scale_real import RealSettings, run_real
+
+    settings = RealSettings(
+        network=3, trainers=1, rounds=6, period_s=6.0, groups=6, shared=4, trainer_rounds=3,
+        trainer_questions=4, trainer_shared=2, nice=0,
+    )
+    result = run_real(settings, tmp_path)
+    summary = result["summary"]
+    assert summary["network_failed_processes"] == summary["trainer_failed_processes"] == 0
+    assert summary["network_pulls"] > 0 and summary["network_pulls_failed"] == 0
+    assert summary["network_verified"] == summary["network_accepted"] == summary["network_pulls"]
+    (trainer,) = result["trainers"]
+    # it pulled, verified and trained on peers' groups, and refused none
+    assert trainer["accepted"] > 0 and trainer["group_uses"] > 0 and trainer["rejected"] == {}
