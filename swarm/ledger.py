@@ -16,9 +16,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
 from sqlalchemy import (
     Boolean,
+    CursorResult,
     Float,
     Integer,
     LargeBinary,
@@ -342,7 +344,7 @@ def supersede_after(session: Session, round_index: int) -> int:
             update(model).where(model.round > round_index, model.superseded.is_(False)).values(superseded=True)
         )
         if model is RoundRow:
-            count = result.rowcount or 0
+            count = cast(CursorResult, result).rowcount or 0
     return count
 
 
@@ -381,7 +383,10 @@ def recent_accepted(session: Session, since: float, limit: int) -> list[tuple[by
         .order_by(GroupRow.recorded_at.desc())
         .limit(limit)
     )
-    return [(bytes(body), *rest) for body, *rest in reversed(session.execute(stmt).all())]
+    return [
+        (bytes(body or b""), sender, content_hash, version, at)
+        for body, sender, content_hash, version, at in reversed(session.execute(stmt).all())
+    ]
 
 
 def group_counts(session: Session) -> dict[str, int]:
@@ -440,16 +445,8 @@ def received_outcomes(session: Session) -> list[tuple[str, str, str, str, int]]:
     # The peer a group counts for: the transport-authenticated source, else the claimed sender.
     blamed = func.coalesce(func.nullif(GroupRow.source, ""), GroupRow.sender)
     received = select(*columns, func.count()).where(GroupRow.direction == Direction.RECEIVED)
-    out = [tuple(row) for row in session.execute(received.where(blamed.not_in(lifted)).group_by(*columns)).all()]
+    out = [row.tuple() for row in session.execute(received.where(blamed.not_in(lifted)).group_by(*columns)).all()]
     for peer, at in lifted.items():
         since = received.where(blamed == peer, GroupRow.recorded_at > at).group_by(*columns)
-        out += [tuple(row) for row in session.execute(since).all()]
+        out += [row.tuple() for row in session.execute(since).all()]
     return out
-
-
-def rejections_by_reason(session: Session, sender: str | None = None) -> dict[str, int]:
-    """Rejected received groups by reason (of one claimed sender, or of everyone)."""
-    stmt = select(GroupRow.reason, func.count()).where(GroupRow.status == Status.REJECTED)
-    if sender is not None:
-        stmt = stmt.where(GroupRow.sender == sender)
-    return {reason: n for reason, n in session.execute(stmt.group_by(GroupRow.reason)).all()}

@@ -115,7 +115,7 @@ class _HeldBack(types.ModuleType):
         if self.__dict__.get("_completed") or spec is None:
             return
         self.__dict__["_completed"] = True
-        self.__class__ = types.ModuleType
+        self.__class__ = types.ModuleType  # type: ignore[assignment]  # a plain module from now on
         spec.loader.exec_module(self)
 
     def __getattr__(self, attr: str):

@@ -10,8 +10,10 @@ node's start is reproducible. Nothing here runs a round or touches the ledger.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 
 import torch
 
@@ -19,9 +21,13 @@ from swarm.config import Config
 from swarm.errors import ConfigError, TransportError
 from swarm.node.delta_follower import DeltaFollower
 from swarm.node.delta_publisher import DeltaPublisher
+from swarm.node.monitoring import Monitoring
 from swarm.node.pulling import PullExchange, PullSettings
+from swarm.node.runlock import RunLock
 from swarm.node.sync import Expectation
 from swarm.node.topic_tap import TopicTap
+from swarm.ops.display import Reporter, SilentReporter
+from swarm.ops.logs import NodeLog
 from swarm.p2p.identity import (
     identity_exists,
     load_or_create_identity,
@@ -50,6 +56,27 @@ def make_run_folder(config: Config) -> None:
         ) from None
 
 
+@contextlib.contextmanager
+def claim_run_folder(
+    config: Config, reporter: Reporter | None, log: NodeLog | None
+) -> Iterator[tuple[RunLock, Monitoring]]:
+    """Make the run folder, take its lock and open the node's monitoring for the body,
+    which builds the rest of the node; if the body fails, both are let go again."""
+    make_run_folder(config)
+    lock = RunLock.acquire(config.run_dir)
+    try:
+        monitoring = Monitoring(config, reporter or SilentReporter(), log)
+    except BaseException:
+        lock.release()
+        raise
+    try:
+        yield lock, monitoring
+    except BaseException:
+        monitoring.close()
+        lock.release()
+        raise
+
+
 def write_node_info(config: Config, peer_id: str, addrs: list[str]) -> None:
     """node.json in the run folder: how other nodes (and `swarm-node demo`) reach this one."""
     info = {"peer_id": peer_id, "addrs": addrs, "pid": os.getpid(), "name": config.node.name}
@@ -72,6 +99,17 @@ def node_identity(config: Config, key_pair=None):
     if problem:
         raise ConfigError(problem)
     return key_pair
+
+
+def identity_and_transport(config: Config, transport: Transport | None, key_pair=None):
+    """(key pair, peer ID, transport): `transport` if given, else libp2p as configured;
+    refused if the transport speaks for another identity."""
+    key_pair = node_identity(config, key_pair)
+    peer_id = peer_id_of(key_pair)
+    transport = transport or make_transport(config, key_pair)
+    if transport.peer_id != peer_id:
+        raise ConfigError("the transport's peer ID differs from the node's identity")
+    return key_pair, peer_id, transport
 
 
 def make_transport(config: Config, key_pair) -> Transport:

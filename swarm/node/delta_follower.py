@@ -46,6 +46,7 @@ from swarm.node.sync import (
     RefusalLimiter,
     check_header,
     check_manifest,
+    manifest_event,
     manifest_key,
     plan_catch_up,
 )
@@ -345,7 +346,9 @@ class DeltaFollower:
         for key in passed:
             del self._known[key]
         self.backoff.forget(
-            k for k in self.backoff.keys() if isinstance(k[-1], int) and k[-1] <= self.version
+            k
+            for k in self.backoff.keys()
+            if isinstance(k, tuple) and isinstance(k[-1], int) and k[-1] <= self.version
         )
 
     def _read_index(self, events: list[DeltaEvent], deadline: float) -> None:
@@ -384,7 +387,7 @@ class DeltaFollower:
         names = {t.name for t in applied.tensors if t.count or m.kind == "anchor"}
         names |= {t.name for t in applied.tensors if t.alias_of in names}
         problem = load(names) if load is not None else None
-        if problem is not None:
+        if load is not None and problem is not None:
             undo()
             load(names)  # the model gets the weights back
             self._refuse(m, Reason.BROKEN_MODEL, problem, result, lasting=True)
@@ -396,16 +399,7 @@ class DeltaFollower:
         result.changed |= names
         seconds = time.perf_counter() - t0
         result.events.append(
-            DeltaEvent(
-                Direction.RECEIVED,
-                m.provider,
-                m.kind,
-                m.from_version,
-                m.to_version,
-                len(blob),
-                seconds,
-                Status.APPLIED,
-            )
+            manifest_event(m, Direction.RECEIVED, Status.APPLIED, nbytes=len(blob), seconds=seconds)
         )
 
     def _fetch(self, m: DeltaManifest, result: SyncResult, deadline: float) -> bytes | None:
@@ -491,18 +485,9 @@ class DeltaFollower:
         self._known.pop(manifest_key(m), None)
 
 
-def _rejected(m: DeltaManifest, reason: Reason, detail: str, peer: str = "") -> DeltaEvent:
-    return DeltaEvent(
-        Direction.RECEIVED,
-        peer or m.provider,
-        m.kind,
-        m.from_version,
-        m.to_version,
-        m.size,
-        0.0,
-        Status.REJECTED,
-        reason,
-        detail[:500],
+def _rejected(m: DeltaManifest, reason: Reason, detail: str, peer: str | None = None) -> DeltaEvent:
+    return manifest_event(
+        m, Direction.RECEIVED, Status.REJECTED, peer=peer, reason=reason, detail=detail
     )
 
 

@@ -17,13 +17,14 @@ import collections
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import blake3
 import torch
 
-from swarm.errors import TransportError
+from swarm.errors import SwarmError, TransportError
 from swarm.node.delta_holders import HAVE_PREFIX, HolderRegistry
-from swarm.node.sync import DeltaEvent
+from swarm.node.sync import DeltaEvent, manifest_event
 from swarm.p2p.transport import Transport
 from swarm.policy.delta import encode_anchor, encode_delta, read_header
 from swarm.signing import sign_manifest
@@ -104,7 +105,7 @@ class DeltaPublisher:
         self._weights, self._version = dict(weights), version
         if self.refresh_holders_s > 0:
             self.holders.run_every(self.refresh_holders_s)
-        events = [self._serve_anchor()] if version > 0 else []
+        events = [self._serve_anchor()[0]] if version > 0 else []
         self._announce([s for s in [self._anchor] if s is not None and version > 0])
         return events
 
@@ -133,8 +134,9 @@ class DeltaPublisher:
         self._weights, self._version = dict(weights), version
         fresh = [served]
         if version % self.anchor_every == 0:
-            events.append(self._serve_anchor())
-            fresh.append(self._anchor)
+            event, anchor = self._serve_anchor()
+            events.append(event)
+            fresh.append(anchor)
         self._announce(fresh)
         return events
 
@@ -153,15 +155,8 @@ class DeltaPublisher:
             if m is not None:
                 holding.append((fetch, m.payload_hash))
                 events.append(
-                    DeltaEvent(
-                        Direction.SENT,
-                        fetch.peer_id,
-                        m.kind,
-                        m.from_version,
-                        m.to_version,
-                        fetch.nbytes,
-                        0.0,
-                        Status.SERVED,
+                    manifest_event(
+                        m, Direction.SENT, Status.SERVED, peer=fetch.peer_id, nbytes=fetch.nbytes
                     )
                 )
         self.holders.note(holding)
@@ -171,8 +166,10 @@ class DeltaPublisher:
         """Manifests of what is being served now (the latest anchor first, then the deltas)."""
         return [s.manifest for s in ([self._anchor] if self._anchor else []) + list(self._deltas)]
 
-    def _serve_anchor(self) -> DeltaEvent:
+    def _serve_anchor(self) -> tuple[DeltaEvent, _Served]:
         t0 = time.perf_counter()
+        if self._weights is None:
+            raise SwarmError("no weights to anchor: start() was not called")
         blob = encode_anchor(
             self._weights, version=self._version, level=self.level, threads=self.threads
         )
@@ -181,9 +178,9 @@ class DeltaPublisher:
             self.transport.unserve_blob(self._anchor.manifest.key)
             self.transport.unserve_blob(have_key(self._anchor.manifest.payload_hash))
         self._anchor = served
-        return self._event(served, time.perf_counter() - t0)
+        return self._event(served, time.perf_counter() - t0), served
 
-    def _serve(self, kind: str, from_version: int, to_version: int, blob: bytes) -> _Served:
+    def _serve(self, kind: Literal["delta", "anchor"], from_version: int, to_version: int, blob: bytes) -> _Served:
         header = read_header(blob)
         manifest = DeltaManifest(
             swarm_id=self.swarm_id,
@@ -221,14 +218,6 @@ class DeltaPublisher:
 
     @staticmethod
     def _event(served: _Served, seconds: float) -> DeltaEvent:
-        m = served.manifest
-        return DeltaEvent(
-            Direction.SENT,
-            "",
-            m.kind,
-            m.from_version,
-            m.to_version,
-            m.size,
-            seconds,
-            Status.PUBLISHED,
+        return manifest_event(
+            served.manifest, Direction.SENT, Status.PUBLISHED, peer="", seconds=seconds
         )

@@ -22,6 +22,7 @@ import torch
 from swarm.ledger import get_meta, set_meta
 from swarm.node.delta_follower import DeltaFollower
 from swarm.node.delta_publisher import DeltaPublisher
+from swarm.node.topic_tap import TopicTap
 from swarm.p2p.transport import Transport
 from swarm.policy.delta import bf16_state_dict
 from swarm.policy.generator import Generator
@@ -84,8 +85,12 @@ class Following:
 
     def follow(self) -> None:
         """Generator: apply what the followed trainer published since the last round."""
-        self.transport.pump()  # manifests that arrived since the last drain
-        result = self.follower.sync(load=self._load_and_probe)
+        follower = self.follower
+        if follower is None:
+            return
+        if isinstance(self.transport, TopicTap):
+            self.transport.pump()  # manifests that arrived since the last drain
+        result = follower.sync(load=self._load_and_probe)
         if result.refused:
             self._remember(result.refused)
         if result.changed:
@@ -103,7 +108,8 @@ class Following:
 
     def _load_and_probe(self, names: set[str]) -> str | None:
         """Load the follower's named tensors into the model; what is wrong with it then."""
-        load_into(self.policy.model, self.follower.weights, names)
+        if self.follower is not None:
+            load_into(self.policy.model, self.follower.weights, names)
         return probe(self.policy)
 
     # -- refusals that outlive the process -------------------------------------------------------

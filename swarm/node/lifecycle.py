@@ -24,16 +24,15 @@ from swarm.errors import CheckpointError, ConfigError
 from swarm.experience import ExperiencePool
 from swarm.ledger import Ledger, get_meta, set_meta, supersede_after
 from swarm.node.assembly import (
+    claim_run_folder,
+    identity_and_transport,
     make_eval_tasks,
     make_exchange,
     make_generator,
-    make_run_folder,
     make_spot_checker,
     make_sync,
     make_trainer,
-    make_transport,
     make_verifier,
-    node_identity,
     sampling_params,
     task_stream_seed,
     write_node_info,
@@ -42,10 +41,9 @@ from swarm.node.delta_follower import DeltaFollower
 from swarm.node.delta_publisher import DeltaPublisher
 from swarm.node.following import Following
 from swarm.node.memory import release_free_memory
-from swarm.node.monitoring import Monitoring, swarm_sample
+from swarm.node.monitoring import swarm_sample
 from swarm.node.records import Records
 from swarm.node.rounds import RoundLoop, evaluate_by_family
-from swarm.node.runlock import RunLock
 from swarm.node.sharing import Sharing
 from swarm.node.state import LocalGroup, NodeState
 from swarm.ops.display import (
@@ -53,11 +51,9 @@ from swarm.ops.display import (
     Reporter,
     RoundReport,
     RunInfo,
-    SilentReporter,
     SwarmSample,
 )
 from swarm.ops.logs import NodeLog
-from swarm.p2p.identity import peer_id_of
 from swarm.p2p.transport import Transport
 from swarm.policy.checkpoint import (
     CheckpointState,
@@ -93,28 +89,15 @@ class Node:
                 "node.role = 'observer' runs as swarm.node.observer.Observer, not Node"
             )
         self.config = config
-        make_run_folder(config)
-        self.run_lock = RunLock.acquire(config.run_dir)
-        try:
-            self.monitoring = Monitoring(config, reporter or SilentReporter(), log)
-        except BaseException:
-            self.run_lock.release()
-            raise
-        self.reporter = self.monitoring.reporter
-        try:
+        with claim_run_folder(config, reporter, log) as (self.run_lock, self.monitoring):
+            self.reporter = self.monitoring.reporter
             self._assemble(transport, key_pair)
-        except BaseException:
-            self.monitoring.close()
-            self.run_lock.release()
-            raise
 
     def _assemble(self, transport: Transport | None, key_pair) -> None:
         config = self.config
-        self.key_pair = node_identity(config, key_pair)
-        self.peer_id = peer_id_of(self.key_pair)
-        self.transport = transport or make_transport(config, self.key_pair)
-        if self.transport.peer_id != self.peer_id:
-            raise ConfigError("the transport's peer ID differs from the node's identity")
+        self.key_pair, self.peer_id, self.transport = identity_and_transport(
+            config, transport, key_pair
+        )
         self.topic = rollout_topic(config.p2p.swarm_id)
         self.pool = ExperiencePool(config.training.pool_size)  # peers' groups, re-scored, awaiting training
         self.verifier = make_verifier(config, self.peer_id)

@@ -18,7 +18,7 @@ import collections
 import threading
 
 from swarm.errors import RejectedMessage
-from swarm.node.sync import DeltaEvent
+from swarm.node.sync import DeltaEvent, manifest_event
 from swarm.p2p.transport import InboundMessage
 from swarm.signing import verify_manifest
 from swarm.verify.reasons import Direction, Reason, Status
@@ -77,18 +77,7 @@ class ManifestLog:
             self._seen[key] = None
             if len(self._seen) > MAX_REMEMBERED:
                 self._seen.popitem(last=False)
-            self._note(
-                DeltaEvent(
-                    Direction.RECEIVED,
-                    m.provider,
-                    m.kind,
-                    m.from_version,
-                    m.to_version,
-                    m.size,
-                    0.0,
-                    Status.ANNOUNCED,
-                )
-            )
+            self._note(manifest_event(m, Direction.RECEIVED, Status.ANNOUNCED))
 
     def take(self) -> list[DeltaEvent]:
         """Every event since the last call (new manifests and refusals), oldest first."""

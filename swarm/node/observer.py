@@ -29,22 +29,19 @@ from swarm.errors import ConfigError
 from swarm.experience import ExperiencePool
 from swarm.ledger import Ledger, get_meta, set_meta, touch_peer
 from swarm.node.assembly import (
-    make_run_folder,
-    make_transport,
+    claim_run_folder,
+    identity_and_transport,
     make_verifier,
-    node_identity,
     write_node_info,
 )
 from swarm.node.manifests import ManifestLog
-from swarm.node.monitoring import OBSERVER, Monitoring, swarm_sample
+from swarm.node.monitoring import OBSERVER, swarm_sample
 from swarm.node.records import Records
-from swarm.node.runlock import RunLock
 from swarm.node.sharing import Sharing
 from swarm.node.state import NodeState
 from swarm.node.topic_tap import TopicTap
-from swarm.ops.display import Reporter, RunInfo, SilentReporter, SwarmSample
+from swarm.ops.display import Reporter, RunInfo, SwarmSample
 from swarm.ops.logs import NodeLog
-from swarm.p2p.identity import peer_id_of
 from swarm.p2p.transport import Transport
 from swarm.preflight import OBSERVER_MODEL, check_role, ledger_model_problem
 from swarm.wire import rollout_topic
@@ -70,28 +67,13 @@ class Observer:
         if config.node.role != OBSERVER:
             raise ConfigError(f"Observer needs node.role = 'observer', not {config.node.role!r}")
         self.config = config
-        make_run_folder(config)
-        self.run_lock = RunLock.acquire(config.run_dir)
-        try:
-            self.monitoring = Monitoring(config, reporter or SilentReporter(), log)
-        except BaseException:
-            self.run_lock.release()
-            raise
-        self.reporter = self.monitoring.reporter
-        try:
+        with claim_run_folder(config, reporter, log) as (self.run_lock, self.monitoring):
+            self.reporter = self.monitoring.reporter
             self._assemble(transport, key_pair)
-        except BaseException:
-            self.monitoring.close()
-            self.run_lock.release()
-            raise
 
     def _assemble(self, transport: Transport | None, key_pair) -> None:
         config = self.config
-        self.key_pair = node_identity(config, key_pair)
-        self.peer_id = peer_id_of(self.key_pair)
-        inner = transport or make_transport(config, self.key_pair)
-        if inner.peer_id != self.peer_id:
-            raise ConfigError("the transport's peer ID differs from the node's identity")
+        self.key_pair, self.peer_id, inner = identity_and_transport(config, transport, key_pair)
         self.monitoring.identify(config.node.name, self.peer_id, "")
         self.topic = rollout_topic(config.p2p.swarm_id)
         self.manifests = ManifestLog(config.p2p.swarm_id)
@@ -126,7 +108,7 @@ class Observer:
         self.policy = None  # no model, by design
         self._stop = threading.Event()
         self._started = False
-        self._shown = None
+        self._shown: tuple[int, ...] | None = None
 
     def _claim_ledger(self) -> None:
         """Mark the ledger an observer's (`peers` and `status` show it; a trainer is refused

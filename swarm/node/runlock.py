@@ -44,10 +44,6 @@ class RunLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return cls(folder, fd)
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
     def release(self) -> None:
         """Let the lock go (a second call does nothing)."""
         if self._fd is None:

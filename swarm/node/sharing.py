@@ -18,7 +18,7 @@ import threading
 import time
 
 from swarm.config import Config
-from swarm.errors import RejectedMessage, TransportError
+from swarm.errors import RejectedMessage, SwarmError, TransportError
 from swarm.experience import ExperiencePool, SharedGroup
 from swarm.ledger import (
     Ledger,
@@ -110,15 +110,18 @@ class Sharing:
 
     def publish(self, groups: list[LocalGroup]) -> None:
         """Sign this round's groups and publish them in batches; failures are counted, not fatal."""
+        signed, pairs = [], []
         for group in groups:
-            group.wire = self._wire_group(group)
-            group.signed = sign_group(group.wire, self.key_pair)
-            self.verifier.note_own(group.wire)  # a peer re-signing it is then a copycat
+            group.wire = wire = self._wire_group(group)
+            group.signed = sign_group(wire, self.key_pair)
+            signed.append(group.signed)
+            pairs.append((group.signed, wire))
+            self.verifier.note_own(wire)  # a peer re-signing it is then a copycat
         if self.exchange is not None:
-            self.exchange.publish([(g.signed, g.wire) for g in groups])
+            self.exchange.publish(pairs)
             self.stats.published_groups += len(groups)
             return
-        for message in pack_messages([g.signed for g in groups]):
+        for message in pack_messages(signed):
             try:
                 self.transport.publish(self.topic, message)
             except TransportError as e:
@@ -127,6 +130,9 @@ class Sharing:
         self.stats.published_groups += len(groups)
 
     def _wire_group(self, group: LocalGroup) -> RolloutGroup:
+        policy = self.policy
+        if policy is None:
+            raise SwarmError("a node without a model has no groups to publish")
         return RolloutGroup(
             swarm_id=self.config.p2p.swarm_id,
             sender=self.peer_id,
@@ -135,8 +141,8 @@ class Sharing:
             completions=tuple(c.text for c in group.completions),
             rewards=tuple(group.rewards),
             finished=tuple(c.finished for c in group.completions),
-            model=self.policy.model_id,  # by content: never a local path
-            base_hash=self.policy.base_hash,
+            model=policy.model_id,  # by content: never a local path
+            base_hash=policy.base_hash,
             policy_version=self.state.policy_version,
             sampling=Sampling(
                 temperature=float(self.sampling.temperature), top_p=float(self.sampling.top_p),
@@ -234,15 +240,15 @@ class Sharing:
         At most `verify.spot_check_groups_per_round` groups a round: each costs a forward pass.
         A node without a model (an observer) has no spot checker and checks none.
         """
-        group = item.group
-        if self.spot_checker is None or self._spot_checks_left <= 0:
+        group, policy = item.group, self.policy
+        if self.spot_checker is None or policy is None or self._spot_checks_left <= 0:
             return
         if (group.model, group.base_hash, group.policy_version) != (
-            self.policy.model_id, self.policy.base_hash, self.state.policy_version
+            policy.model_id, policy.base_hash, self.state.policy_version
         ):
             return
         self._spot_checks_left -= 1
-        prompt = build_prompt(self.policy.tokenizer, group.question, self.config.policy.system_prompt)
+        prompt = build_prompt(policy.tokenizer, group.question, self.config.policy.system_prompt)
         self.spot_checker.check(group, item.signed.content_hash, prompt)
 
     def _shared_group(self, row_id: int, item: Accepted, task: Task, rewards, received_at: float) -> SharedGroup:

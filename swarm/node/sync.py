@@ -66,6 +66,33 @@ class DeltaEvent:
     detail: str = ""  # for logs; the ledger keeps the code
 
 
+def manifest_event(
+    m: DeltaManifest,
+    direction: Direction,
+    status: Status,
+    *,
+    peer: str | None = None,
+    nbytes: int | None = None,
+    seconds: float = 0.0,
+    reason: Reason | Literal[""] = "",
+    detail: str = "",
+) -> DeltaEvent:
+    """What was done with `m`'s payload, as a ledger row: the peer is its provider and the
+    bytes its declared size unless given; the detail is cut to 500 characters."""
+    return DeltaEvent(
+        direction,
+        m.provider if peer is None else peer,
+        m.kind,
+        m.from_version,
+        m.to_version,
+        m.size if nbytes is None else nbytes,
+        seconds,
+        status,
+        reason,
+        detail[:500],
+    )
+
+
 @dataclass(frozen=True)
 class Expectation:
     """What a follower accepts: whose manifests, for which swarm, model and base."""

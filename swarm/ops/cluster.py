@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,7 +98,7 @@ def plan_ports(nodes: int, hosts: list[str], base_port: int) -> list[int]:
 
 
 def member_config(
-    member: Member, members: list[Member], swarm_id: str, observers: list[Member] = ()
+    member: Member, members: list[Member], swarm_id: str, observers: Sequence[Member] = ()
 ) -> str:
     """The TOML config of one member, kept in its member folder: the private-cluster keys
     filled in, each commented; its paths relative to the member folder."""

@@ -100,10 +100,6 @@ SORT_KEYS = {
 }
 
 
-def _origin(row: GroupRow) -> str:
-    return row.source or row.sender
-
-
 def _use_times(session: Session) -> dict[int, float]:
     """Local round -> when it started (live rounds only): the time a group use happened."""
     rows = session.execute(select(RoundRow.round, RoundRow.started_at).where(RoundRow.superseded.is_(False)))

@@ -14,9 +14,16 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -230,7 +237,7 @@ class LiveReporter(Reporter):
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=self.console,
         )
-        self.task_id = None
+        self.task_id: TaskID | None = None
         self.live: Live | None = None
         self.info: RunInfo | None = None
 
@@ -246,7 +253,8 @@ class LiveReporter(Reporter):
     def round(self, report: RoundReport) -> None:
         self.rows.append(report)
         self.rewards.append(report.mean_reward)
-        self.progress.update(self.task_id, completed=report.round + 1)
+        if self.task_id is not None:
+            self.progress.update(self.task_id, completed=report.round + 1)
         self._refresh()
 
     def evaluation(self, report: EvalReport) -> None:
@@ -285,7 +293,7 @@ class LiveReporter(Reporter):
                 "skipped" if r.skipped else f"{r.loss:+.4f}",
                 f"{r.generate_s:.2f}", f"{r.train_s:.2f}", f"{r.total_s:.2f}",
             )
-        lines = [self.progress, f"reward per round  {sparkline(self.rewards)}", table]
+        lines: list[RenderableType] = [self.progress, f"reward per round  {sparkline(self.rewards)}", table]
         if self.rows and (self.rows[-1].peers or self.rows[-1].received):
             r = self.rows[-1]
             lines.append(f"swarm: {r.peers} peers connected · groups received {r.received}, accepted {r.accepted}, rejected {r.rejected}")

@@ -19,6 +19,7 @@ import importlib.util
 import json
 import time
 from pathlib import Path
+from typing import TextIO
 
 from swarm.errors import ConfigError
 from swarm.ops.display import EvalReport, Reporter, RoundReport, SwarmSample
@@ -57,7 +58,7 @@ class JsonlReporter(Reporter):
     def __init__(self, path: Path, samples: bool = False):
         self.path = Path(path)
         self.samples = samples
-        self._file = None
+        self._file: TextIO | None = None
 
     def _write(self, record: dict) -> None:
         if self._file is None:

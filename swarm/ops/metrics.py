@@ -16,11 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from swarm.errors import ConfigError
 from swarm.ops.display import EvalReport, Reporter, RoundReport, RunInfo, SwarmSample
 from swarm.p2p.transport import PeerRejectReason
 from swarm.verify.reasons import Reason
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 PHASES = ("generate", "score", "train", "other")
 CHANNELS = ("gossip", "blob")
@@ -211,7 +215,7 @@ class MetricsReporter(Reporter):
         self.collector = NodeCollector(role)
         self.registry.register(self.collector)
         ProcessCollector(registry=self.registry)  # memory, CPU and open files of the process
-        self._server = None
+        self._server: WSGIServer | None = None
 
     @property
     def url(self) -> str:
@@ -226,13 +230,14 @@ class MetricsReporter(Reporter):
         from prometheus_client import start_http_server
 
         try:
-            self._server, _ = start_http_server(self.port, self.host, registry=self.registry)
+            server, _ = start_http_server(self.port, self.host, registry=self.registry)
         except OSError as e:
             raise ConfigError(
                 f"monitor.metrics = {self.host}:{self.port}: cannot serve metrics there: "
                 f"{e.strerror or e}: choose a free port (or 0 for any)"
             ) from None
-        self.port = self._server.server_port
+        self._server = server
+        self.port = server.server_port
 
     def exposition(self) -> bytes:
         """The metrics as Prometheus text, as a scrape gets them."""

@@ -50,6 +50,11 @@ def _popen(args: list[str], nice: int, log: Path | None = None) -> subprocess.Po
     )
 
 
+def _stdout(proc: subprocess.Popen):
+    assert proc.stdout is not None  # started with stdout=PIPE
+    return proc.stdout
+
+
 def _peak_mb(pid: int) -> float:
     """VmHWM of a running process (0 once it is gone)."""
     try:
@@ -85,7 +90,7 @@ def run_real(
         "--start-at", str(start_at), "--linger", str(s.period_s),
     ]
     first = _popen(common, s.nice, out_dir / "network-0.log")
-    hello = json.loads(first.stdout.readline())
+    hello = json.loads(_stdout(first).readline())
     address = hello["addrs"][0]
     procs = [("network", first)] + [
         ("network", _popen([*common, "--bootstrap", address], s.nice, out_dir / f"network-{i}.log"))
@@ -112,10 +117,10 @@ def run_real(
             if outputs[i] is None:
                 peaks[i] = max([peaks[i]] + [_peak_mb(p) for p in _pids_below(proc.pid)])
                 if proc.poll() is not None:
-                    outputs[i] = proc.stdout.read()
+                    outputs[i] = _stdout(proc).read()
         time.sleep(1.0)
     network = [
-        {"rounds": [json.loads(line) for line in out.splitlines()[1:] if line.startswith("{")],
+        {"rounds": [json.loads(line) for line in (out or "").splitlines() if '"round"' in line],
          "peak_mb": peak, "returncode": proc.returncode}
         for (kind, proc), out, peak in zip(procs, outputs, peaks, strict=True)
         if kind == "network"

@@ -22,6 +22,7 @@ from swarm.wire import (
     group_key,
     pack_announcements,
 )
+from swarm.wire_streams import VIEW_KEY, ViewEntry, encode_view
 from tests.conftest import small_config
 
 PULL = {"exchange": "pull", "pull_groups": 64}  # pull every candidate: nothing left to chance
@@ -79,6 +80,7 @@ def _mallory(hub: MemoryHub) -> MemoryTransport:
                 group_key(signed.content_hash), encode_signed_group(sign_group(other, key))
             )
     transport.serve_blob(ANNOUNCEMENTS_KEY, pack_announcements(announcements))
+    transport.serve_blob(VIEW_KEY, encode_view([ViewEntry(me, (), 0)]))  # it takes part
     return transport
 
 

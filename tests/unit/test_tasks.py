@@ -166,11 +166,16 @@ def test_crafted_tags_cost_linear_time():
     from swarm.tasks import extract_answer
 
     small, large = "<answer>" * 2_000, "<answer>" * 32_000  # 16 KB and 256 KB
-    timings = []
-    for text in (small, large):
-        start = time.perf_counter()
-        for _ in range(20):
-            extract_answer(text)
-        timings.append(time.perf_counter() - start)
+
+    def fastest(text: str) -> float:  # the best of several tries: a busy machine only adds
+        tries = []
+        for _ in range(7):
+            start = time.perf_counter()
+            for _ in range(5):
+                extract_answer(text)
+            tries.append(time.perf_counter() - start)
+        return min(tries)
+
+    timings = [fastest(small), fastest(large)]
     # 16x the input: a linear scan takes ~16x, a quadratic one ~256x; allow noise up to 64x
     assert timings[1] < 64 * max(timings[0], 1e-4)

@@ -40,7 +40,7 @@ from swarm.wire_streams import (
 )
 
 # gossip.Gossip.refuse: count, record and penalise something refused from a peer.
-Refuse = Callable[[ID, PeerRejectReason, str, object], None]
+Refuse = Callable[[ID, PeerRejectReason, str, None], None]
 
 BLOB_PROTOCOL = TProtocol(wire_streams.BLOB_PROTOCOL)
 # Served in pieces of this size: what one stalled fetch can pin beyond the blob itself (which
@@ -237,4 +237,5 @@ async def _write_chunked(stream: INetStream, header: bytes, data: bytes) -> None
         await stream.write(header)
     for offset in range(0, len(data), BLOB_CHUNK):
         with trio.fail_after(STREAM_IO_TIMEOUT_S):
-            await stream.write(view[offset : offset + BLOB_CHUNK])  # a view: no copy
+            chunk = view[offset : offset + BLOB_CHUNK]  # a view: no copy
+            await stream.write(chunk)  # type: ignore[arg-type]  # a buffer is fine

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import trio
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
-from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.tools.anyio_service import background_trio_service
 
@@ -86,7 +86,7 @@ class Libp2pInboundMessage(InboundMessage):
     forwarder: str = ""
 
 
-def build_gossipsub(mesh_degree: int) -> GossipSub:
+def build_gossipsub(mesh_degree: int) -> SwarmGossipSub:
     """GossipSub with degree D, D_lo = D*2//3, D_hi = 2*D, scoring on, the defaults above changed."""
     return SwarmGossipSub(
         protocols=list(GOSSIP_PROTOCOLS),

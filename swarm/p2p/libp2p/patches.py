@@ -15,6 +15,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable
+from typing import cast
 
 import trio
 
@@ -56,6 +57,7 @@ from libp2p.pubsub.gossipsub import GossipSub  # noqa: E402
 from libp2p.pubsub.pb import rpc_pb2  # noqa: E402
 from libp2p.pubsub.pubsub import Pubsub  # noqa: E402
 from libp2p.pubsub.rpc_queue import RpcQueue  # noqa: E402
+from libp2p.pubsub.score import PeerScorer  # noqa: E402
 from libp2p.pubsub.utils import maybe_consume_signed_record, safe_bytes_from_hex  # noqa: E402
 from libp2p.pubsub.validators import signature_validator  # noqa: E402
 from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, MAX_WINDOW_SIZE, Yamux  # noqa: E402
@@ -121,8 +123,8 @@ class TunedQueues(dict):
         # RpcQueue exposes no setter for its depth; `_queue.max_size` is its only knob.
         queue._queue.max_size = self._depth
         queue.max_message_size = self._max_rpc_size
-        queue.push = self._counting_push(queue)
-        queue.close = self._counting_close(queue)
+        queue.push = self._counting_push(queue)  # type: ignore[method-assign]  # a patch
+        queue.close = self._counting_close(queue)  # type: ignore[method-assign]  # a patch
         super().__setitem__(peer_id, queue)
 
     def _counting_close(self, queue: RpcQueue) -> Callable[[], None]:
@@ -210,6 +212,7 @@ class SwarmGossipSub(GossipSub):
     PX_MAX = 8
 
     budget: ControlBudget
+    scorer: PeerScorer  # GossipSub always builds one (default parameters if none given)
     refuse: Refuse | None = None  # set by gossip.Gossip
     learn_peer: Callable[[ID, list], None] | None = None  # set by the transport (Dialer.learn)
     count: Callable[[str, int], None] | None = None  # set by gossip.Gossip
@@ -251,6 +254,8 @@ class SwarmGossipSub(GossipSub):
                 PeerRejectReason.CONTROL_FLOOD,
                 f"IHAVE over budget: {len(ids) - allowed} of {len(ids)} IDs ignored",
             )
+        if self.pubsub is None:  # not attached yet: nothing to ask for
+            return
         seen = self.pubsub.seen_messages
         wanted = [
             MessageID(mid)
@@ -269,7 +274,7 @@ class SwarmGossipSub(GossipSub):
         for raw in ids:
             mid = safe_bytes_from_hex(raw)
             msg = self.mcache.get(mid) if mid is not None else None
-            if msg is None:
+            if mid is None or msg is None:
                 continue
             size = msg.ByteSize()
             if self.budget.admit_iwant(sender_peer_id, mid, size):
@@ -284,7 +289,7 @@ class SwarmGossipSub(GossipSub):
                 PeerRejectReason.CONTROL_FLOOD,
                 f"IWANT over budget: {refused} IDs not answered",
             )
-        if answers:
+        if answers and self.pubsub is not None:
             packet = rpc_pb2.RPC(publish=answers)
             packet.senderRecord, _ = env_to_send_in_RPC(self.pubsub.host)
             self.send_rpc(sender_peer_id, packet)
@@ -493,7 +498,7 @@ class SwarmPubsub(Pubsub):
             await discard_exactly(stream, size)
 
     async def _handle_inbound_rpc(self, peer_id: ID, rpc: rpc_pb2.RPC) -> None:
-        scorer = self.router.scorer
+        scorer = cast(SwarmGossipSub, self.router).scorer
         if scorer.score(peer_id, list(self.topic_ids)) < scorer.params.graylist_threshold:
             # GossipSub v1.1: a graylisted peer's RPCs are ignored whole (the library only
             # refused its GRAFTs).
@@ -583,8 +588,9 @@ def keep_dialing_in_one_place(network: INetwork) -> None:
       `start` is replaced so that it never runs.
     - The swarm's own dial retries (3 by default) only stretch each failed dial.
     """
-    network.auto_connector.start = _never_start
-    network.retry_config = RetryConfig(max_retries=0)
+    # The concrete Swarm has both; the INetwork interface names neither.
+    network.auto_connector.start = _never_start  # type: ignore[attr-defined]
+    network.retry_config = RetryConfig(max_retries=0)  # type: ignore[attr-defined]
 
 
 def lift_dial_block(network: INetwork, peer_id: ID) -> None:
@@ -610,7 +616,7 @@ def use_spec_private_networks() -> None:
     libp2p nodes holding the same key. The swarm calls the module-level
     `new_protected_conn` on every raw connection, both ways, when it has a PSK.
     """
-    libp2p_swarm.new_protected_conn = pnet.protect
+    libp2p_swarm.new_protected_conn = pnet.protect  # type: ignore[assignment]  # a patch
 
 
 def ignore_flow_control(stream: INetStream) -> None:
@@ -703,7 +709,7 @@ _FLOW_HANDLERS: dict[ID, weakref.WeakMethod] = {}
 def use_bounded_yamux(local_id: ID, on_flow_violation: Callable[[ID], None]) -> None:
     """Make every Yamux connection a `SwarmYamux`; tell `on_flow_violation` about `local_id`'s."""
     _FLOW_HANDLERS[local_id] = weakref.WeakMethod(on_flow_violation)
-    libp2p_muxer_multistream.Yamux = SwarmYamux
+    libp2p_muxer_multistream.Yamux = SwarmYamux  # type: ignore[misc]  # a patch
 
 
 class _ProtocolNotSupportedFilter(logging.Filter):

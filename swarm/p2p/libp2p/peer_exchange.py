@@ -122,7 +122,7 @@ class PeerExchange:
             await reset_quietly(stream)
 
     def _entries(self, exclude: ID) -> list[PeerEntry]:
-        entries = []
+        entries: list[PeerEntry] = []
         for peer_id in connected_peers(self._host):
             if peer_id == exclude or len(entries) >= PX_MAX_PEERS:
                 continue

@@ -94,7 +94,7 @@ class Outbox:
 
     async def _run(self, gossip: Gossip) -> None:
         """Forever: publish what put() queued, in order, each after back-pressure allows it."""
-        while True:
+        while self._event is not None:
             await self._event.wait()
             self._event = trio.Event()
             while (item := self._peek()) is not None:
