@@ -76,8 +76,12 @@ def cmd_real(args) -> None:
     from swarm.ops.scale_real import RealSettings, run_real
 
     s = RealSettings(
-        network=args.network, trainers=args.trainers, exchange=args.exchange,
-        rounds=args.rounds, period_s=args.period, trainer_rounds=args.trainer_rounds,
+        network=args.network,
+        trainers=args.trainers,
+        exchange=args.exchange,
+        rounds=args.rounds,
+        period_s=args.period,
+        trainer_rounds=args.trainer_rounds,
         nice=args.nice,
     )
     tag = args.tag or f"{args.exchange}-{args.network}+{args.trainers}"
@@ -95,7 +99,9 @@ def cmd_deltas(args) -> None:
     from swarm.ops.delta_sim import DeltaSimSettings, simulate_deltas
 
     rows = [
-        simulate_deltas(DeltaSimSettings(followers=n, hold=hold, bad_holders=n // 10 if hold else 0))
+        simulate_deltas(
+            DeltaSimSettings(followers=n, hold=hold, bad_holders=n // 10 if hold else 0)
+        )
         for n in args.followers
         for hold in (0, 4)
     ]
@@ -138,12 +144,15 @@ def row(label: str, n: int, per_node: dict, result: dict | None, model: bool = F
 
 
 def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """Least-squares a + b (N - 1) through measured (N, value) points."""
+    """Least-squares a + b (N - 1) through measured (N, value) points; a flat line at their
+    mean when the fit would fall (what does not grow with N stays)."""
     xs = [n - 1 for n, _ in points]
     ys = [v for _, v in points]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     var = sum((x - mx) ** 2 for x in xs)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
+    if b < 0:
+        return my, 0.0
     return my - b * mx, b
 
 
@@ -151,7 +160,9 @@ def cmd_report(args) -> None:
     out = Path(args.out)
     sims = [json.loads(p.read_text()) for p in sorted(out.glob("sim-*.json"))]
     reals = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("real-*.json"))}
-    deltas = json.loads((out / "deltas.json").read_text()) if (out / "deltas.json").exists() else None
+    deltas = (
+        json.loads((out / "deltas.json").read_text()) if (out / "deltas.json").exists() else None
+    )
     series: dict[str, list[tuple[int, dict, dict]]] = {}
     for r in sims:
         series.setdefault(r["settings"]["exchange"], []).append(
@@ -175,9 +186,14 @@ def cmd_report(args) -> None:
     print("\n".join(lines))
     summary = {
         "sim": [
-            {"exchange": r["settings"]["exchange"], "nodes": r["settings"]["nodes"],
-             "per_node_mean": {k: v["mean"] for k, v in r["per_node"].items()},
-             "delivery": r["delivery"], "age_s": r["age_s"], "fairness": r["fairness"]}
+            {
+                "exchange": r["settings"]["exchange"],
+                "nodes": r["settings"]["nodes"],
+                "per_node_mean": {k: v["mean"] for k, v in r["per_node"].items()},
+                "delivery": r["delivery"],
+                "age_s": r["age_s"],
+                "fairness": r["fairness"],
+            }
             for r in sims
         ],
         "gossip_model": models.get("gossip", {}),
@@ -194,22 +210,43 @@ def plot(series, gossip_model, reals, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = (("bytes_in", "bytes in per round", 1.0), ("cpu_s", "CPU s per round", 1.0),
-              ("verified", "groups verified per round", 1.0), ("ledger_rows", "ledger rows", 1.0))
+    panels = (
+        ("bytes_in", "bytes in per round", 1.0),
+        ("cpu_s", "CPU s per round", 1.0),
+        ("verified", "groups verified per round", 1.0),
+        ("ledger_rows", "ledger rows", 1.0),
+    )
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8))
     colours = {"pull": "tab:blue", "gossip": "tab:red"}
     for ax, (key, title, _) in zip(axes, panels, strict=True):
         for exchange, points in sorted(series.items()):
             pts = sorted((n, pn[key]["mean"]) for n, pn, _ in points)
-            ax.plot(*zip(*pts, strict=True), "o-", color=colours.get(exchange), label=f"{exchange} (sim)")
+            ax.plot(
+                *zip(*pts, strict=True),
+                "o-",
+                color=colours.get(exchange),
+                label=f"{exchange} (sim)",
+            )
         if gossip_model:
             a, b = gossip_model[key]
             xs = list(MODEL_NODES)
-            ax.plot(xs, [max(a + b * (n - 1), 1e-9) for n in xs], "--", color="tab:red",
-                    label="gossip (model)")
+            ax.plot(
+                xs,
+                [max(a + b * (n - 1), 1e-9) for n in xs],
+                "--",
+                color="tab:red",
+                label="gossip (model)",
+            )
         for tag, r in reals.items():
-            ax.plot([r["settings"]["network"]], [max(r["summary"]["per_node"][key], 1e-9)], "*",
-                    markersize=12, label=f"{tag} (libp2p)")
+            ax.plot(
+                [r["settings"]["network"]],
+                [max(r["summary"]["per_node"][key], 1e-9)],
+                "*",
+                markersize=13,
+                markeredgecolor="black",
+                color=colours.get(r["settings"]["exchange"]),
+                label=f"{tag} (libp2p)",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("nodes N")

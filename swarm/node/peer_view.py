@@ -43,7 +43,11 @@ View = dict[str, tuple[tuple[str, ...], int]]  # peer ID -> (addrs, age)
 
 
 def merge(
-    view: View, entries: Iterable[ViewEntry], own_id: str, capacity: int, rng: random.Random,
+    view: View,
+    entries: Iterable[ViewEntry],
+    own_id: str,
+    capacity: int,
+    rng: random.Random,
     hop: int = 1,
 ) -> View:
     """`view` with `entries` added (each at its youngest age, `hop` added to theirs; never
@@ -79,7 +83,11 @@ class PeerView:
     """A node's view of the swarm (see the module docstring)."""
 
     def __init__(
-        self, transport: Transport, own_id: str, *, capacity: int = DEFAULT_CAPACITY,
+        self,
+        transport: Transport,
+        own_id: str,
+        *,
+        capacity: int = DEFAULT_CAPACITY,
         seed: str = "",
     ):
         self.transport = transport
@@ -131,7 +139,9 @@ class PeerView:
 
     def entries(self) -> list[ViewEntry]:
         own = [ViewEntry(self.own_id, tuple(self._own_addrs()), 0)]
-        return own + [ViewEntry(peer, addrs, age) for peer, (addrs, age) in sorted(self.view.items())]
+        return own + [
+            ViewEntry(peer, addrs, age) for peer, (addrs, age) in sorted(self.view.items())
+        ]
 
     def _own_addrs(self) -> list[str]:
         try:

@@ -124,9 +124,14 @@ class PullExchange:
         self.clock = clock
         v = verifier.settings
         self.gate = AnnouncementGate(
-            swarm_id, allow_list=v.allow_list, banned=lambda: verifier.banned,
-            catalogue=v.task_catalogue, max_age_s=v.max_age_s, max_future_s=v.max_future_s,
-            rate_per_s=v.rate_groups_per_s, burst=v.rate_burst,
+            swarm_id,
+            allow_list=v.allow_list,
+            banned=lambda: verifier.banned,
+            catalogue=v.task_catalogue,
+            max_age_s=v.max_age_s,
+            max_future_s=v.max_future_s,
+            rate_per_s=v.rate_groups_per_s,
+            burst=v.rate_burst,
         )
         self.view = PeerView(transport, own_id, capacity=settings.view_capacity)
         self.round = 0
@@ -159,11 +164,18 @@ class PullExchange:
 
     def announcement_of(self, signed: SignedGroup, group: RolloutGroup) -> GroupAnnouncement:
         return GroupAnnouncement(
-            base_hash=group.base_hash, content_hash=signed.content_hash,
-            created_at=group.created_at, model=group.model,
-            policy_version=group.policy_version, rewards=tuple(group.rewards),
-            round=group.round, seed_salt=self.settings.seed_salt, sender=group.sender,
-            size=len(signed.body), swarm_id=group.swarm_id, task=group.task,
+            base_hash=group.base_hash,
+            content_hash=signed.content_hash,
+            created_at=group.created_at,
+            model=group.model,
+            policy_version=group.policy_version,
+            rewards=tuple(group.rewards),
+            round=group.round,
+            seed_salt=self.settings.seed_salt,
+            sender=group.sender,
+            size=len(signed.body),
+            swarm_id=group.swarm_id,
+            task=group.task,
         )
 
     def publish(self, groups: list[tuple[SignedGroup, RolloutGroup]]) -> None:
@@ -277,13 +289,25 @@ class PullExchange:
                 del self.candidates[digest]
         self.counters.candidates = len(self.candidates)
         offered = [
-            Candidate(a, a.rewards, sender=a.sender, policy_version=a.policy_version,
-                      received_at=a.created_at, round=a.round, family=a.task.dataset)
+            Candidate(
+                a,
+                a.rewards,
+                sender=a.sender,
+                policy_version=a.policy_version,
+                received_at=a.created_at,
+                round=a.round,
+                family=a.task.dataset,
+            )
             for a, _ in self.candidates.values()
         ]
         shuffled = choose_batch(
-            [], offered, 0, len(offered), seed=f"{self.own_id}:pull:{self.round}",
-            now=self.clock(), staleness=Staleness(max_version_gap=None, max_age_s=s.max_age_s),
+            [],
+            offered,
+            0,
+            len(offered),
+            seed=f"{self.own_id}:pull:{self.round}",
+            now=self.clock(),
+            staleness=Staleness(max_version_gap=None, max_age_s=s.max_age_s),
             per_peer_cap=s.per_sender_cap or None,
         ).shared
         chosen = balanced(shuffled, s.pull_groups)

@@ -57,8 +57,15 @@ def simulate_deltas(s: DeltaSimSettings) -> dict:
     trainer.start()
     weights = {"w": torch.randn(s.params).to(torch.bfloat16)}
     publisher = DeltaPublisher(
-        trainer, key, peer_id=trainer_id, swarm_id="s", model="m", base_hash="b" * 64,
-        anchor_every=1000, keep_deltas=20, clock=clock,
+        trainer,
+        key,
+        peer_id=trainer_id,
+        swarm_id="s",
+        model="m",
+        base_hash="b" * 64,
+        anchor_every=1000,
+        keep_deltas=20,
+        clock=clock,
     )
     publisher.start(weights, 0)
     expect = Expectation(
@@ -94,17 +101,23 @@ def simulate_deltas(s: DeltaSimSettings) -> dict:
                     follower.transport.serve_blob(held_key(payload), b"\x00" * 64)
             publisher.holders.refresh()
         served = [e for e in publisher.served_events() if e.status == Status.SERVED]
-        uploads = [f.transport.stats().blob_bytes_out - before[f.transport.peer_id] for f in followers]
-        rows.append({
-            "version": version,
-            "payload_bytes": publisher.served()[-1].size,
-            "trainer_upload": trainer.stats().blob_bytes_out - trainer_before,
-            "trainer_payload_uploads": len(served),  # full payloads the trainer sent
-            "max_follower_upload": max(uploads, default=0),
-            "in_step": sum(f.version == version and torch.equal(f.weights["w"], weights["w"])
-                           for f in followers),
-            "bad_holder_refusals": refusals,
-        })
+        uploads = [
+            f.transport.stats().blob_bytes_out - before[f.transport.peer_id] for f in followers
+        ]
+        rows.append(
+            {
+                "version": version,
+                "payload_bytes": publisher.served()[-1].size,
+                "trainer_upload": trainer.stats().blob_bytes_out - trainer_before,
+                "trainer_payload_uploads": len(served),  # full payloads the trainer sent
+                "max_follower_upload": max(uploads, default=0),
+                "in_step": sum(
+                    f.version == version and torch.equal(f.weights["w"], weights["w"])
+                    for f in followers
+                ),
+                "bad_holder_refusals": refusals,
+            }
+        )
     return {
         "settings": asdict(s),
         "versions": rows,

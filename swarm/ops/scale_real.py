@@ -45,8 +45,12 @@ def _popen(args: list[str], nice: int, log: Path | None = None) -> subprocess.Po
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     prefix = ["nice", "-n", str(nice)] if nice else []
     return subprocess.Popen(
-        [*prefix, sys.executable, *args], stdout=subprocess.PIPE,
-        stderr=log.open("w") if log else subprocess.DEVNULL, text=True, env=env, cwd=ROOT,
+        [*prefix, sys.executable, *args],
+        stdout=subprocess.PIPE,
+        stderr=log.open("w") if log else subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=ROOT,
     )
 
 
@@ -85,9 +89,22 @@ def run_real(
     out_dir.mkdir(parents=True, exist_ok=True)
     start_at = time.time() + 20.0 + 0.6 * s.network
     common = [
-        "-m", "swarm.node.network_only", "--exchange", s.exchange, "--rounds", str(s.rounds),
-        "--period", str(s.period_s), "--groups", str(s.groups), "--shared", str(s.shared),
-        "--start-at", str(start_at), "--linger", str(s.period_s),
+        "-m",
+        "swarm.node.network_only",
+        "--exchange",
+        s.exchange,
+        "--rounds",
+        str(s.rounds),
+        "--period",
+        str(s.period_s),
+        "--groups",
+        str(s.groups),
+        "--shared",
+        str(s.shared),
+        "--start-at",
+        str(start_at),
+        "--linger",
+        str(s.period_s),
     ]
     first = _popen(common, s.nice, out_dir / "network-0.log")
     hello = json.loads(_stdout(first).readline())
@@ -101,12 +118,27 @@ def run_real(
     time.sleep(max(0.0, start_at - 8.0 - time.time()))
     for i, run_dir in enumerate(trainer_dirs):
         args = [
-            "-m", "swarm.cli", "join", "--run-dir", str(run_dir), "--rounds", str(s.trainer_rounds),
-            "--seed", str(i + 1), "--bootstrap", address, "--display", "none",
-            "--set", f"p2p.exchange={s.exchange}",
-            "--set", f"training.shared_groups={s.trainer_shared}",
-            "--set", f"generation.questions_per_round={s.trainer_questions}",
-            "--set", "tasks.eval_size=0",
+            "-m",
+            "swarm.cli",
+            "join",
+            "--run-dir",
+            str(run_dir),
+            "--rounds",
+            str(s.trainer_rounds),
+            "--seed",
+            str(i + 1),
+            "--bootstrap",
+            address,
+            "--display",
+            "none",
+            "--set",
+            f"p2p.exchange={s.exchange}",
+            "--set",
+            f"training.shared_groups={s.trainer_shared}",
+            "--set",
+            f"generation.questions_per_round={s.trainer_questions}",
+            "--set",
+            "tasks.eval_size=0",
         ]
         procs.append(("trainer", _popen(args, s.nice, out_dir / f"trainer-{i}.log")))
     progress(f"{len(procs)} processes started; round 0 at +{start_at - time.time():.0f}s")
@@ -120,20 +152,28 @@ def run_real(
                     outputs[i] = _stdout(proc).read()
         time.sleep(1.0)
     network = [
-        {"rounds": [json.loads(line) for line in (out or "").splitlines() if '"round"' in line],
-         "peak_mb": peak, "returncode": proc.returncode}
+        {
+            "rounds": [json.loads(line) for line in (out or "").splitlines() if '"round"' in line],
+            "peak_mb": peak,
+            "returncode": proc.returncode,
+        }
         for (kind, proc), out, peak in zip(procs, outputs, peaks, strict=True)
         if kind == "network"
     ]
     trainers = [
         {**trainer_record(run_dir), "peak_mb": peak, "returncode": proc.returncode}
         for run_dir, ((_, proc), peak) in zip(
-            trainer_dirs, [(p, k) for p, k in zip(procs, peaks, strict=True) if p[0] == "trainer"],
+            trainer_dirs,
+            [(p, k) for p, k in zip(procs, peaks, strict=True) if p[0] == "trainer"],
             strict=True,
         )
     ]
-    return {"settings": asdict(s), "network": network, "trainers": trainers,
-            "summary": summarize_real(network, trainers, s.warmup)}
+    return {
+        "settings": asdict(s),
+        "network": network,
+        "trainers": trainers,
+        "summary": summarize_real(network, trainers, s.warmup),
+    }
 
 
 def trainer_record(run_dir: Path) -> dict:

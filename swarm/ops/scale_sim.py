@@ -94,11 +94,15 @@ def build(settings: SimSettings, clock: SimClock) -> list[NetworkNode]:
         first = first or peer_id
         groups = settings.groups * (settings.loud_factor if 1 <= i <= loud_count(settings) else 1)
         node_settings = NetworkNodeSettings(
-            exchange=settings.exchange, groups_per_round=groups, shared_groups=settings.shared,
+            exchange=settings.exchange,
+            groups_per_round=groups,
+            shared_groups=settings.shared,
             max_age_s=3 * settings.period_s,
             pull=PullSettings(
-                lists_per_round=settings.lists, pull_groups=settings.pulls,
-                keep_rounds=settings.keep_rounds, max_age_s=3 * settings.period_s,
+                lists_per_round=settings.lists,
+                pull_groups=settings.pulls,
+                keep_rounds=settings.keep_rounds,
+                max_age_s=3 * settings.period_s,
             ),
         )
         nodes.append(NetworkNode(node_settings, transport, key_pair, clock=clock))
@@ -136,9 +140,15 @@ def simulate(settings: SimSettings, progress: Callable[[str], None] = lambda s: 
         for cost, (bi, bo), (ai, ao) in zip(costs, before, after, strict=True):
             assert cost is not None
             per_node.append(
-                {"bytes_in": ai - bi, "bytes_out": ao - bo, "cpu_s": cost.work_cpu_s,
-                 "verified": cost.verified, "cheap_checked": cost.cheap_checked,
-                 "ledger_rows": cost.ledger_rows, "peers": cost.peers}
+                {
+                    "bytes_in": ai - bi,
+                    "bytes_out": ao - bo,
+                    "cpu_s": cost.work_cpu_s,
+                    "verified": cost.verified,
+                    "cheap_checked": cost.cheap_checked,
+                    "ledger_rows": cost.ledger_rows,
+                    "peers": cost.peers,
+                }
             )
             chosen.update(sender for sender, _ in cost.chosen)
             ages += [age for _, age in cost.chosen]
@@ -147,10 +157,12 @@ def simulate(settings: SimSettings, progress: Callable[[str], None] = lambda s: 
     result = {
         "settings": {**dataclasses.asdict(settings), "exchange": str(settings.exchange)},
         "per_node": summarize(per_node),
-        "delivery": {"pulls": pulls, "failed": failed,
-                     "delivered": 1.0 - failed / pulls if pulls else 1.0},
-        "age_s": {"mean": statistics.fmean(ages) if ages else 0.0,
-                  "p95": percentile(ages, 0.95)},
+        "delivery": {
+            "pulls": pulls,
+            "failed": failed,
+            "delivered": 1.0 - failed / pulls if pulls else 1.0,
+        },
+        "age_s": {"mean": statistics.fmean(ages) if ages else 0.0, "p95": percentile(ages, 0.95)},
         "fairness": fairness(chosen, [n.peer_id for n in nodes], loud_count(settings)),
         "wall_s": time.perf_counter() - t0,
         "process_peak_mb": peak_mb(),  # the whole simulation's, all nodes together

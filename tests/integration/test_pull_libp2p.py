@@ -15,8 +15,19 @@ NODES = 5
 def test_pull_nodes_find_each_other_from_one_address_and_verify_every_pull():
     start_at = time.time() + 6.0 + NODES
     common = [
-        "--exchange", "pull", "--no-peer-exchange", "--rounds", "4", "--period", "3",
-        "--groups", "6", "--shared", "4", "--start-at", str(start_at),
+        "--exchange",
+        "pull",
+        "--no-peer-exchange",
+        "--rounds",
+        "4",
+        "--period",
+        "3",
+        "--groups",
+        "6",
+        "--shared",
+        "4",
+        "--start-at",
+        str(start_at),
     ]
     first = start(common)
     hello = json.loads(first.stdout.readline())
@@ -39,8 +50,16 @@ def test_a_trainer_process_trains_on_groups_pulled_over_libp2p(tmp_path, tiny_mo
     from swarm.ops.scale_real import RealSettings, run_real
 
     settings = RealSettings(
-        network=3, trainers=1, rounds=6, period_s=6.0, groups=6, shared=4, trainer_rounds=3,
-        trainer_questions=4, trainer_shared=2, nice=0,
+        network=3,
+        trainers=1,
+        rounds=6,
+        period_s=6.0,
+        groups=6,
+        shared=4,
+        trainer_rounds=3,
+        trainer_questions=4,
+        trainer_shared=2,
+        nice=0,
     )
     result = run_real(settings, tmp_path)
     summary = result["summary"]

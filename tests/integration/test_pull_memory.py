@@ -31,8 +31,11 @@ PULL = {"exchange": "pull", "pull_groups": 64}  # pull every candidate: nothing 
 def _node(tmp_path, hub, name: str, seed: int) -> Node:
     key = create_identity(bytes([seed]) * 32)
     config = small_config(
-        tmp_path / name, node={"name": name, "seed": seed}, tasks={"eval_size": 0},
-        training={"shared_groups": 2, "per_peer_cap": 0}, p2p=PULL,
+        tmp_path / name,
+        node={"name": name, "seed": seed},
+        tasks={"eval_size": 0},
+        training={"shared_groups": 2, "per_peer_cap": 0},
+        p2p=PULL,
     )
     return Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
 
@@ -58,18 +61,32 @@ def _mallory(hub: MemoryHub) -> MemoryTransport:
         rollouts = SyntheticRollouts(EASY_MIX, seed, SyntheticShape(completions=4), Scoring(0.1))
         g = next(g for g in rollouts.round_groups(0, 8) if len(set(g.rewards)) > 1)
         group = wire_group(
-            g, swarm_id="swarm-local", sender=me, model="m", base_hash="0" * 64,
-            policy_version=0, round_index=0, created_at=time.time(),
+            g,
+            swarm_id="swarm-local",
+            sender=me,
+            model="m",
+            base_hash="0" * 64,
+            policy_version=0,
+            round_index=0,
+            created_at=time.time(),
             format_bonus=0.1,
         )
         signed = sign_group(group, key)
         announcements.append(
             sign_announcement(
                 GroupAnnouncement(
-                    base_hash=group.base_hash, content_hash=signed.content_hash,
-                    created_at=group.created_at, model="m", policy_version=0,
-                    rewards=group.rewards, round=0, seed_salt=0, sender=me,
-                    size=len(signed.body), swarm_id="swarm-local", task=group.task,
+                    base_hash=group.base_hash,
+                    content_hash=signed.content_hash,
+                    created_at=group.created_at,
+                    model="m",
+                    policy_version=0,
+                    rewards=group.rewards,
+                    round=0,
+                    seed_salt=0,
+                    sender=me,
+                    size=len(signed.body),
+                    swarm_id="swarm-local",
+                    task=group.task,
                 ),
                 key,
             )

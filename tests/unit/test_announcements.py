@@ -24,9 +24,7 @@ from swarm.wire import (
 )
 
 NOW = 1_000_000.0
-CATALOGUE = frozenset(
-    (e.dataset, canonical_config(dict(e.config))) for e in EASY_MIX
-)
+CATALOGUE = frozenset((e.dataset, canonical_config(dict(e.config))) for e in EASY_MIX)
 
 
 def make(key_pair=None, *, salt: int = 0, seed: int | None = None, created_at: float = NOW):
@@ -36,14 +34,30 @@ def make(key_pair=None, *, salt: int = 0, seed: int | None = None, created_at: f
     seed = stream_seed(sender, salt) if seed is None else seed
     (g,) = SyntheticRollouts(EASY_MIX, seed, SyntheticShape(), Scoring(0.1)).round_groups(0, 1)
     group = wire_group(
-        g, swarm_id="s", sender=sender, model="m", base_hash="0" * 64, policy_version=0,
-        round_index=0, created_at=created_at, format_bonus=0.1,
+        g,
+        swarm_id="s",
+        sender=sender,
+        model="m",
+        base_hash="0" * 64,
+        policy_version=0,
+        round_index=0,
+        created_at=created_at,
+        format_bonus=0.1,
     )
     signed = sign_group(group, key_pair)
     announcement = GroupAnnouncement(
-        base_hash=group.base_hash, content_hash=signed.content_hash, created_at=created_at,
-        model="m", policy_version=0, rewards=group.rewards, round=0, seed_salt=salt,
-        sender=sender, size=len(signed.body), swarm_id="s", task=group.task,
+        base_hash=group.base_hash,
+        content_hash=signed.content_hash,
+        created_at=created_at,
+        model="m",
+        policy_version=0,
+        rewards=group.rewards,
+        round=0,
+        seed_salt=salt,
+        sender=sender,
+        size=len(signed.body),
+        swarm_id="s",
+        task=group.task,
     )
     return key_pair, signed, announcement, sign_announcement(announcement, key_pair)
 

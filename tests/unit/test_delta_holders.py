@@ -36,7 +36,9 @@ def test_the_registry_names_the_newest_holders_of_the_newest_payloads():
     hints = decode_hints(encode_hints(registry.hints()))
     assert hints == registry.hints() and decode_hints(b"junk") == []
     picked = pick_holders(
-        [("me", ()), ("trainer", ()), ("x", ()), ("y", ())], "me", "trainer",
+        [("me", ()), ("trainer", ()), ("x", ()), ("y", ())],
+        "me",
+        "trainer",
         random.Random(0),
     )
     assert sorted(p for p, _ in picked) == ["x", "y"]

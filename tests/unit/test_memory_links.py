@@ -11,8 +11,9 @@ from swarm.p2p.transport import MemoryHub
 
 def swarm(n: int, max_links: int = 64) -> list[LinkedMemoryTransport]:
     hub = MemoryHub()
-    nodes = [LinkedMemoryTransport(f"p{i}", hub, bootstrap=["p0"], max_links=max_links)
-             for i in range(n)]
+    nodes = [
+        LinkedMemoryTransport(f"p{i}", hub, bootstrap=["p0"], max_links=max_links) for i in range(n)
+    ]
     for node in nodes:
         node.start()
     return nodes

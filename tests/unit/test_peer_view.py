@@ -17,8 +17,13 @@ from swarm.wire_streams import ViewEntry
 def test_merge_keeps_each_peer_once_at_its_youngest_age_and_never_ourselves():
     rng = random.Random(0)
     view = {"a": ((), 5), "b": ((), 1)}
-    merged = merge(view, [ViewEntry("a", ("x",), 0), ViewEntry("me", (), 0),
-                          ViewEntry("b", (), 7)], "me", 10, rng)
+    merged = merge(
+        view,
+        [ViewEntry("a", ("x",), 0), ViewEntry("me", (), 0), ViewEntry("b", (), 7)],
+        "me",
+        10,
+        rng,
+    )
     assert merged == {"a": (("x",), 1), "b": ((), 1)}
 
 
@@ -75,15 +80,25 @@ def announcement(sender: str, i: int) -> GroupAnnouncement:
     from swarm.tasks import TaskSpec
 
     return GroupAnnouncement(
-        base_hash="0", content_hash=f"{i:064x}", created_at=0.0, model="m", policy_version=0,
-        rewards=(0.0, 1.0), round=0, seed_salt=0, sender=sender, size=1, swarm_id="s",
+        base_hash="0",
+        content_hash=f"{i:064x}",
+        created_at=0.0,
+        model="m",
+        policy_version=0,
+        rewards=(0.0, 1.0),
+        round=0,
+        seed_salt=0,
+        sender=sender,
+        size=1,
+        swarm_id="s",
         task=TaskSpec.make("chain_sum", {}, 0, i),
     )
 
 
 def test_balanced_takes_one_group_per_sender_in_turn():
     shuffled = [announcement("loud", i) for i in range(8)] + [
-        announcement("quiet", 100), announcement("other", 101)
+        announcement("quiet", 100),
+        announcement("other", 101),
     ]
     chosen = balanced(shuffled, 5)
     assert Counter(a.sender for a in chosen) == {"loud": 3, "quiet": 1, "other": 1}

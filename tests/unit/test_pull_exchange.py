@@ -76,9 +76,9 @@ def test_an_announcement_for_another_senders_task_is_refused_and_recorded():
     # the liar's stream is not bound to its peer ID: its tasks are another stream's
     liar.rollouts.task_seed = 12345
     costs = run_rounds(nodes, 2)
-    refused = costs[-1][0].extra["announcements_refused"] + costs[0][0].extra[
-        "announcements_refused"
-    ]
+    refused = (
+        costs[-1][0].extra["announcements_refused"] + costs[0][0].extra["announcements_refused"]
+    )
     assert refused >= 3
     assert liar.peer_id in honest.verifier.reputation.snapshot()
     record = honest.verifier.reputation.record(liar.peer_id)
@@ -91,7 +91,9 @@ def _holder_setup(bad_holders: int, good_holders: int):
     keys = [create_identity() for _ in range(2 + bad_holders + good_holders)]
     transports = [MemoryTransport(peer_id_of(k), hub) for k in keys]
     settings = NetworkNodeSettings(
-        exchange=ExchangeKind.PULL, groups_per_round=1, shared_groups=1,
+        exchange=ExchangeKind.PULL,
+        groups_per_round=1,
+        shared_groups=1,
         pull=PullSettings(pull_groups=1),
     )
     sender = NetworkNode(settings, transports[0], keys[0])
@@ -136,4 +138,3 @@ def test_only_bad_holders_left_the_pull_fails_and_every_bad_holder_is_recorded()
     reasons = sorted((r.reason, r.source) for r in rejected)
     assert reasons == sorted([(Reason.ANNOUNCEMENT_MISMATCH, b) for b in bad])
     assert puller.exchange.take_counters()["pulls_failed"] == 1
-
