@@ -12,7 +12,7 @@ train, and instead of writing a ledger it counts the rows a trainer would write.
 Each round returns a `RoundCost`: bytes in and out, CPU seconds, groups checked and
 verified, ledger rows, and the shared groups it chose (sender, age) for fairness. Memory:
 no torch, no transformers, no SQLAlchemy; with libp2p and the easy mix it peaked at 82 MB
-speaking the pull exchange (8 and 32 processes) and at 85 MB (3 processes) to 117 MB (8)
+speaking the pull exchange (8 processes) and at 85 MB (3 processes) to 117 MB (8)
 speaking gossip, whose cost grows with the swarm (`scripts/bench_scale.py real`).
 
     node = NetworkNode.over_libp2p(NetworkNodeSettings(), listen="/ip4/127.0.0.1/tcp/0")
