@@ -6,10 +6,12 @@ takes the signed groups it published as realistic input. Each group is then put 
 the verifier as a peer's would be: the gossip validator's checks (`admit`: decode, schema,
 bounds, signature, swarm, allow-list, bans, age, nonce, version, rate limit), the inbox
 re-check (`recheck`, with and without the second signature check) and the expensive checks
-(`verify_content`: copycat, task rebuild, question, every reward recomputed) and the token
+(`verify_content`: copycat, task rebuild, question, every reward recomputed; in this
+process and in the bounded verification worker a node uses by default, whose round trip
+per group is reported apart) and the token
 spot check that groups declaring our model and policy version get (counted for every group:
 the worst case). Invalid groups
-are timed too (garbage, forged signature, inflated reward, unknown dataset).
+are timed too (garbage, forged signature, inflated reward, a task outside the catalogue).
 
 The share of round time assumes each of P peers sends as many groups per round as this node
 generates (P = 1, 4, 8). Prints a table and writes JSON.
@@ -114,6 +116,7 @@ def measure(config, peer_id: str, sent, repeat: int) -> dict:
     from swarm.p2p.identity import create_identity, peer_id_of
     from swarm.signing import sign_group
     from swarm.tasks import TaskSpec
+    from swarm.verify.bounded import InProcess, RescoreWorker, WorkerSettings
     from swarm.verify.gate import Verifier, VerifySettings
     from swarm.wire import SignedGroup, decode_group, encode_group, pack_messages
 
@@ -122,8 +125,10 @@ def measure(config, peer_id: str, sent, repeat: int) -> dict:
     messages = [pack_messages([s])[0] for s in sent]  # one group per message: the worst case for overheads
     groups = [decode_group(s.body) for s in sent]
 
-    def fresh(**changes):
-        return Verifier(dataclasses.replace(settings, **changes))
+    worker = RescoreWorker(WorkerSettings.from_config(config))
+
+    def fresh(rescorer=None, **changes):
+        return Verifier(dataclasses.replace(settings, **changes), rescorer=rescorer or InProcess())
 
     def admit(msgs):
         v = fresh()  # new state each pass, or every group would be a duplicate
@@ -140,6 +145,11 @@ def measure(config, peer_id: str, sent, repeat: int) -> dict:
 
     def content(gs):
         v = fresh()
+        for g in gs:
+            v.verify_content(g, fmt)
+
+    def content_in_worker(gs):
+        v = fresh(worker)
         for g in gs:
             v.verify_content(g, fmt)
 
@@ -176,13 +186,17 @@ def measure(config, peer_id: str, sent, repeat: int) -> dict:
         "recheck without signature (inbox)": per_group_seconds(recheck(False), messages, repeat),
         "verify_content (rebuild, re-score)": per_group_seconds(content, groups, repeat),
     }
+    content_in_worker(groups[:1])  # the worker's start is not a group's cost
+    valid["verify_content in the worker"] = per_group_seconds(content_in_worker, groups, repeat)
+    worker.close()
     invalid = {
         "undecodable (garbage)": per_group_seconds(rejected_by("undecodable", True), garbage, repeat),
         "bad_signature (forged)": per_group_seconds(rejected_by("bad_signature", True), forged, repeat),
         "reward_mismatch (inflated)": per_group_seconds(rejected_by("reward_mismatch", False, me), inflated, repeat),
-        "bad_task (unknown dataset)": per_group_seconds(rejected_by("bad_task", False, me), unknown, repeat),
+        "unlisted_task (unknown dataset)": per_group_seconds(rejected_by("unlisted_task", True, me), unknown, repeat),
     }
     return {"valid": valid, "invalid": invalid, "groups": len(sent),
+            "worker_round_trip_ms": worker.stats.overhead_ms,
             "completions_per_group": statistics.mean(len(g.completions) for g in groups)}
 
 
@@ -201,7 +215,8 @@ def main(argv=None) -> int:
         return 2
     per_round = config.generation.questions_per_round
     recheck = "recheck with signature (inbox)" if config.verify.recheck_signatures else "recheck without signature (inbox)"
-    per_valid = sum(costs["valid"][k] for k in ("admit (gossip validator)", recheck, "verify_content (rebuild, re-score)"))
+    content = "verify_content in the worker" if config.verify.worker else "verify_content (rebuild, re-score)"
+    per_valid = sum(costs["valid"][k] for k in ("admit (gossip validator)", recheck, content))
     # Worst case for the spot check: every peer declares our model and version, so the node
     # spends its whole per-round allowance of spot checks.
     spot_per_round = costs["valid"]["spot check (same model and version only)"] * config.verify.spot_check_groups_per_round
@@ -219,6 +234,7 @@ def main(argv=None) -> int:
         "spot_check_completions_per_group": config.verify.spot_check_completions,
         "spot_check_groups_per_round": config.verify.spot_check_groups_per_round,
         "spot_check_flagged_own_groups": spot_flagged,
+        "worker_round_trip_ms": costs["worker_round_trip_ms"],
     }
     show(result, console)
     out = Path(args.out)
@@ -237,6 +253,11 @@ def show(result: dict, console: Console) -> None:
         table.add_row(name, f"{seconds * 1e6:.0f}", f"{1 / seconds:,.0f}")
     table.add_row("valid group, all stages", f"{result['valid_group_total_s'] * 1e6:.0f}", f"{result['valid_groups_per_s']:,.0f}")
     console.print(table)
+    here = result["seconds_per_group"]["verify_content (rebuild, re-score)"]
+    there = result["seconds_per_group"]["verify_content in the worker"]
+    console.print(f"verification worker: {(there - here) * 1e6:+.0f} µs per group against this process "
+                  f"({here * 1e6:.0f} -> {there * 1e6:.0f} µs), of which "
+                  f"{result['worker_round_trip_ms'] * 1e3:.0f} µs in the pipes")
     console.print(f"spot check: {result['spot_check_completions_per_group']} completion(s) per group; "
                   f"{result['spot_check_flagged_own_groups']} of the node's own {result['groups_measured']} groups flagged "
                   "(sampled at earlier versions than the weights checked)")

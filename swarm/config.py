@@ -111,6 +111,7 @@ class TrainingSection:
     max_version_gap: int = opt(1, "Skip shared groups of our own model more than this many policy versions behind us (-1: no bound; 1 measured best, see README).", min=-1)
     max_age_s: float = opt(600.0, "Skip shared groups received longer ago than this (0: no bound).", min=0.0)
     pool_size: int = opt(4096, "Shared groups kept waiting for training (oldest dropped first).", min=1)
+    pool_mb: float = opt(64.0, "Text of the shared groups kept waiting for training, in MB (oldest dropped first).", min=0.01)
     signal_filter: str = opt(
         "all",
         "Which groups lose their place when all their rewards are equal: all (local and shared) "
@@ -179,6 +180,29 @@ class LedgerSection:
     """Where the contribution ledger lives."""
 
     url: str = opt("", "SQLAlchemy URL of the ledger ('' : SQLite file ledger.sqlite in node.run_dir; a relative sqlite:/// path in a config file is relative to its folder).")
+    rejected_rows_per_peer: int = opt(
+        32,
+        "Rejected groups of one peer stored as rows (with their signed bytes) per "
+        "ledger.count_window_s; past it they are only counted, as duplicates and a banned "
+        "peer's messages always are (table rejection_counts).",
+        min=0,
+    )
+    count_window_s: float = opt(
+        3600.0, "Window of the per-peer row quota and of the rejection counters, in seconds.", min=1.0
+    )
+    keep_days: float = opt(
+        0.0,
+        "Prune rejected rows, rejection counters and this node's own sent groups older than "
+        "this many days (0: keep them all).",
+        min=0.0,
+    )
+    max_mb: int = opt(
+        0,
+        "Prune, oldest first, rejected rows and counters, then this node's own sent groups, "
+        "while the ledger's data exceed this many MB (0: no cap). Rounds, updates, accepted "
+        "groups and their uses, which replay and reports need, are never pruned.",
+        min=0,
+    )
 
 
 @dataclass(frozen=True)
@@ -205,6 +229,8 @@ class P2PSection:
 
 # -- verification of peers' rollout groups --
 
+WORKER_BASE_MB = 256  # what the verification worker holds before its dataset cache (about 160)
+
 
 @dataclass(frozen=True)
 class VerifySection:
@@ -229,6 +255,46 @@ class VerifySection:
     spot_check_min_prob: float = opt(1e-6, "A spot-checked token less likely than this under the declared sampler marks the group implausible.", min=0.0, max=1.0)
     task_catalogue: list = opt([], "Tasks peers' groups may name besides this node's own mix: a list of tables {dataset, config} (exact configs). A group naming any other dataset or config is rejected before its task is rebuilt (unlisted_task), so a peer cannot make this node build costly tasks.")
     recheck_signatures: bool = opt(False, "Check each group's signature again when the round loop takes it from the inbox. Off by default: the transports queue only messages the gossip validator accepted, signature included.")
+    worker: bool = opt(
+        True,
+        "Rebuild peers' tasks and score their completions in a separate worker process, "
+        "within verify.group_deadline_s and verify.worker_memory_mb (false: in the node's own "
+        "process, unbounded; for tests and tools).",
+    )
+    group_deadline_s: float = opt(
+        2.0,
+        "Longest one peer's group may take to rebuild and score; past it the group is "
+        "rejected (verify_timeout), and a worker stuck in C code is killed and restarted.",
+        min=0.01,
+        max=600.0,
+    )
+    worker_memory_mb: int = opt(
+        1024,
+        "Address-space limit of the verification worker; a group needing more is rejected "
+        "(verify_memory) and the worker restarted.",
+        min=256,
+        max=1 << 20,
+    )
+    task_cache_mb: int = opt(
+        128,
+        "Built datasets kept for reuse, in MB, in the node's process and in its worker each "
+        "(least recently used out first; measured, not counted in entries).",
+        min=1,
+        max=1 << 20,
+    )
+    peer_verify_share: float = opt(
+        0.1,
+        "Seconds of verification per second one peer's groups may use on average; past its "
+        "share a peer's groups are rejected (verify_budget) until its share refills.",
+        min=0.0,
+        max=1.0,
+    )
+    peer_verify_burst_s: float = opt(
+        2.0,
+        "Seconds of verification one peer's groups may use at once (its share's bucket; "
+        "0: no per-peer limit).",
+        min=0.0,
+    )
 
 
 # -- sparse weight deltas: a trainer publishes them, a generator follows one trainer --
@@ -427,6 +493,9 @@ def _check_cross_field(config: Config, origin) -> None:
         if not isinstance(addr, str) or "/p2p/" not in addr:
             raise ConfigError(f"{origin('p2p', 'bootstrap')}: p2p.bootstrap[{i}] must be a multiaddr ending in /p2p/<peer id>, got {addr!r}")
     _check_sync(config, origin)
+    v = config.verify
+    if v.worker and v.task_cache_mb + WORKER_BASE_MB > v.worker_memory_mb // 2:
+        raise ConfigError(f"{origin('verify', 'task_cache_mb', 'verify.worker_memory_mb')}: verify.task_cache_mb ({v.task_cache_mb}) plus {WORKER_BASE_MB} MB must fit in half of verify.worker_memory_mb ({v.worker_memory_mb}): a group that takes the worker past half its limit is rejected")
     if config.generation.temperature == 0 and config.node.role != "observer":
         raise ConfigError(f"{origin('generation', 'temperature', 'node.role')}: generation.temperature = 0 gives every group equal rewards and GRPO nothing to learn")
 

@@ -67,5 +67,9 @@ class RejectedMessage(SwarmError):
         self.detail = detail
 
 
+class VerifyWorkerError(SwarmError):
+    """The verification worker (`swarm.verify.worker`) cannot start or run at all."""
+
+
 class RunFolderBusy(SwarmError):
     """Another process holds a node's run folder (two nodes on one folder corrupt its rounds)."""

@@ -41,19 +41,41 @@ class SharedGroup:
 
 
 
-class ExperiencePool:
-    """A bounded FIFO of shared groups waiting to be trained on (oldest evicted first, counted)."""
+def group_bytes(group: SharedGroup) -> int:
+    """What a pooled group holds in text, in UTF-8 bytes (its question and completions)."""
+    texts = (group.task.question, *group.completions)
+    return sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
 
-    def __init__(self, capacity: int = 4096):
+
+class ExperiencePool:
+    """A FIFO of shared groups waiting to be trained on, bounded in groups and in bytes of
+    text (oldest evicted first, counted): accepted groups at a peer's rate limit cannot
+    grow a node's memory past the budget."""
+
+    def __init__(self, capacity: int = 4096, max_bytes: int = 64 << 20):
         self._groups: collections.OrderedDict[str, SharedGroup] = collections.OrderedDict()
+        self._sizes: dict[str, int] = {}
         self.capacity = capacity
+        self.max_bytes = max_bytes
+        self.nbytes = 0
         self.evicted = 0
 
     def add(self, group: SharedGroup) -> None:
+        self._drop(group.content_hash)
+        size = group_bytes(group)
         self._groups[group.content_hash] = group
-        while len(self._groups) > self.capacity:
-            self._groups.popitem(last=False)
+        self._sizes[group.content_hash] = size
+        self.nbytes += size
+        while len(self._groups) > self.capacity or (
+            self.nbytes > self.max_bytes and len(self._groups) > 1
+        ):
+            oldest = next(iter(self._groups))
+            self._drop(oldest)
             self.evicted += 1
+
+    def _drop(self, content_hash: str) -> None:
+        if self._groups.pop(content_hash, None) is not None:
+            self.nbytes -= self._sizes.pop(content_hash)
 
     def candidates(self) -> list[Candidate[SharedGroup]]:
         return [
@@ -73,7 +95,7 @@ class ExperiencePool:
     def take(self, groups: list[SharedGroup]) -> None:
         """Remove groups that were trained on."""
         for g in groups:
-            self._groups.pop(g.content_hash, None)
+            self._drop(g.content_hash)
 
     def __len__(self) -> int:
         return len(self._groups)

@@ -14,7 +14,7 @@ Deliberately not here: deciding what to record (the node does) or presenting it 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import cast
 
@@ -35,7 +35,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from swarm.errors import LedgerError
-from swarm.verify.reasons import Direction, Status
+from swarm.verify.reasons import Direction, Reason, Status
 
 SCHEMA_VERSION = 3
 
@@ -191,6 +191,22 @@ class DeltaRow(Base):
     recorded_at: Mapped[float] = mapped_column(Float)
 
 
+class RejectionCountRow(Base):
+    """Rejected messages counted instead of stored a row each: per peer, reason and window.
+
+    Duplicates, a banned peer's messages, what the transport refused by itself, and a
+    peer's rejected groups past its rows per window (`ledger.rejected_rows_per_peer`) are
+    counted here, so what a peer can make a node write is bounded.
+    """
+
+    __tablename__ = "rejection_counts"
+    peer: Mapped[str] = mapped_column(String, primary_key=True)  # the peer blamed ("" if none)
+    reason: Mapped[str] = mapped_column(String, primary_key=True)  # a `Reason`
+    window_start: Mapped[int] = mapped_column(Integer, primary_key=True)  # unix time, aligned
+    count: Mapped[int] = mapped_column(Integer, default=0)
+    last_at: Mapped[float] = mapped_column(Float, index=True)
+
+
 class BanRow(Base):
     """A peer whose messages this node refuses: banned by its user or by its reputation score."""
 
@@ -287,6 +303,9 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     # WAL: readers never block the writer and a killed writer never corrupts the file.
     # synchronous=FULL: a committed round survives even an OS crash, at one fsync per round.
     cursor = dbapi_connection.cursor()
+    # A new ledger can give pages freed by pruning back to the file system
+    # (`swarm.ledger_retention`); on an existing one this is a no-op.
+    cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA busy_timeout=10000")
@@ -435,8 +454,31 @@ def unbanned_at(session: Session) -> dict[str, float]:
     return {row.key[len(_UNBANNED) :]: float(row.value) for row in rows}
 
 
+def add_rejection_counts(
+    session: Session, counts: Mapping[tuple[str, Reason], int], now: float, window_s: float
+) -> None:
+    """Add (peer, reason) -> n to the counters of the window holding `now`."""
+    start = int(now // window_s * window_s) if window_s > 0 else 0
+    for (peer, reason), n in counts.items():
+        row = session.get(RejectionCountRow, (peer, str(reason), start))
+        if row is None:
+            session.add(RejectionCountRow(peer=peer, reason=str(reason), window_start=start, count=n, last_at=now))
+        else:
+            row.count += n
+            row.last_at = max(row.last_at, now)
+
+
+def counted_rejections(session: Session, peer: str | None = None) -> dict[str, int]:
+    """Counted (not stored) rejections by reason, of one peer or of everyone."""
+    stmt = select(RejectionCountRow.reason, func.sum(RejectionCountRow.count))
+    if peer is not None:
+        stmt = stmt.where(RejectionCountRow.peer == peer)
+    return {reason: int(n) for reason, n in session.execute(stmt.group_by(RejectionCountRow.reason)).all()}
+
+
 def received_outcomes(session: Session) -> list[tuple[str, str, str, str, int]]:
-    """(source, sender, status, reason, count) of every received group, for rebuilding reputations.
+    """(source, sender, status, reason, count) of every received group, for rebuilding reputations;
+    counted rejections come as (peer, "", "rejected", reason, count).
 
     A peer's groups from before its last unban are left out: it started afresh then.
     """
@@ -449,4 +491,11 @@ def received_outcomes(session: Session) -> list[tuple[str, str, str, str, int]]:
     for peer, at in lifted.items():
         since = received.where(blamed == peer, GroupRow.recorded_at > at).group_by(*columns)
         out += [row.tuple() for row in session.execute(since).all()]
+    counted = select(RejectionCountRow.peer, RejectionCountRow.reason, func.sum(RejectionCountRow.count))
+    by_peer = (RejectionCountRow.peer, RejectionCountRow.reason)
+    counted_rows = list(session.execute(counted.where(RejectionCountRow.peer.not_in(lifted)).group_by(*by_peer)).all())
+    for peer, at in lifted.items():
+        since_unban = counted.where(RejectionCountRow.peer == peer, RejectionCountRow.last_at > at)
+        counted_rows += session.execute(since_unban.group_by(*by_peer)).all()
+    out += [(peer, "", Status.REJECTED.value, reason, int(n)) for peer, reason, n in counted_rows]
     return out

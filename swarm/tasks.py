@@ -14,7 +14,6 @@ Deliberately not here: prompting (see `swarm.policy.prompts`) and anything about
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import io
 import json
@@ -28,6 +27,7 @@ from typing import Any
 import msgspec
 
 from swarm.errors import TaskError
+from swarm.task_cache import dataset_cache
 
 # reasoning-gym datasets do not depend on `size` for item i, so one object per
 # (dataset, config, seed) with a huge size can serve every index.
@@ -98,7 +98,7 @@ def canonical_config(config: Mapping[str, Any]) -> str:
         raise TaskError(f"dataset config is not plain JSON data: {e}") from None
 
 
-@functools.lru_cache(maxsize=256)
+@dataset_cache  # bounded in bytes (verify.task_cache_mb); scorers guarded
 def _dataset(name: str, config_json: str, seed: int):
     """Build (and cache) a reasoning-gym dataset; translate its errors into `TaskError`."""
     from swarm.task_datasets import create_dataset  # only this dataset's module of reasoning-gym

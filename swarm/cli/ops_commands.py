@@ -243,7 +243,8 @@ def doctor(
     json_out: JsonOption = False,
 ) -> None:
     """Check a node's ledger and checkpoints: SQLite integrity, schema version, round history
-    (no gaps, no duplicate live rounds), checkpoints loadable, the newest one backed by the ledger.
+    (no gaps, no duplicate live rounds), the ledger's size (on disk, in use, rows), checkpoints
+    loadable, the newest one backed by the ledger.
 
     Safe on a running node: the ledger is read from a consistent snapshot. Exits 0 when
     healthy, 1 when a problem was found. With --ledger only the ledger is checked.

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import torch
 
+from swarm import task_cache
 from swarm.config import Config
 from swarm.errors import ConfigError, TransportError
 from swarm.node.delta_follower import DeltaFollower
@@ -41,6 +42,7 @@ from swarm.policy.model import Policy
 from swarm.policy.trainer import GRPOTrainer, OptimizerKind, TrainerSettings
 from swarm.preflight import identity_problem
 from swarm.tasks import Task, build_task, eval_specs, stream_seed
+from swarm.verify.bounded import RescoreWorker, WorkerSettings
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings
 
@@ -174,8 +176,14 @@ def make_trainer(config: Config, policy: Policy) -> GRPOTrainer | None:
 
 
 def make_verifier(config: Config, peer_id: str) -> Verifier:
-    """Every check on peers' groups, with this node's own ID (its groups are never a peer's)."""
-    return Verifier(VerifySettings.from_config(config), own_peer_id=peer_id)
+    """Every check on peers' groups, with this node's own ID (its groups are never a peer's).
+
+    Peers' groups are re-scored in a bounded worker process (`verify.worker`), started by
+    `Verifier.start` and stopped by `Verifier.close`; this process's own dataset cache gets
+    its budget (`verify.task_cache_mb`) here."""
+    task_cache.configure(config.verify.task_cache_mb << 20)
+    rescorer = RescoreWorker(WorkerSettings.from_config(config)) if config.verify.worker else None
+    return Verifier(VerifySettings.from_config(config), own_peer_id=peer_id, rescorer=rescorer)
 
 
 def sampling_params(config: Config) -> SamplingParams:

@@ -23,6 +23,7 @@ from swarm.config import Config, task_mix
 from swarm.errors import CheckpointError, ConfigError
 from swarm.experience import ExperiencePool
 from swarm.ledger import Ledger, get_meta, set_meta, supersede_after
+from swarm.ledger_retention import Retention
 from swarm.node.assembly import (
     claim_run_folder,
     identity_and_transport,
@@ -66,6 +67,8 @@ from swarm.preflight import check_role
 from swarm.tasks import validate_mix
 from swarm.wire import rollout_topic
 
+PRUNE_EVERY = 50  # rounds between two applications of the ledger's retention
+
 
 class Node:
     """A swarm node. Build with a config (and optionally a transport and a reporter), then `run()`."""
@@ -99,7 +102,7 @@ class Node:
             config, transport, key_pair
         )
         self.topic = rollout_topic(config.p2p.swarm_id)
-        self.pool = ExperiencePool(config.training.pool_size)  # peers' groups, re-scored, awaiting training
+        self.pool = ExperiencePool(config.training.pool_size, int(config.training.pool_mb * 2**20))  # peers' groups, re-scored, awaiting training
         self.verifier = make_verifier(config, self.peer_id)
         self.mix = validate_mix(task_mix(config))
         self.sampling = sampling_params(config)
@@ -114,7 +117,9 @@ class Node:
         self.trainer = make_trainer(config, self.policy)
         self.spot_checker = make_spot_checker(config, self.policy)
         self.eval_tasks = make_eval_tasks(config, self.mix)
-        self.records = Records(self.ledger, self.state, self.reporter, config.tasks.scoring())
+        self.records = Records(
+            self.ledger, self.state, self.reporter, config.tasks.scoring(), Retention.from_config(config)
+        )
         self._resume()
         publisher, follower, self.transport = make_sync(
             config, self.transport, self.key_pair, self.peer_id, self.policy, self.state.policy_version
@@ -172,6 +177,8 @@ class Node:
         generator) listen for the followed trainer's manifests. A second call does nothing."""
         if self._started:
             return
+        self.verifier.start()  # the verification worker gets ready in the background
+        self.transport.set_rejection_hook(self.sharing.refused)  # recorded, the peer penalised
         self.transport.start()
         if self.sharing.exchange is not None:
             self.sharing.exchange.start()
@@ -224,8 +231,11 @@ class Node:
         try:
             if self.state.round == 0:
                 self.evaluate()
+            self.records.prune()
             while not self._stop.is_set() and (target == 0 or self.state.round < target):
                 self.run_round()
+                if self.state.round % PRUNE_EVERY == 0:
+                    self.records.prune()
                 if self.state.round % self.config.tasks.eval_every == 0:
                     self.evaluate()
                 if self.state.round % self.config.node.checkpoint_every == 0:
@@ -245,6 +255,7 @@ class Node:
             self.stop()
             self.following.close()  # fetches of the trainer's deltas since the last update
             self.generator.close()
+            self.verifier.close()
             self.ledger.close()
         finally:
             try:

@@ -28,6 +28,7 @@ from swarm.config import Config
 from swarm.errors import ConfigError
 from swarm.experience import ExperiencePool
 from swarm.ledger import Ledger, get_meta, set_meta, touch_peer
+from swarm.ledger_retention import Retention
 from swarm.node.assembly import (
     claim_run_folder,
     identity_and_transport,
@@ -47,6 +48,7 @@ from swarm.preflight import OBSERVER_MODEL, check_role, ledger_model_problem
 from swarm.wire import rollout_topic
 
 NO_MODEL = OBSERVER_MODEL
+PRUNE_EVERY = 50  # passes between two applications of the ledger's retention
 
 
 class Observer:
@@ -87,7 +89,9 @@ class Observer:
         except BaseException:
             self.ledger.close()
             raise
-        self.records = Records(self.ledger, self.state, self.reporter, config.tasks.scoring())
+        self.records = Records(
+            self.ledger, self.state, self.reporter, config.tasks.scoring(), Retention.from_config(config)
+        )
         self.sharing = Sharing(
             config=config,
             key_pair=self.key_pair,
@@ -134,6 +138,8 @@ class Observer:
         """Join the swarm: subscribe to its rollouts and delta manifests; serve metrics."""
         if self._started:
             return
+        self.verifier.start()  # the verification worker gets ready in the background
+        self.transport.set_rejection_hook(self.sharing.refused)  # recorded, the peer penalised
         self.transport.start()
         self.transport.subscribe(self.topic, self.sharing.validate)
         self.transport.subscribe(self.manifests.topic, self.manifests.validator)
@@ -149,6 +155,7 @@ class Observer:
         """Stop (if not stopped yet), then release the ledger, the reporters and the run folder."""
         try:
             self.stop()
+            self.verifier.close()
             self.ledger.close()
         finally:
             try:
@@ -175,6 +182,8 @@ class Observer:
         try:
             while not self._stop.is_set() and (target == 0 or self.state.round < target):
                 started = time.monotonic()
+                if self.state.round % PRUNE_EVERY == 0:
+                    self.records.prune()
                 self.observe()
                 self._stop.wait(max(0.0, every - (time.monotonic() - started)))
             self.sharing.final_drain()  # what peers sent during the last pass

@@ -23,6 +23,7 @@ from swarm.ledger import (
     UpdateRow,
     touch_peer,
 )
+from swarm.ledger_retention import Pruned, Retention, prune
 from swarm.node.sync import DeltaEvent
 from swarm.ops.display import Reporter, RoundReport
 from swarm.p2p.transport import PeerInfo
@@ -37,11 +38,31 @@ if TYPE_CHECKING:
 class Records:
     """Writes the node's rows to its ledger; `state` gives the round and version they belong to."""
 
-    def __init__(self, ledger: Ledger, state: NodeState, reporter: Reporter, scoring: Scoring | None = None):
+    def __init__(
+        self, ledger: Ledger, state: NodeState, reporter: Reporter, scoring: Scoring | None = None,
+        retention: Retention | None = None,
+    ):
         self.ledger = ledger
         self.state = state
         self.reporter = reporter
         self.scoring = scoring or Scoring()
+        self.retention = retention or Retention()
+        self._over_cap_said = False
+
+    def prune(self) -> Pruned:
+        """Apply the ledger's retention (`ledger.keep_days`, `ledger.max_mb`); say what went,
+        and (once) if the ledger stays over its cap with nothing prunable left."""
+        pruned = prune(self.ledger, self.retention, time.time()) if self.retention.active else Pruned()
+        if pruned.total:
+            what = ", ".join(f"{n} {kind}" for kind, n in pruned.rows.items())
+            self.reporter.message(f"ledger pruned: {what}")
+        if pruned.over_bytes and not self._over_cap_said:
+            self._over_cap_said = True
+            self.reporter.message(
+                f"ledger stays {pruned.over_bytes / 1e6:.0f} MB over ledger.max_mb: what is left is "
+                "rounds, accepted groups and their uses, which replay needs; not pruned"
+            )
+        return pruned
 
     def record_round(
         self, groups, trained, result: UpdateResult, version_before, started, times, shared=(), shared_advantages=(),

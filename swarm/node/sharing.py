@@ -8,13 +8,15 @@ thread) runs the verifier's cheap checks and notes the rejections. Once a round,
 drains the inbox, gives each group that passed the expensive checks (copycat, task
 rebuild, question, every claimed reward, and the token spot check on groups of this
 node's exact model and version), records every group in the ledger, and pools the good
-ones for training. Outcomes feed the peers' reputations; a peer they condemn is banned.
+ones for training. Rejections are stored as rows within each peer's quota and counted
+beyond it (`swarm.node.rejection_log`), as is what the transport refuses by itself
+(`refused`, its rejection hook). Outcomes feed the peers' reputations; a peer they
+condemn is banned.
 """
 
 from __future__ import annotations
 
 import collections
-import threading
 import time
 
 from swarm.config import Config
@@ -23,6 +25,7 @@ from swarm.experience import ExperiencePool, SharedGroup
 from swarm.ledger import (
     Ledger,
     add_ban,
+    add_rejection_counts,
     banned_peers,
     group_known,
     received_outcomes,
@@ -31,21 +34,21 @@ from swarm.ledger import (
 )
 from swarm.node.exchange import Exchange
 from swarm.node.records import Records
+from swarm.node.refusals import transport_reason
+from swarm.node.rejection_log import RejectionLog, Taken
 from swarm.node.state import LocalGroup, NodeState, SharingStats
 from swarm.ops.display import Reporter
-from swarm.p2p.transport import InboundMessage, Transport
+from swarm.p2p.transport import InboundMessage, PeerRejection, Transport
 from swarm.policy.model import Policy
 from swarm.policy.prompts import build_prompt
 from swarm.signing import sign_group
 from swarm.tasks import Task
-from swarm.verify.gate import Verifier
+from swarm.verify.gate import Verifier, blamed_peer
 from swarm.verify.message import Accepted, Rejection
 from swarm.verify.reasons import Direction, Reason, Status
 from swarm.verify.spotcheck import SpotChecker
 from swarm.verify.state import NONCE_MEMORY
 from swarm.wire import RolloutGroup, Sampling, pack_messages, stored_nonce
-
-MAX_PENDING_REJECTIONS = 10_000  # rejections noted by the validator, waiting for the ledger
 
 
 class Sharing:
@@ -74,8 +77,7 @@ class Sharing:
         self.records = records
         self.reporter = reporter
         self.stats = SharingStats()
-        self._pending_rejections: collections.deque[Rejection] = collections.deque()
-        self._pending_lock = threading.Lock()
+        self.rejections = RejectionLog(config.ledger.rejected_rows_per_peer, config.ledger.count_window_s)
         self._spot_checks_left = config.verify.spot_check_groups_per_round
 
     def restore_memory(self) -> None:
@@ -98,15 +100,20 @@ class Sharing:
         self._spot_checks_left = self.config.verify.spot_check_groups_per_round
 
     def validate(self, message: InboundMessage) -> str | None:
-        """Gossip validator (runs on the transport's thread): cheap checks, rejections noted."""
+        """Gossip validator (runs on the transport's thread): cheap checks, rejections noted
+        (as rows within the peer's quota, counted beyond: `swarm.node.rejection_log`)."""
         _, rejected = self.verifier.admit(message.data, message.source)
         if not rejected:
             return None
-        with self._pending_lock:
-            room = MAX_PENDING_REJECTIONS - len(self._pending_rejections)
-            self._pending_rejections.extend(rejected[: max(room, 0)])
-            self.stats.rejections_dropped += max(0, len(rejected) - max(room, 0))
+        now = time.time()
+        for r in rejected:
+            self.rejections.note(r, now)
         return rejected[0].reason
+
+    def refused(self, rejection: PeerRejection) -> None:
+        """The transport's rejection hook (its thread): what it refused from a peer by itself,
+        counted against the peer like a rejected group (`swarm.node.refusals`)."""
+        self.rejections.refused(rejection.peer_id, transport_reason(rejection.reason), rejection.count)
 
     def publish(self, groups: list[LocalGroup]) -> None:
         """Sign this round's groups and publish them in batches; failures are counted, not fatal."""
@@ -155,11 +162,11 @@ class Sharing:
         )
 
     def receive(self) -> None:
-        """Drain the inbox and store what arrived (accepted or rejected) in one transaction."""
-        accepted, rejected = self._drain_inbox()
-        if accepted or rejected:
+        """Drain the inbox and store what arrived (accepted, rejected, counted) in one transaction."""
+        accepted = self._drain_inbox()
+        if accepted or self.rejections.waiting():
             with self.ledger.transaction() as session:
-                self._store_received(session, accepted, rejected)
+                self._store_received(session, accepted)
 
     def final_drain(self, wait_s: float = 1.0) -> None:
         """Record what peers sent during the last round, so nothing received goes unrecorded.
@@ -171,45 +178,51 @@ class Sharing:
             time.sleep(wait_s)  # messages of the last round may still be in flight
         self.receive()
 
-    def _drain_inbox(self) -> tuple[list[Accepted], list[Rejection]]:
-        """Everything received since the last round: accepted groups and all noted rejections."""
+    def _drain_inbox(self) -> list[Accepted]:
+        """The groups received since the last round that the validator passed (rejections,
+        including those of senders banned since, go to the rejection log)."""
         accepted: list[Accepted] = []
-        rejected: list[Rejection] = []
         with self.ledger.reader() as session:  # bans set or lifted by `swarm-node ban/unban`
             self.verifier.set_bans(banned_peers(session))
+        now = time.time()
         if self.exchange is not None:
-            accepted, rejected = self.exchange.collect()
+            pulled, refused = self.exchange.collect()
             self.stats.exchange.update(self.exchange.take_counters())
-            return accepted, rejected
+            for r in refused:
+                self.rejections.note(r, now)
+            return pulled
         for message in self.transport.receive():
             ok, bad = self.verifier.recheck(message.data, message.source)
             accepted += ok
-            rejected += bad  # normally empty: the validator already refused such messages
-        with self._pending_lock:
-            rejected += list(self._pending_rejections)
-            self._pending_rejections.clear()
-        return accepted, rejected
+            for r in bad:  # normally none: the validator already refused such messages
+                self.rejections.note(r, now)
+        return accepted
 
-    def _store_received(self, session, accepted: list[Accepted], rejected: list[Rejection]) -> list[Accepted]:
+    def _store_received(self, session, accepted: list[Accepted]) -> list[Accepted]:
         """Record received groups in the ledger and pool the good ones; return the new accepted ones.
 
-        A group that passed the cheap checks gets the expensive ones here (copycat, task
-        rebuild, question, every claimed reward); a failing one is rejected like any other.
-        Outcomes feed the peers' reputation; a peer it condemns is banned in the ledger.
+        A group that passed the cheap checks gets the expensive ones here (copycat, the
+        peer's verification share, task rebuild, question, every claimed reward); a failing
+        one is rejected like any other. Rejections are stored as rows or counted
+        (`swarm.node.rejection_log`). Outcomes feed the peers' reputation; a peer it
+        condemns is banned in the ledger.
         """
         now = time.time()
         fresh, seen = [], set()
         for item in accepted:
             digest = item.signed.content_hash
             if digest in seen or group_known(session, digest):
-                rejected.append(Rejection(Reason.DUPLICATE, "already received", item.source, digest, item.group.sender, item.signed, item.group))
+                self.rejections.note(Rejection(Reason.DUPLICATE, "already received", item.source, digest, item.group.sender, item.signed, item.group), now)
                 continue
             seen.add(digest)
             try:
-                task, rewards = self.verifier.verify_content(item.group, self.config.tasks.format_reward, self.config.tasks.scoring())
+                task, rewards = self.verifier.verify_content(
+                    item.group, self.config.tasks.format_reward, self.config.tasks.scoring(),
+                    peer=blamed_peer(item.source, item.group.sender),
+                )
                 self._spot_check(item)
             except RejectedMessage as e:
-                rejected.append(Rejection(e.reason, e.detail, item.source, digest, item.group.sender, item.signed, item.group))
+                self.rejections.note(Rejection(e.reason, e.detail, item.source, digest, item.group.sender, item.signed, item.group), now)
                 continue
             touch_peer(session, item.group.sender, now, model=item.group.model)
             row = self.records.group_row(item.signed, item.group, Direction.RECEIVED, Status.ACCEPTED, source=item.source)
@@ -217,22 +230,37 @@ class Sharing:
             session.flush()  # assigns row.id, which records of its later use refer to
             self.pool.add(self._shared_group(row.id, item, task, rewards, now))
             fresh.append(item)
-        for r in rejected:
+        taken = self.rejections.take()
+        for r in taken.rows:
             if r.sender:
                 touch_peer(session, r.sender, now)
             session.add(
                 self.records.group_row(r.signed, r.group, Direction.RECEIVED, Status.REJECTED, source=r.source, reason=r.reason,
                                        detail=r.detail[:500], content_hash=r.content_hash, sender=r.sender)
             )
-        for peer, reason in self.verifier.record(fresh, rejected):
+        counted = collections.Counter(taken.counts) + collections.Counter(taken.refused)
+        add_rejection_counts(session, counted, now, self.config.ledger.count_window_s)
+        for peer, reason in self.verifier.record(fresh, taken.rows, counted):
             add_ban(session, peer, "auto", reason, now)
             self.reporter.message(f"banned {peer}: {reason}")
-        self.stats.received_groups += len(accepted) + len([r for r in rejected if r.reason != Reason.DUPLICATE])
-        self.stats.accepted_groups += len(fresh)
-        self.stats.rejected_groups += len([r for r in rejected if r.reason != Reason.DUPLICATE])
-        self.stats.duplicates += len([r for r in rejected if r.reason == Reason.DUPLICATE])
-        self.stats.rejected_by_reason.update(r.reason for r in rejected)
+        self._count(fresh, taken)
         return fresh
+
+    def _count(self, fresh: list[Accepted], taken: Taken) -> None:
+        """This run's totals. Each group ends in one outcome: accepted, rejected or a duplicate
+        (a group that passed the gate and then failed a check here is rejected only)."""
+        by_reason = collections.Counter(r.reason for r in taken.rows)
+        for (_, reason), n in taken.counts.items():
+            by_reason[reason] += n
+        duplicates = by_reason[Reason.DUPLICATE]
+        rejected = sum(by_reason.values()) - duplicates
+        self.stats.received_groups += len(fresh) + rejected
+        self.stats.accepted_groups += len(fresh)
+        self.stats.rejected_groups += rejected
+        self.stats.duplicates += duplicates
+        self.stats.rejected_by_reason.update(by_reason)
+        for (_, reason), n in taken.refused.items():
+            self.stats.refused_by_reason[reason] += n
 
     def _spot_check(self, item: Accepted) -> None:
         """Re-score a sample of the group's tokens if it claims our exact model and version.

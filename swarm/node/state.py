@@ -61,3 +61,5 @@ class SharingStats:
     rejected_by_reason: collections.Counter = field(default_factory=collections.Counter)
     # what the exchange protocol did (the pull exchange's counters), summed over rounds
     exchange: collections.Counter = field(default_factory=collections.Counter)
+    # what the transport refused from peers by itself (not groups), by `Reason` code
+    refused_by_reason: collections.Counter = field(default_factory=collections.Counter)

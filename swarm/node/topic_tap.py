@@ -13,6 +13,7 @@ from swarm.p2p.transport import (
     FetchLimits,
     InboundMessage,
     PeerInfo,
+    RejectionHook,
     Transport,
     TransportStats,
     Validator,
@@ -95,6 +96,9 @@ class TopicTap(Transport):
 
     def stats(self) -> TransportStats:
         return self.inner.stats()
+
+    def set_rejection_hook(self, hook: RejectionHook | None) -> None:
+        self.inner.set_rejection_hook(hook)  # the wrapped transport is the one that refuses
 
     def __getattr__(self, name: str):
         # flush, wait_for_topic_peers and other extras of the concrete transport.

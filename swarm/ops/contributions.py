@@ -1,7 +1,8 @@
 """Who contributed what: per-peer figures read from a node's ledger.
 
 Pure queries over a SQLAlchemy `Session` (no I/O of their own, no printing): for each peer,
-the rollout groups this node received from it (accepted, rejected by reason), how often
+the rollout groups this node received from it (accepted, rejected by reason, stored or
+only counted), what its transport refused from it, how often
 they were used in this node's updates and with how much advantage, the reward of its
 groups, the weight deltas exchanged with it, when it was first and last seen and which
 model it runs; and, as far as this node's own ledger can know it, this node's contribution
@@ -29,7 +30,16 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from swarm.errors import SwarmError
-from swarm.ledger import BanRow, DeltaRow, GroupRow, GroupUseRow, PeerRow, RoundRow
+from swarm.ledger import (
+    BanRow,
+    DeltaRow,
+    GroupRow,
+    GroupUseRow,
+    PeerRow,
+    RejectionCountRow,
+    RoundRow,
+)
+from swarm.node.refusals import TRANSPORT_REASONS
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,7 @@ class PeerContribution:
     accepted: int = 0
     rejected: int = 0
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    refused_by_reason: dict[str, int] = field(default_factory=dict)  # by the transport itself
     mean_reward: float | None = None  # claimed mean reward of its accepted groups
     used: int = 0  # uses of its groups in applied updates
     advantage_total: float = 0.0  # sum of |advantage| over those uses' completions
@@ -139,11 +150,27 @@ def peer_contributions(session: Session, window: Window = Window(), sort: str = 
             p.rejected_by_reason[reason] = p.rejected_by_reason.get(reason, 0) + 1
     for origin, values in rewards.items():
         peers[origin].mean_reward = sum(values) / len(values)
+    _add_counted(session, window, peer)
     _add_uses(session, window, peer)
     _add_deltas(session, window, peer)
     for ban in session.scalars(select(BanRow)):
         peer(ban.peer_id).banned = f"{ban.source}: {ban.reason}" if ban.reason else ban.source
     return sorted(peers.values(), key=lambda p: (SORT_KEYS[sort](p), p.peer_id))
+
+
+def _add_counted(session: Session, window: Window, peer) -> None:
+    """Rejections counted rather than stored (`rejection_counts`), by the window they ended in."""
+    refusals = {str(r) for r in TRANSPORT_REASONS.values()}
+    for row in session.scalars(select(RejectionCountRow).where(RejectionCountRow.peer != "")):
+        if not window.holds(row.last_at):
+            continue
+        p = peer(row.peer)
+        if row.reason in refusals:
+            p.refused_by_reason[row.reason] = p.refused_by_reason.get(row.reason, 0) + row.count
+            continue
+        p.received += row.count
+        p.rejected += row.count
+        p.rejected_by_reason[row.reason] = p.rejected_by_reason.get(row.reason, 0) + row.count
 
 
 def _add_uses(session: Session, window: Window, peer) -> None:

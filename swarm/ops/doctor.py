@@ -2,7 +2,8 @@
 
 Checks, each reported as ok / warning / problem:
 
-- the ledger: SQLite `integrity_check`, the schema version, that every table exists;
+- the ledger: SQLite `integrity_check`, the schema version, that every table exists, and
+  its size (on disk, in use, rows; `swarm.ledger_retention`);
 - its history: live (not superseded) round numbers unique and contiguous from 0, one live
   update per live round, every use of a shared group pointing at a stored group;
 - the checkpoints: each one's state readable, its weights file loadable (tensors finite, SHA-256
@@ -43,6 +44,11 @@ from swarm.ledger import (
     UpdateRow,
     get_meta,
 )
+from swarm.ledger_retention import describe, ledger_size
+
+# Tables added after schema version 3 was first written: a ledger last opened by an older
+# version lacks them until its node starts again (the tables are made then).
+LATER_TABLES = frozenset({"rejection_counts"})
 
 
 @dataclass(frozen=True)
@@ -161,10 +167,13 @@ def ledger_findings(
             version = get_meta(session, "schema_version")
             if version != str(SCHEMA_VERSION):
                 out.append(problem("schema", f"schema version {version!r}, this node reads {SCHEMA_VERSION}"))
-            missing = sorted(set(Base.metadata.tables) - tables)
+            later = sorted((set(Base.metadata.tables) - tables) & LATER_TABLES)
+            if later:
+                out.append(ok("schema", f"tables of a newer version, made at the node's next start: {', '.join(later)}"))
+            missing = sorted(set(Base.metadata.tables) - tables - LATER_TABLES)
             if missing:
                 out.append(problem("schema", f"tables missing: {', '.join(missing)}"))
-            elif version == str(SCHEMA_VERSION):
+            elif version == str(SCHEMA_VERSION) and not later:
                 out.append(ok("schema", f"schema version {SCHEMA_VERSION}, all {len(tables & set(Base.metadata.tables))} tables present"))
             if missing:
                 return out, [], get_meta(session, "model")
@@ -181,6 +190,17 @@ def ledger_findings(
             return out, rounds, get_meta(session, "model")
     except LedgerError as e:
         return [*out, problem("ledger", str(e).replace(url, name))], [], None
+    finally:
+        ledger.close()
+
+
+def size_finding(copy_url: str, url: str) -> Finding:
+    """How big the ledger is: its file on disk (`url`), pages in use and rows (`copy_url`)."""
+    ledger = Ledger(copy_url, create=False)
+    try:
+        return ok("size", describe(ledger_size(ledger, on_disk=url)))
+    except LedgerError as e:
+        return warning("size", f"cannot measure the ledger: {e}")
     finally:
         ledger.close()
 
@@ -265,6 +285,9 @@ def diagnose(url: str | None, checkpoint_dir: Path | None) -> list[Finding]:
     if url is not None:
         with snapshot(url) as copy:
             ledger, rounds, model = ledger_findings(copy, name=url)
+            unreadable = ("schema", "ledger", "integrity")
+            if not any(f.level == "problem" and f.check in unreadable for f in ledger):
+                ledger.append(size_finding(copy, url))
         findings += ledger
     if checkpoint_dir is not None:
         findings += checkpoint_findings(checkpoint_dir, model, rounds)

@@ -50,6 +50,7 @@ class PeerRejectReason(enum.StrEnum):
     BLOB_FETCH_LIMIT = "blob_fetch_limit"  # too many blob fetches at once from one peer
     FLOW_CONTROL = "flow_control_violation"  # bytes sent beyond our stream receive window
     INBOUND_BUDGET = "inbound_budget"  # more queued inbound messages than one peer may have
+    LOW_SCORE = "below_publish_score"  # a message forwarded by a peer scored under the gate
 
 
 @dataclass(frozen=True)

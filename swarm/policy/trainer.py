@@ -33,17 +33,25 @@ class TrainSample:
     advantage: float
 
 
+MAX_CHARS_PER_TOKEN = 32
+
+
 def retokenized_samples(tokenizer, prompt: str, completions, finished, advantages, max_tokens: int) -> list[TrainSample]:
     """Samples for completions known only as text (a peer's, or a stored group's), in our ids.
 
     The stop token is appended where a completion finished. Empty completions and ones longer
     than `max_tokens` are left out (their advantage still shaped the others'): someone else's
-    rambling must not blow up our training step.
+    rambling must not blow up our training step. A text longer than `MAX_CHARS_PER_TOKEN`
+    characters per allowed token is left out without being tokenized: no tokenizer packs
+    that much into a token, and a peer's 32 KB completions must not cost a tokenizer pass
+    each to find out.
     """
     eos = tokenizer.eos_token_id
     prompt_ids = tuple(tokenizer(prompt, add_special_tokens=False)["input_ids"])
     samples = []
     for text, done, advantage in zip(completions, finished, advantages, strict=True):
+        if len(text) > MAX_CHARS_PER_TOKEN * max_tokens:
+            continue
         ids = tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) + ((eos,) if done and eos is not None else ())
         if 0 < len(ids) <= max_tokens:
             samples.append(TrainSample(prompt_ids, ids, advantage))

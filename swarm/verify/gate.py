@@ -13,8 +13,10 @@ Three entry points, one per place a group passes through the node:
    message is decoded once; one whose entry was evicted under load gets the wire checks
    again. The Ed25519 check is repeated only with `recheck_signatures`.
 3. `verify_content` runs in the round loop (it costs a task rebuild and re-scoring):
-   copycat detection, rebuilding the task from its spec, the question text, and every
-   claimed reward recomputed with the sender's declared format bonus.
+   copycat detection, the peer's share of verification time, rebuilding the task from its
+   spec, the question text, and every claimed reward recomputed with the sender's declared
+   format bonus. The rebuild and scoring run in the rescorer: a node's bounded worker
+   process (`swarm.verify.bounded`), or in this thread.
 
 `record` feeds outcomes to the reputation, which throttles bad peers and names those to
 ban. Thread-safe: the validator and the round loop call in from different threads.
@@ -27,17 +29,18 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from swarm.errors import RejectedMessage
 from swarm.signing import check_group_signature
 from swarm.tasks import Scoring, Task, canonical_config, claim_rules
 from swarm.verify import rules
+from swarm.verify.bounded import InProcess, Rescorer
+from swarm.verify.budget import VerifyBudget
 from swarm.verify.message import Accepted, Rejection, check_message, collateral
 from swarm.verify.reasons import Reason, Status
 from swarm.verify.reputation import Reputation, ReputationSettings
-from swarm.verify.rescore import rescore_group
 from swarm.verify.state import DecodedMessages, NonceCache, RateLimits, RecentGroups
 from swarm.wire import RolloutGroup
 
@@ -68,6 +71,8 @@ class VerifySettings:
     # (dataset, canonical config JSON) a peer's task may name; None: any (offline tools, tests)
     task_catalogue: frozenset[tuple[str, str]] | None = None
     reputation: ReputationSettings = field(default_factory=ReputationSettings)
+    peer_verify_share: float = 0.1  # seconds of re-scoring per second, per peer
+    peer_verify_burst_s: float = 0.0  # 0: no per-peer limit
 
     @classmethod
     def from_config(cls, config) -> VerifySettings:
@@ -85,6 +90,8 @@ class VerifySettings:
             recheck_signatures=v.recheck_signatures,
             task_catalogue=task_catalogue(config),
             reputation=ReputationSettings(v.throttle_below, v.ban_after, v.ban_below),
+            peer_verify_share=v.peer_verify_share,
+            peer_verify_burst_s=v.peer_verify_burst_s,
         )
 
 
@@ -105,10 +112,15 @@ class Verifier:
         settings: VerifySettings,
         clock: Callable[[], float] = time.time,
         own_peer_id: str = "",
+        rescorer: Rescorer | None = None,
     ):
+        """`rescorer` rebuilds and scores a group (`swarm.verify.bounded`): a node's
+        `RescoreWorker`; by default `InProcess`, unbounded."""
         self.settings = settings
         self.clock = clock
         self.own_peer_id = own_peer_id
+        self._rescorer = rescorer or InProcess()
+        self._budget = VerifyBudget(settings.peer_verify_share, settings.peer_verify_burst_s)
         self.reputation = Reputation(settings.reputation)
         self._lock = threading.Lock()
         self._nonces = NonceCache(ttl_s=settings.max_age_s)
@@ -123,7 +135,11 @@ class Verifier:
     # -- 1. the gossip validator -----------------------------------------------------------------
 
     def admit(self, data: bytes, source: str) -> tuple[list[Accepted], list[Rejection]]:
-        """All cheap checks on one gossip message. Never raises."""
+        """All cheap checks on one gossip message. Never raises.
+
+        A message published by a banned peer is refused before it is even decoded."""
+        if source and source in self._banned:
+            return [], [Rejection(Reason.BANNED, "the publisher is banned", source, "")]
         accepted, rejected = check_message(data, source, self.settings.swarm_id)
         if rejected:
             return [], rejected
@@ -265,20 +281,37 @@ class Verifier:
     # -- 3. the expensive checks -------------------------------------------------------------------
 
     def verify_content(
-        self, group: RolloutGroup, format_weight: float, scoring: Scoring | None = None
+        self,
+        group: RolloutGroup,
+        format_weight: float,
+        scoring: Scoring | None = None,
+        peer: str = "",
     ) -> tuple[Task, tuple[float, ...]]:
         """Copycat, task rebuild, question and reward checks; returns the task and *our* rewards
         (under `scoring`, else the lenient rule with partial credit and `format_weight`).
 
         Claimed rewards must match one of the scorings the sender may have used
-        (`claim_rules`). Raises `RejectedMessage` (copycat, bad_task, question_mismatch,
-        reward_mismatch).
+        (`claim_rules`). The rebuild and scoring run in the rescorer, charged to `peer` (the
+        publisher; the sender if not given), which must have verification time left.
+        Raises `RejectedMessage` (copycat, verify_budget, bad_task, question_mismatch,
+        verify_timeout, verify_memory, verify_crashed, reward_mismatch).
         """
         prints = rules.fingerprint(group.completions)
+        peer = peer or group.sender
         with self._lock:
             earlier = self._recent.get(group.task)
+            allowed = self._budget.allows(peer, self.clock())
         rules.check_not_copy(group.sender, prints, earlier, self.settings.copycat_overlap)
-        rescored = rescore_group(group)
+        if not allowed:
+            raise RejectedMessage(
+                Reason.VERIFY_BUDGET,
+                f"{peer[:16]}... used its share of verification time; refills at "
+                f"{self.settings.peer_verify_share:g} s/s",
+            )
+        attempt = self._rescorer(group)
+        with self._lock:
+            self._budget.charge(peer, attempt.seconds, self.clock())
+        rescored = attempt.result()
         rules.check_rewards_any(
             group.rewards,
             [rescored.scored(s) for s in claim_rules(group.format_bonus)],
@@ -288,6 +321,19 @@ class Verifier:
             self._recent.add(group.task, (group.sender, prints))
         return rescored.task, rescored.scored(scoring or Scoring(format_weight))
 
+    @property
+    def rescorer(self) -> Rescorer:
+        """What rebuilds and scores peers' groups (a node's `RescoreWorker`, or `InProcess`)."""
+        return self._rescorer
+
+    def start(self) -> None:
+        """Start the rescorer's worker process, if it has one (it gets ready in the background)."""
+        self._rescorer.start()
+
+    def close(self) -> None:
+        """Stop the rescorer's worker process, if it has one."""
+        self._rescorer.close()
+
     def note_own(self, group: RolloutGroup) -> None:
         """Remember a group this node published, so a peer re-signing it is caught as a copycat."""
         with self._lock:
@@ -296,20 +342,26 @@ class Verifier:
     # -- reputation and bans -----------------------------------------------------------------------
 
     def record(
-        self, accepted: Iterable[Accepted], rejected: Iterable[Rejection]
+        self,
+        accepted: Iterable[Accepted],
+        rejected: Iterable[Rejection],
+        counted: Mapping[tuple[str, Reason], int] | None = None,
     ) -> list[tuple[str, str]]:
-        """Feed outcomes to the reputation; return (peer, reason) of peers to ban now (already refused)."""
+        """Feed outcomes to the reputation: accepted and rejected groups, and rejections
+        `counted` by (blamed peer, reason). Return (peer, reason) of peers to ban now (already
+        refused)."""
         to_ban: dict[str, str] = {}
+        penalties = collections.Counter((blamed_peer(r.source, r.sender, r.reason), r.reason) for r in rejected)
+        penalties.update(counted or {})
         with self._lock:
             for item in accepted:
                 self.reputation.accepted(
                     blamed_peer(item.source, item.group.sender), item.group.finished
                 )
-            for r in rejected:
-                peer = blamed_peer(r.source, r.sender, r.reason)
+            for (peer, reason), n in penalties.items():
                 if not peer or peer == self.own_peer_id:
                     continue
-                self.reputation.rejected(peer, r.reason)
+                self.reputation.rejected(peer, reason, n)
                 if (
                     peer not in self._banned
                     and peer not in self.settings.allow_list

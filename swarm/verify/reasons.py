@@ -87,6 +87,23 @@ class Reason(enum.StrEnum):
     HASH_MISMATCH = "hash_mismatch"  # the stored body does not hash to its recorded content hash
     # A code this version does not know, read back from a ledger written by another one.
     UNKNOWN = "unknown"
+    # Bounded verification (`swarm.verify.worker`): rebuilding a group's task and scoring it
+    # ran past its deadline or memory limit, or past its peer's share of verification time.
+    VERIFY_TIMEOUT = "verify_timeout"
+    VERIFY_MEMORY = "verify_memory"
+    VERIFY_CRASHED = "verify_crashed"  # the worker died on the group without a word
+    VERIFY_BUDGET = "verify_budget", 0.2  # soft, like a rate limit
+    # What the transport refused by itself, before any validator: the codes of
+    # `swarm.p2p.transport.PeerRejectReason` (`swarm.node.refusals` maps one to the other).
+    OVERSIZE_MESSAGE = "oversize_message", 1.0, True
+    UNSIGNED_MESSAGE = "unsigned_message", 0.5, True  # soft: another implementation's policy
+    BAD_MESSAGE_SIGNATURE = "bad_message_signature", 1.0, True
+    GOSSIP_CONTROL_FLOOD = "gossip_control_flood", 0.5, True
+    GOSSIP_BACKOFF_VIOLATION = "gossip_backoff_violation", 0.5, True
+    BLOB_FETCH_LIMIT = "blob_fetch_limit", 0.5, True
+    FLOW_CONTROL_VIOLATION = "flow_control_violation", 1.0, True
+    INBOUND_BUDGET = "inbound_budget", 0.2, True
+    BELOW_PUBLISH_SCORE = "below_publish_score", 0.2, True  # its GossipSub score fell that low
 
     @classmethod
     def from_stored(cls, code: str) -> Reason:

@@ -96,8 +96,8 @@ class Reputation:
         if not any(finished):
             rec.unterminated += 1
 
-    def rejected(self, peer: str, reason: Reason) -> None:
-        self.record(peer).rejected[reason] += 1
+    def rejected(self, peer: str, reason: Reason, n: int = 1) -> None:
+        self.record(peer).rejected[reason] += n
 
     def rate_factor(self, peer: str) -> float:
         """Multiplier of a peer's rate-limit refill: 1, or its score once below `throttle_below`."""

@@ -20,7 +20,7 @@ from pathlib import Path
 import msgpack
 import msgspec
 
-from swarm.ledger import GroupRow, GroupUseRow, Ledger
+from swarm.ledger import GroupRow, GroupUseRow, Ledger, counted_rejections
 from swarm.node import Node
 from swarm.p2p.identity import create_identity, peer_id_of, save_identity, sign
 from swarm.signing import SIGNING_DOMAIN, sign_group, verify_signed
@@ -175,7 +175,15 @@ def _summary(url: str) -> dict:
 
 
 def from_mallory(url: str) -> collections.Counter:
-    return collections.Counter(r.reason for r in rows(url) if r.source == ME and r.status == "rejected")
+    """Mallory's rejected groups by reason: stored as rows, or counted (duplicates, bans)."""
+    out = collections.Counter(r.reason for r in rows(url) if r.source == ME and r.status == "rejected")
+    ledger = Ledger(url, create=False)
+    try:
+        with ledger.reader() as s:
+            out.update(counted_rejections(s, ME))
+    finally:
+        ledger.close()
+    return out
 
 
 def test_hostile_peer_is_refused_with_one_recorded_reason_per_bad_group(tmp_path, tiny_model_path):
@@ -251,7 +259,9 @@ def test_hostile_peer_is_refused_with_one_recorded_reason_per_bad_group(tmp_path
     node.close()
 
     all_rows = rows(url)
-    assert from_mallory(url) == expected  # exactly one row per bad group, nothing else
+    assert from_mallory(url) == expected  # exactly one record per bad group, nothing else
+    stored = collections.Counter(r.reason for r in all_rows if r.source == ME and r.status == "rejected")
+    assert stored == expected - collections.Counter({"duplicate": 1, "banned": 1})  # those are counted
     accepted = {r.content_hash for r in all_rows if r.status == "accepted"}
     taken = {r.content_hash for r in all_rows if r.status == "accepted" and r.source == ME}
     control = sign_group(mallory_group(1), MALLORY).content_hash

@@ -113,3 +113,12 @@ def test_config_is_frozen_and_every_key_documented():
         config.training.lr = 1.0  # type: ignore[misc]
     for key, _default, help_text in describe_config():
         assert help_text, f"{key} has no documentation"
+
+
+def test_the_verification_worker_needs_room_besides_its_cache():
+    config = build_config({})
+    assert config.verify.worker and config.verify.group_deadline_s == 2.0
+    build_config({"verify": {"task_cache_mb": 256}})  # 256 + 256 fits in half of 1024
+    with pytest.raises(ConfigError, match="verify.task_cache_mb \\(300\\) plus 256 MB"):
+        build_config({"verify": {"task_cache_mb": 300}})
+    build_config({"verify": {"task_cache_mb": 300, "worker": False}})  # no worker, no bound

@@ -10,9 +10,12 @@ from swarm.ledger import (
     EvalRow,
     GroupRow,
     Ledger,
+    RejectionCountRow,
     RoundRow,
     UpdateRow,
     add_ban,
+    add_rejection_counts,
+    counted_rejections,
     get_meta,
     last_round,
     latest_rounds,
@@ -149,3 +152,25 @@ def test_bad_url_is_a_ledger_error(tmp_path):
         Ledger("nosuchdialect://x")
     with pytest.raises(LedgerError):
         Ledger(f"sqlite:///{tmp_path}/missing/dir/l.sqlite")
+
+
+def test_counted_rejections_add_up_per_window_and_feed_reputations(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
+    with ledger.transaction() as s:
+        add_rejection_counts(s, {("bad", "duplicate"): 3, ("bad", "rate_limited"): 2}, 100.0, 3600.0)
+        add_rejection_counts(s, {("bad", "duplicate"): 4}, 200.0, 3600.0)  # same window
+        add_rejection_counts(s, {("bad", "duplicate"): 1, ("gone", "banned"): 9}, 3700.0, 3600.0)
+        add_ban(s, "gone", "auto", "score", 3000.0)
+        s.add(_received("bad", "bad", "rejected", "rate_limited", 50.0))
+    with ledger.transaction() as s:
+        remove_ban(s, "gone", lifted_at=4000.0)  # its counts (last at 3700) came before
+    with ledger.reader() as s:
+        rows = s.query(RejectionCountRow).order_by(RejectionCountRow.window_start).all()
+        assert [(r.window_start, r.count) for r in rows if r.reason == "duplicate"] == [(0, 7), (3600, 1)]
+        assert counted_rejections(s, "bad") == {"duplicate": 8, "rate_limited": 2}
+        assert counted_rejections(s) == {"duplicate": 8, "rate_limited": 2, "banned": 9}
+        assert sorted(received_outcomes(s)) == sorted([
+            ("bad", "bad", "rejected", "rate_limited", 1),
+            ("bad", "", "rejected", "duplicate", 8),
+            ("bad", "", "rejected", "rate_limited", 2),
+        ])

@@ -14,6 +14,7 @@ from swarm.errors import RejectedMessage
 from swarm.p2p.identity import peer_id_of, sign
 from swarm.signing import SIGNING_DOMAIN, sign_group
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
+from swarm.verify.bounded import InProcess
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.reasons import Reason
 from swarm.verify.reputation import ReputationSettings
@@ -428,3 +429,54 @@ def test_the_catalogue_is_the_own_mix_plus_the_configured_tasks():
     }
     with pytest.raises(Exception, match="task_catalogue"):
         build_config({"verify": {"task_catalogue": [{"name": "x"}]}}, "test")
+
+
+class SlowRescorer:
+    """An in-process rescorer that reports each group as costing `seconds`."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.calls = seconds, 0
+        self.inner = InProcess()
+
+    def __call__(self, group):
+        self.calls += 1
+        attempt = self.inner(group)
+        return dataclasses.replace(attempt, seconds=self.seconds)
+
+    def start(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_peer_past_its_share_of_verification_time_is_refused_without_work():
+    clock, slow = Clock(), SlowRescorer(1.5)
+    settings = dataclasses.replace(
+        VerifySettings(swarm_id="swarm-test"), peer_verify_share=0.1, peer_verify_burst_s=2.0
+    )
+    v = Verifier(settings, clock=clock, rescorer=slow)
+    groups = [honest(index=i) for i in range(10, 14)]
+    v.verify_content(groups[0], 0.1, peer=ME)  # 2.0 s left -> 0.5
+    v.verify_content(groups[1], 0.1, peer=ME)  # 0.5 left: verified, -> -1.0
+    with pytest.raises(RejectedMessage) as refused:
+        v.verify_content(groups[2], 0.1, peer=ME)
+    assert refused.value.reason == Reason.VERIFY_BUDGET and slow.calls == 2
+    v.verify_content(groups[2], 0.1, peer=THEM)  # another peer's share is its own
+    clock.t += 10.1  # refills 0.1 s per s: back above zero
+    v.verify_content(groups[3], 0.1, peer=ME)
+    assert slow.calls == 4
+
+
+def test_a_rescorer_rejection_is_charged_and_raised():
+    clock, slow = Clock(), SlowRescorer(3.0)
+    settings = dataclasses.replace(
+        VerifySettings(swarm_id="swarm-test"), peer_verify_share=0.1, peer_verify_burst_s=2.0
+    )
+    v = Verifier(settings, clock=clock, rescorer=slow)
+    with pytest.raises(RejectedMessage) as wrong:
+        v.verify_content(honest(index=20, question="What?"), 0.1, peer=ME)
+    assert wrong.value.reason == Reason.QUESTION_MISMATCH
+    with pytest.raises(RejectedMessage) as refused:
+        v.verify_content(honest(index=21), 0.1, peer=ME)
+    assert refused.value.reason == Reason.VERIFY_BUDGET

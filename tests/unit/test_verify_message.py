@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarm.errors import RejectedMessage
-from swarm.experience import ExperiencePool, SharedGroup
+from swarm.experience import ExperiencePool, SharedGroup, group_bytes
 from swarm.p2p.identity import peer_id_of
 from swarm.signing import sign_group
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
@@ -128,3 +128,23 @@ def test_pool_is_bounded_and_groups_leave_when_used():
     assert [c.group.content_hash for c in pool.candidates()] == ["h2", "h3", "h4"]
     pool.take([groups[3]])
     assert [c.group.content_hash for c in pool.candidates()] == ["h2", "h4"]
+
+
+def test_pool_is_bounded_in_bytes_of_text():
+    task = build_task(TaskSpec.make("chain_sum", {}, 0, 0))
+    big = "x" * 10_000
+
+    def group(i: int) -> SharedGroup:
+        return SharedGroup(
+            i, f"h{i}", "p", task, (big, big), (True, True), (0.0, 1.0), (0.0, 1.0), 0, True, 0.0
+        )
+
+    one = group_bytes(group(0))
+    pool = ExperiencePool(capacity=1000, max_bytes=3 * one)
+    for i in range(10):
+        pool.add(group(i))
+    assert len(pool) == 3 and pool.evicted == 7 and pool.nbytes == 3 * one
+    pool.add(group(9))  # the same group again replaces itself, not a second copy
+    assert len(pool) == 3 and pool.nbytes == 3 * one
+    pool.take([group(8)])
+    assert len(pool) == 2 and pool.nbytes == 2 * one

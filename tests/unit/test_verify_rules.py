@@ -147,6 +147,13 @@ def test_every_reason_has_a_weight_and_the_soft_ones_never_ban():
         "implausible_tokens": 0.5,
         "unlisted_task": 0.5,
         "pull_failed": 0.2,
+        "verify_budget": 0.2,
+        "unsigned_message": 0.5,
+        "gossip_control_flood": 0.5,
+        "gossip_backoff_violation": 0.5,
+        "blob_fetch_limit": 0.5,
+        "inbound_budget": 0.2,
+        "below_publish_score": 0.2,
     }
     assert {r for r in Reason if r.unsigned} == {
         "oversize",
@@ -156,6 +163,16 @@ def test_every_reason_has_a_weight_and_the_soft_ones_never_ban():
         "bad_reward",
         "non_canonical",
         "bad_signature",
+        # what the transport refuses: blamed on the peer that sent it, never a claimed sender
+        "oversize_message",
+        "unsigned_message",
+        "bad_message_signature",
+        "gossip_control_flood",
+        "gossip_backoff_violation",
+        "blob_fetch_limit",
+        "flow_control_violation",
+        "inbound_budget",
+        "below_publish_score",
     }
     assert Reason.BAD_SIGNATURE.unsigned and not Reason.REWARD_MISMATCH.unsigned
     assert Reason.from_stored("no_such_code") is Reason.UNKNOWN and Reason.UNKNOWN.weight == 1.0

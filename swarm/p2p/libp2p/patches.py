@@ -448,7 +448,14 @@ class SwarmPubsub(Pubsub):
         verified = None
         try:
             if msg_forwarder != self.my_id and not self._is_msg_seen(msg):
-                # The library drops a message whose signature fails without a trace.
+                # The library drops these two without a trace: a message from a peer
+                # scored under the publish threshold, and one whose signature fails.
+                scorer = getattr(self.router, "scorer", None)
+                if scorer is not None and not scorer.allow_publish(msg_forwarder, list(msg.topicIDs)):
+                    self._refuse(
+                        msg_forwarder, PeerRejectReason.LOW_SCORE, "score under the publish threshold", msg
+                    )
+                    return
                 if not signature_validator(msg):
                     self._refuse(
                         msg_forwarder, PeerRejectReason.BAD_SIGNATURE, "signature fails", msg

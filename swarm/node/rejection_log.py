@@ -1,0 +1,117 @@
+"""What the node writes about refused messages: a bounded number of rows per peer, counts beyond.
+
+Every refusal is kept, but not every refusal is worth a ledger row. A rejected group becomes
+a row (with its signed bytes, for replay and forensics) while its peer has rows left in the
+current window (`ledger.rejected_rows_per_peer` per `ledger.count_window_s`); beyond that it
+is counted, one counter per (peer, reason) that the ledger sums per window
+(`rejection_counts`). Duplicates, a banned peer's messages and collateral rejections (the
+good groups of a refused message) are always only counted: they tell nothing a row would
+add. So a peer can make the node write at most its quota of rows, plus a few counters, per
+window, however much it sends; and the rows waiting for the round loop are bounded in
+number and bytes (past either bound a rejection is counted instead, never dropped).
+
+Refusals by the transport itself (`swarm.p2p.transport.PeerRejection`) are counted apart
+(`refused`): they are not groups, so they do not enter the node's group totals.
+
+Thread-safe: the gossip validator and the transport's rejection hook note from the network
+thread, the round loop takes from its own.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass
+
+from swarm.verify.gate import blamed_peer
+from swarm.verify.message import Rejection
+from swarm.verify.reasons import Reason
+
+COUNTED_ONLY = frozenset({Reason.DUPLICATE, Reason.BANNED, Reason.IN_REJECTED_MESSAGE})
+MAX_PENDING_ROWS = 10_000
+MAX_PENDING_BYTES = 64 << 20
+MAX_COUNTERS = 100_000  # (peer, reason) pairs between two rounds; past it: counted under peer ""
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What the round loop stores: rejections as rows, and counts by (peer, reason)."""
+
+    rows: list[Rejection]
+    counts: dict[tuple[str, Reason], int]  # rejected groups counted, not stored
+    refused: dict[tuple[str, Reason], int]  # what the transport refused (not groups)
+
+
+class RowQuota:
+    """Rows each peer may still have written in the current window (plain data, no clock)."""
+
+    def __init__(self, rows_per_window: int, window_s: float, max_peers: int = 100_000):
+        self.rows_per_window, self.window_s, self.max_peers = rows_per_window, window_s, max_peers
+        self._used: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
+
+    def take(self, peer: str, now: float) -> bool:
+        """Whether one more row of `peer` may be written now (and count it if so)."""
+        window = int(now // self.window_s) if self.window_s > 0 else 0
+        start, used = self._used.get(peer, (window, 0))
+        if start != window:
+            used = 0
+        if used >= self.rows_per_window:
+            return False
+        self._used[peer] = (window, used + 1)
+        self._used.move_to_end(peer)
+        while len(self._used) > self.max_peers:
+            self._used.popitem(last=False)
+        return True
+
+
+class RejectionLog:
+    """Refusals waiting for the round loop: rows within quota, counts beyond (see above)."""
+
+    def __init__(self, rows_per_window: int, window_s: float):
+        self._quota = RowQuota(rows_per_window, window_s)
+        self._lock = threading.Lock()
+        self._rows: list[Rejection] = []
+        self._row_bytes = 0
+        self._counts: collections.Counter[tuple[str, Reason]] = collections.Counter()
+        self._refused: collections.Counter[tuple[str, Reason]] = collections.Counter()
+
+    def note(self, rejection: Rejection, now: float) -> None:
+        """One rejected group (or undecodable message): a row if its peer has quota, else a count."""
+        peer = blamed_peer(rejection.source, rejection.sender, rejection.reason)
+        size = len(rejection.signed.body) if rejection.signed is not None else 0
+        with self._lock:
+            if (
+                rejection.reason in COUNTED_ONLY
+                or len(self._rows) >= MAX_PENDING_ROWS
+                or self._row_bytes + size > MAX_PENDING_BYTES
+                or not self._quota.take(peer, now)
+            ):
+                self._add(self._counts, peer, rejection.reason, 1)
+                return
+            self._rows.append(rejection)
+            self._row_bytes += size
+
+    def refused(self, peer: str, reason: Reason, count: int = 1) -> None:
+        """What the transport refused from `peer` by itself (counted, never a row)."""
+        with self._lock:
+            self._add(self._refused, peer, reason, count)
+
+    @staticmethod
+    def _add(counter: collections.Counter, peer: str, reason: Reason, n: int) -> None:
+        if (peer, reason) not in counter and len(counter) >= MAX_COUNTERS:
+            peer = ""
+        counter[(peer, reason)] += n
+
+    def waiting(self) -> bool:
+        """Whether anything was noted since the last `take`."""
+        with self._lock:
+            return bool(self._rows or self._counts or self._refused)
+
+    def take(self) -> Taken:
+        """Everything noted since the last call."""
+        with self._lock:
+            taken = Taken(self._rows, dict(self._counts), dict(self._refused))
+            self._rows, self._row_bytes = [], 0
+            self._counts.clear()
+            self._refused.clear()
+        return taken
