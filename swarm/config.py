@@ -100,7 +100,7 @@ class TrainingSection:
     clip_high: float = opt(0.28, "Upper clip of the probability ratio (1 + clip_high).", min=0.0, max=10.0)
     kl_coef: float = opt(0.0, "Weight of the KL penalty to the starting model (0: no reference model kept).", min=0.0)
     max_grad_norm: float = opt(1.0, "Gradient clipping norm (0: no clipping).", min=0.0)
-    micro_batch_size: int = opt(64, "Sequences per forward/backward; gradients accumulate over micro-batches.", min=1)
+    micro_batch_size: int = opt(16, "Sequences per forward/backward; gradients accumulate over micro-batches (activation memory grows with it: 64 holds ~250 MB more than 16 for the tiny model).", min=1)
     minibatch_size: int = opt(0, "Completions per optimizer step; a round makes as many steps as its batch fills (0: one step per round, however large the batch).", min=0)
     epochs: int = opt(1, "Passes per round over the same batch (1: strictly on-policy when minibatch_size is 0).", min=1, max=16)
     precision: str = opt("auto", "auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16.", choices=("auto", "fp32", "bf16"))
@@ -214,6 +214,17 @@ class P2PSection:
     bootstrap: list = opt([], "Multiaddrs (/ip4/.../tcp/.../p2p/12D3KooW...) of peers to join through.")
     psk_file: str = opt("", "File holding the private swarm key (libp2p swarm.key format; relative: to the config file's folder); '' : open swarm. Peers without the same key cannot connect.", path=True)
     allow_list: list = opt([], "Peer IDs allowed to connect and send (empty: anyone). Connections from other peers are closed.")
+    exchange: str = opt(
+        "gossip",
+        "How rollout groups travel: gossip (every group to every node: a node's cost grows with "
+        "the swarm) or pull (signed announcements served, a few sampled peers asked, only the "
+        "groups sampled for training pulled: a node's cost does not grow with the swarm; "
+        "docs/SCALE.md). Every node of a swarm must use the same.",
+        choices=("gossip", "pull"),
+    )
+    pull_lists: int = opt(8, "Pull exchange: peers (sampled from the node's view of the swarm) asked for their announcements each round.", min=1, max=64)
+    pull_groups: int = opt(-1, "Pull exchange: groups pulled and verified each round (-1: training.shared_groups + 2, none when that is 0).", min=-1, max=4096)
+    view_size: int = opt(64, "Pull exchange: peers in the node's random view of the swarm (bounded whatever the swarm's size).", min=4, max=64)
 
 
 # -- verification of peers' rollout groups --
@@ -303,6 +314,7 @@ class SyncSection:
     zstd_level: int = opt(1, "Trainer: zstd level of deltas and anchors (higher: a few % smaller, several times slower).", min=1, max=22)
     max_blob_mb: int = opt(1024, "Generator: refuse a delta or anchor announced larger than this many MB.", min=1, max=1024)
     fetch_timeout_s: float = opt(120.0, "Generator: give up fetching one delta or anchor after this many seconds.", min=1.0)
+    hold_deltas: int = opt(4, "Generator: serve this many most recent applied deltas to other followers, and fetch from followers that hold one before the trainer (0: fetch from the trainer only), so the trainer's upload per version stays about constant.", min=0, max=64)
 
 
 @dataclass(frozen=True)

@@ -257,11 +257,12 @@ def _mix_fix(mix) -> str:
     """What to do about a task mix that does not build: a dataset name, or its config."""
     import difflib
 
-    from reasoning_gym.factory import DATASETS
+    from swarm.task_datasets import dataset_names
 
+    names = dataset_names()
     for entry in mix:
-        if entry.dataset not in DATASETS:
-            close = difflib.get_close_matches(entry.dataset, list(DATASETS), n=1)
+        if entry.dataset not in names:
+            close = difflib.get_close_matches(entry.dataset, sorted(names), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             return f"{hint}tasks.mix takes reasoning-gym dataset names (e.g. 'chain_sum')"
     return "fix the dataset's config in tasks.mix (its keys are the reasoning-gym dataset's)"

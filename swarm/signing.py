@@ -2,6 +2,7 @@
 
     signature = Ed25519(SIGNING_DOMAIN + body)           for a rollout group, by `body.sender`
     signature = Ed25519(MANIFEST_SIGNING_DOMAIN + body)  for a delta manifest, by `body.provider`
+    signature = Ed25519(ANNOUNCEMENT_SIGNING_DOMAIN + body)  for a group announcement, by `body.sender`
 
 The signature covers the exact canonical body bytes. The signer's peer ID embeds its
 Ed25519 public key, so a receiver checks the signature against the peer ID named in the
@@ -18,17 +19,22 @@ from swarm.errors import RejectedMessage
 from swarm.verify.reasons import Reason
 from swarm.wire import (
     DeltaManifest,
+    GroupAnnouncement,
     RolloutGroup,
+    SignedAnnouncement,
     SignedGroup,
     SignedManifest,
+    decode_announcement,
     decode_group,
     decode_manifest,
+    encode_announcement,
     encode_group,
     encode_manifest,
 )
 
 SIGNING_DOMAIN = b"swarm-node/rollout-group/v1\x00"
 MANIFEST_SIGNING_DOMAIN = b"swarm-node/delta-manifest/v1\x00"
+ANNOUNCEMENT_SIGNING_DOMAIN = b"swarm-node/group-announcement/v1\x00"
 
 # swarm.p2p.identity is imported in the functions: it pulls in libp2p (about a second to
 # import), which a process that only decodes messages does not need.
@@ -83,3 +89,30 @@ def verify_manifest(signed: SignedManifest) -> DeltaManifest:
             f"manifest signature does not verify for {manifest.provider[:16]}...",
         )
     return manifest
+
+
+def sign_announcement(announcement: GroupAnnouncement, key_pair) -> SignedAnnouncement:
+    """Encode and sign `announcement` with the sender's libp2p key pair."""
+    from swarm.p2p.identity import peer_id_of, sign
+
+    if peer_id_of(key_pair) != announcement.sender:
+        raise ValueError("an announcement must be signed by the key of its sender")
+    body = encode_announcement(announcement)
+    return SignedAnnouncement(
+        body=body, signature=sign(key_pair, ANNOUNCEMENT_SIGNING_DOMAIN + body)
+    )
+
+
+def verify_announcement(signed: SignedAnnouncement) -> GroupAnnouncement:
+    """Decode a signed announcement and check its signature against the sender's peer ID."""
+    from swarm.p2p.identity import verify
+
+    announcement = decode_announcement(signed.body)
+    if not verify(
+        announcement.sender, ANNOUNCEMENT_SIGNING_DOMAIN + signed.body, signed.signature
+    ):
+        raise RejectedMessage(
+            Reason.BAD_SIGNATURE,
+            f"announcement signature does not verify for {announcement.sender[:16]}...",
+        )
+    return announcement

@@ -14,6 +14,7 @@ Deliberately not here: prompting (see `swarm.policy.prompts`) and anything about
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import math
@@ -100,7 +101,7 @@ def canonical_config(config: Mapping[str, Any]) -> str:
 @dataset_cache  # bounded in bytes (verify.task_cache_mb); scorers guarded
 def _dataset(name: str, config_json: str, seed: int):
     """Build (and cache) a reasoning-gym dataset; translate its errors into `TaskError`."""
-    import reasoning_gym  # imported lazily: it is slow to import and pulls in many modules
+    from swarm.task_datasets import create_dataset  # only this dataset's module of reasoning-gym
 
     config = json.loads(config_json)
     if not isinstance(config, dict):
@@ -108,7 +109,7 @@ def _dataset(name: str, config_json: str, seed: int):
     # Some datasets print progress dots while building; keep the node's output clean.
     with contextlib.redirect_stdout(io.StringIO()):
         try:
-            return reasoning_gym.create_dataset(name, seed=seed, size=_DATASET_SIZE, **config)
+            return create_dataset(name, seed=seed, size=_DATASET_SIZE, **config)
         except Exception as e:  # noqa: BLE001 - any failure to build is a bad spec, from a peer or a config
             raise TaskError(f"cannot build dataset {name!r} with config {config_json}: {e}") from None
 
@@ -300,6 +301,17 @@ def sample_specs(mix: tuple[MixEntry, ...], seed: int, round_index: int, count: 
         TaskSpec.make(entry.dataset, entry.config, seed=seed, index=round_index * count + i)
         for i, entry in enumerate(chosen)
     ]
+
+
+def stream_seed(peer_id: str, salt: int = 0) -> int:
+    """The task-stream seed of a sender in the pull exchange: its peer ID hashed with `salt`.
+
+    Binding the stream to the sender means no peer can announce groups for another
+    sender's tasks (`swarm.verify.announcements`); `salt` (the sender's own task seed) keeps
+    streams configurable.
+    """
+    digest = hashlib.sha256(f"swarm-node/task-stream/v1:{peer_id}:{salt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
 
 
 def eval_specs(mix: tuple[MixEntry, ...], seed: int, count: int) -> list[TaskSpec]:

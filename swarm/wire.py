@@ -8,7 +8,14 @@ Gossip (msgpack)::
 
     rollouts message  = {"v": 3, "kind": "rollouts", "groups": [[body, signature], ...]}
     manifests message = {"v": 1, "kind": "delta_manifests", "manifests": [[body, signature], ...]}
-    body              = canonical msgpack map of a `RolloutGroup` or `DeltaManifest`
+    announcements     = {"v": 1, "kind": "announcements", "items": [[body, signature], ...]}
+    body              = canonical msgpack map of a `RolloutGroup`, `DeltaManifest` or
+                        `GroupAnnouncement`
+
+The pull exchange (`swarm.node.pulling`) serves, over the blob stream, a node's latest
+announcements under `ANNOUNCEMENTS_KEY` (with hints of which peers hold each group,
+`[content_hash, peer_id, [addr, ...]]`) and each announced group (a `SignedGroup`'s
+`[body, signature]`) under `group_key(content_hash)`.
 
 A body is canonical: keys in sorted order (the field order below), floats as float64,
 integers in their shortest form, no extension types, so re-encoding the decoded value
@@ -65,6 +72,15 @@ MAX_MANIFEST_MESSAGE_BYTES = MAX_MANIFESTS_PER_MESSAGE * (MAX_MANIFEST_BYTES + 9
 MAX_BLOB_KEY_CHARS = 512
 MAX_PAYLOAD_BYTES = 1 << 40
 MANIFEST_KINDS = ("delta", "anchor")
+ANNOUNCEMENT_SCHEMA_VERSION = 1
+MAX_ANNOUNCEMENT_BYTES = 4096  # one announcement body (~600 bytes in practice)
+MAX_ANNOUNCEMENTS_PER_MESSAGE = 256
+MAX_HOLDER_HINTS = 512  # (group, holder) hints in one announcements message
+MAX_HINT_ADDRS = 4
+MAX_ANNOUNCEMENTS_MESSAGE_BYTES = MAX_ANNOUNCEMENTS_PER_MESSAGE * (MAX_ANNOUNCEMENT_BYTES + 96) + (
+    MAX_HOLDER_HINTS * 1024
+)
+ANNOUNCEMENTS_KEY = "pull/announcements"  # blob key of a node's latest announcements
 
 
 def rollout_topic(swarm_id: str) -> str:
@@ -77,6 +93,10 @@ def delta_topic(swarm_id: str) -> str:
     return f"swarm/{swarm_id}/deltas/v1"
 
 
+SYNC_KEY_PREFIX = "sync/"  # every blob key of the delta exchange starts so
+PULL_KEY_PREFIX = "pull/"  # and every one of the pull exchange
+
+
 def index_key(base_hash: str) -> str:
     """Blob key of a trainer's index of served manifests, per base model."""
     return f"sync/{base_hash[:16]}/index"
@@ -87,6 +107,27 @@ def payload_key(base_hash: str, kind: str, from_version: int, to_version: int) -
     if kind == "anchor":
         return f"sync/{base_hash[:16]}/anchor/{to_version}"
     return f"sync/{base_hash[:16]}/delta/{from_version}-{to_version}"
+
+
+def held_key(payload_hash: str) -> str:
+    """Blob key under which a follower holding a trainer's delta serves it (by its hash)."""
+    return f"sync/held/{payload_hash}"
+
+
+def have_key(payload_hash: str) -> str:
+    """Blob key a trainer serves (one byte) for each payload, so that a follower fetching it
+    tells the trainer it now holds that payload (`swarm.node.delta_holders`)."""
+    return f"sync/have/{payload_hash}"
+
+
+def holders_key(base_hash: str) -> str:
+    """Blob key of a trainer's hints of which followers hold its payloads."""
+    return f"sync/{base_hash[:16]}/holders"
+
+
+def group_key(content_hash: str) -> str:
+    """Blob key under which a node serves the signed group with this content hash."""
+    return f"pull/group/{content_hash}"
 
 
 def new_nonce() -> bytes:
@@ -168,6 +209,30 @@ class DeltaManifest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     v: int = MANIFEST_SCHEMA_VERSION
 
 
+class GroupAnnouncement(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a sender says about one of its groups, so that peers can choose before pulling it.
+
+    The group itself is served under `group_key(content_hash)`; its body must hash to
+    `content_hash` and agree with every field named here. `seed_salt` binds the task to the
+    sender: the task's seed must be `swarm.node.pulling.stream_seed(sender, seed_salt)`, so
+    no peer can announce a group for another sender's task.
+    """
+
+    base_hash: Name
+    content_hash: HexHash  # SHA-256 of the group body
+    created_at: Time
+    model: Name
+    policy_version: Count
+    rewards: Annotated[tuple[float, ...], Meta(min_length=1, max_length=MAX_COMPLETIONS)]
+    round: Count
+    seed_salt: Annotated[int, Meta(ge=0, le=2**63 - 1)]
+    sender: Name
+    size: Annotated[int, Meta(ge=1, le=MAX_GROUP_BYTES)]  # body bytes
+    swarm_id: Name
+    task: TaskSpec
+    v: int = ANNOUNCEMENT_SCHEMA_VERSION
+
+
 class SignedBody(Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
     """Canonical body bytes and the signature over them: `[body, signature]` on the wire."""
 
@@ -186,6 +251,10 @@ class SignedGroup(SignedBody, frozen=True, array_like=True, forbid_unknown_field
 
 class SignedManifest(SignedBody, frozen=True, array_like=True, forbid_unknown_fields=True):
     """A manifest's canonical body bytes and the provider's signature over them."""
+
+
+class SignedAnnouncement(SignedBody, frozen=True, array_like=True, forbid_unknown_fields=True):
+    """An announcement's canonical body bytes and the sender's signature over them."""
 
 
 class RolloutsMessage(Struct, frozen=True, forbid_unknown_fields=True):
@@ -210,6 +279,31 @@ class ManifestsMessage(Struct, frozen=True, forbid_unknown_fields=True):
     manifests: Annotated[
         list[SignedManifest], Meta(min_length=1, max_length=MAX_MANIFESTS_PER_MESSAGE)
     ]
+
+
+class HolderHint(Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
+    """A peer that fetched one of the announced groups in full, so may serve it too.
+
+    Only a hint: what a holder serves must hash to the announced content hash.
+    """
+
+    content_hash: HexHash
+    peer_id: Name
+    addrs: Annotated[tuple[Annotated[str, Meta(max_length=MAX_NAME_CHARS)], ...], Meta(max_length=MAX_HINT_ADDRS)]
+
+
+class AnnouncementsMessage(Struct, frozen=True, forbid_unknown_fields=True):
+    """A node's latest announcements, as served under `ANNOUNCEMENTS_KEY`."""
+
+    SCHEMA: ClassVar[int] = ANNOUNCEMENT_SCHEMA_VERSION
+    KIND: ClassVar[str] = "announcements"
+    ITEM: ClassVar[str] = "item"
+    v: int
+    kind: str
+    items: Annotated[
+        list[SignedAnnouncement], Meta(min_length=0, max_length=MAX_ANNOUNCEMENTS_PER_MESSAGE)
+    ]
+    holders: Annotated[list[HolderHint], Meta(max_length=MAX_HOLDER_HINTS)] = []
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -416,3 +510,85 @@ def unpack_manifests(data: bytes) -> list[SignedManifest]:
         MAX_MANIFESTS_PER_MESSAGE,
         MAX_MANIFEST_BYTES,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Group announcements (the pull exchange)
+
+
+def encode_announcement(announcement: GroupAnnouncement) -> bytes:
+    """Canonical body bytes of an announcement."""
+    return _encode(announcement)
+
+
+def decode_announcement(body: bytes) -> GroupAnnouncement:
+    """Parse and validate an announcement body (schema, types, bounds, canonical); no signature."""
+    if len(body) > MAX_ANNOUNCEMENT_BYTES:
+        raise RejectedMessage(Reason.OVERSIZE, f"announcement body of {len(body)} bytes")
+    claims = _announced_rewards
+    announcement = decode_strict(body, GroupAnnouncement, ANNOUNCEMENT_SCHEMA_VERSION, 512, claims)
+    if encode_announcement(announcement) != body:
+        raise diagnose(
+            body, GroupAnnouncement, ANNOUNCEMENT_SCHEMA_VERSION, 512, claims,
+            lambda: _check_announcement(announcement),
+        )
+    _check_announcement(announcement)
+    return announcement
+
+
+def _announced_rewards(raw: dict) -> None:
+    rewards = raw["rewards"]
+    if not isinstance(rewards, list) or not 1 <= len(rewards) <= MAX_COMPLETIONS:
+        raise _malformed(f"rewards must be 1..{MAX_COMPLETIONS} numbers")
+    _check_rewards(rewards)
+
+
+def _check_announcement(announcement: GroupAnnouncement) -> None:
+    _check_rewards(announcement.rewards)
+    _check_task(announcement.task)
+
+
+def pack_announcements(
+    items: Iterable[SignedAnnouncement], holders: Iterable[HolderHint] = ()
+) -> bytes:
+    """The message a node serves under `ANNOUNCEMENTS_KEY` (possibly empty)."""
+    batch = list(items)[-MAX_ANNOUNCEMENTS_PER_MESSAGE:]
+    hints = list(holders)[:MAX_HOLDER_HINTS]
+    return _ENCODER.encode(
+        AnnouncementsMessage(
+            v=ANNOUNCEMENT_SCHEMA_VERSION, kind=AnnouncementsMessage.KIND, items=batch,
+            holders=hints,
+        )
+    )
+
+
+def unpack_announcements(data: bytes) -> tuple[list[SignedAnnouncement], list[HolderHint]]:
+    """Split an announcements message into signed announcements and holder hints.
+
+    Checks the envelope only (each announcement is checked by `decode_announcement`)."""
+    cls = AnnouncementsMessage
+    if len(data) > MAX_ANNOUNCEMENTS_MESSAGE_BYTES:
+        raise RejectedMessage(Reason.OVERSIZE, f"{cls.KIND} message of {len(data)} bytes")
+    limit = max(MAX_ANNOUNCEMENTS_PER_MESSAGE, MAX_HOLDER_HINTS) + 8
+    envelope = decode_strict(data, cls, cls.SCHEMA, limit, fields_first=True)
+    if envelope.kind != cls.KIND:
+        raise _malformed(f"unknown message kind {envelope.kind!r}")
+    for item in envelope.items:
+        if len(item.body) > MAX_ANNOUNCEMENT_BYTES:
+            raise RejectedMessage(Reason.OVERSIZE, f"announcement body of {len(item.body)} bytes")
+    return envelope.items, envelope.holders
+
+
+def encode_signed_group(signed: SignedGroup) -> bytes:
+    """A signed group as served under `group_key`: msgpack `[body, signature]`."""
+    return _ENCODER.encode(signed)
+
+
+def decode_signed_group(data: bytes) -> SignedGroup:
+    """A served signed group (envelope only: the body is checked by `decode_group`)."""
+    if len(data) > MAX_GROUP_BYTES + 128:
+        raise RejectedMessage(Reason.OVERSIZE, f"served group of {len(data)} bytes")
+    try:
+        return msgspec.msgpack.decode(data, type=SignedGroup)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise RejectedMessage(Reason.UNDECODABLE, f"served group: {e}") from None

@@ -1,4 +1,5 @@
-"""The payloads of swarm-node's two stream protocols: peer exchange and blob fetches.
+"""The payloads of swarm-node's two stream protocols: peer exchange and blob fetches
+(and the view of the swarm the pull exchange serves as a blob).
 
 Both run on their own libp2p stream protocol (not gossip), one request per stream:
 
@@ -18,6 +19,7 @@ import enum
 import json
 import struct
 from collections.abc import Iterable
+from typing import Annotated
 
 import msgspec
 from msgspec import Struct
@@ -77,6 +79,44 @@ def decode_peer_exchange(payload: bytes) -> list[PeerEntry]:
             if all(isinstance(a, str) for a in addrs):
                 found.append(PeerEntry(peer_id, tuple(addrs)))
     return found
+
+
+# The pull exchange's view of the swarm (`swarm.node.peer_view`), served as a blob under
+# `VIEW_KEY`: msgpack [[peer_id, [addr, ...], age], ...], the serving node's own entry first.
+VIEW_KEY = "pull/view"
+VIEW_MAX_ENTRIES = 65  # a view of 64 and the server itself
+VIEW_MAX_BYTES = 64 * 1024
+
+
+class ViewEntry(Struct, frozen=True, array_like=True):
+    """A peer in a node's view: its ID, up to four TCP multiaddrs, and how many refreshes ago
+    it was last heard of first-hand (0: the serving node itself, or a peer that just asked)."""
+
+    id: Annotated[str, msgspec.Meta(max_length=128)]
+    addrs: Annotated[
+        tuple[Annotated[str, msgspec.Meta(max_length=256)], ...], msgspec.Meta(max_length=4)
+    ]
+    age: Annotated[int, msgspec.Meta(ge=0, le=2**31)]
+
+
+_VIEW_DECODER = msgspec.msgpack.Decoder(
+    Annotated[list[ViewEntry], msgspec.Meta(max_length=VIEW_MAX_ENTRIES)]
+)
+
+
+def encode_view(entries: Iterable[ViewEntry]) -> bytes:
+    """A served view (at most VIEW_MAX_ENTRIES entries)."""
+    return msgspec.msgpack.encode(list(entries)[:VIEW_MAX_ENTRIES])
+
+
+def decode_view(data: bytes) -> list[ViewEntry]:
+    """A peer's view; only a hint list, so a malformed or oversized one gives no entries."""
+    if len(data) > VIEW_MAX_BYTES:
+        return []
+    try:
+        return _VIEW_DECODER.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return []
 
 
 def frame(payload: bytes) -> bytes:

@@ -23,6 +23,7 @@ from swarm.errors import ConfigError, TransportError
 from swarm.node.delta_follower import DeltaFollower
 from swarm.node.delta_publisher import DeltaPublisher
 from swarm.node.monitoring import Monitoring
+from swarm.node.pulling import PullExchange, PullSettings
 from swarm.node.runlock import RunLock
 from swarm.node.sync import Expectation
 from swarm.node.topic_tap import TopicTap
@@ -40,7 +41,7 @@ from swarm.policy.generator import Generator, SamplingParams, TransformersGenera
 from swarm.policy.model import Policy
 from swarm.policy.trainer import GRPOTrainer, OptimizerKind, TrainerSettings
 from swarm.preflight import identity_problem
-from swarm.tasks import Task, build_task, eval_specs
+from swarm.tasks import Task, build_task, eval_specs, stream_seed
 from swarm.verify.bounded import RescoreWorker, WorkerSettings
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings
@@ -241,7 +242,7 @@ def make_follower(
     )
     return DeltaFollower(
         transport, expect, bf16_state_dict(policy.model), version,
-        fetch_timeout=sync.fetch_timeout_s,
+        fetch_timeout=sync.fetch_timeout_s, hold=sync.hold_deltas,
     )
 
 
@@ -253,5 +254,30 @@ def make_publisher(
     return DeltaPublisher(
         transport, key_pair, peer_id=peer_id, swarm_id=config.p2p.swarm_id,
         model=policy.model_id, base_hash=policy.base_hash, anchor_every=sync.anchor_every,
-        keep_deltas=sync.keep_deltas, level=sync.zstd_level,
+        keep_deltas=sync.keep_deltas, level=sync.zstd_level, refresh_holders_s=1.0,
     )
+
+
+def make_exchange(
+    config: Config, transport: Transport, verifier: Verifier, key_pair, peer_id: str
+) -> PullExchange | None:
+    """The pull exchange with `p2p.exchange = "pull"`; None for gossip (`Sharing`'s own)."""
+    p2p = config.p2p
+    if p2p.exchange != "pull":
+        return None
+    shared = config.training.shared_groups
+    pulls = p2p.pull_groups if p2p.pull_groups >= 0 else (shared + 2 if shared else 0)
+    settings = PullSettings(
+        lists_per_round=p2p.pull_lists, pull_groups=pulls,
+        per_sender_cap=config.training.per_peer_cap, max_age_s=config.training.max_age_s or 3600.0,
+        view_capacity=p2p.view_size, seed_salt=config.task_seed,
+    )
+    return PullExchange(transport, verifier, p2p.swarm_id, key_pair, peer_id, settings)
+
+
+def task_stream_seed(config: Config, peer_id: str) -> int:
+    """The seed of this node's task stream: `tasks.seed`, bound to the peer ID under the pull
+    exchange (its announcements name tasks of its own stream only)."""
+    if config.p2p.exchange == "pull":
+        return stream_seed(peer_id, config.task_seed)
+    return config.task_seed

@@ -26,6 +26,7 @@ loads the changed tensors through `load`.
 from __future__ import annotations
 
 import collections
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -35,6 +36,7 @@ import blake3
 import torch
 
 from swarm.errors import FetchTooSlow, RejectedMessage, TransportError
+from swarm.node.delta_holders import HeldPayloads, pick_holders, read_hints
 from swarm.node.sync import (
     Backoff,
     DeltaEvent,
@@ -64,6 +66,7 @@ from swarm.wire import (
     SignedManifest,
     decode_manifest,
     delta_topic,
+    held_key,
     index_key,
     unpack_manifests,
 )
@@ -127,6 +130,7 @@ class DeltaFollower:
         threads: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         refused: Iterable[str] = (),
+        hold: int = 0,
     ) -> None:
         self.transport = transport
         self.expect = expect
@@ -155,6 +159,12 @@ class DeltaFollower:
         self.dropped = 0  # pending items lost to the MAX_PENDING bound
         self.index_failures = 0  # index reads that failed (trainer not serving yet, or unreachable)
         self.budget_spent = 0  # syncs that stopped with steps left because the budget ran out
+        # Deltas from any holder (`swarm.node.delta_holders`): with `hold`, this follower
+        # serves its last `hold` deltas and fetches from other holders before the trainer.
+        self.held = HeldPayloads(transport, expect.provider, hold) if hold > 0 else None
+        self.hints: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+        self.rng = random.Random(f"holders:{expect.provider}:{id(self)}")
+        self.from_holders = 0  # payloads fetched from a holder rather than the trainer
 
     def refuse(self, payload_hashes: Iterable[str]) -> None:
         """Never fetch these payloads (by the blake3 hash their manifests sign)."""
@@ -297,6 +307,11 @@ class DeltaFollower:
         self._take_pending(result.events)
         if self._index_due():
             self._read_index(result.events, deadline)
+        if self.held is not None and self._plan():
+            self.hints = read_hints(
+                self.transport, self.expect.provider, self.expect.base_hash,
+                timeout=min(INDEX_TIMEOUT_S, max(0.1, deadline - self.clock())),
+            )
         while plan := self._plan():
             if self.clock() >= deadline:
                 self.budget_spent += 1
@@ -379,6 +394,8 @@ class DeltaFollower:
             return
         self.version = m.to_version
         self.backoff.succeeded(manifest_key(m))
+        if self.held is not None and m.kind == "delta":
+            self.held.hold(m.payload_hash, blob)
         result.changed |= names
         seconds = time.perf_counter() - t0
         result.events.append(
@@ -387,6 +404,13 @@ class DeltaFollower:
 
     def _fetch(self, m: DeltaManifest, result: SyncResult, deadline: float) -> bytes | None:
         """The payload, or None when it failed (backed off) or was refused on arrival."""
+        hinted = self.hints.get(m.payload_hash, [])
+        own_id = self.transport.peer_id if hinted else ""
+        for holder, addrs in pick_holders(hinted, own_id, m.provider, self.rng):
+            blob = self._from_holder(m, holder, addrs, result, deadline)
+            if blob is not None:
+                self.from_holders += 1
+                return blob
         timeout = max(0.1, min(self.fetch_timeout, deadline - self.clock()))
         limits = FetchLimits(self.min_rate, self.grace_s, PayloadCheck(m, self.shapes))
         try:
@@ -398,6 +422,29 @@ class DeltaFollower:
             reason = Reason.FETCH_TOO_SLOW if isinstance(e, FetchTooSlow) else Reason.FETCH_FAILED
             result.events.append(_rejected(m, reason, f"{e} (next try in {delay:.0f} s)"))
         return None
+
+    def _from_holder(
+        self, m: DeltaManifest, holder: str, addrs: tuple[str, ...], result: SyncResult,
+        deadline: float,
+    ) -> bytes | None:
+        """The payload from a holder if it serves exactly the signed bytes; a holder that
+        serves others is recorded (the payload itself is not held against anyone)."""
+        if addrs:
+            self.transport.learn_peer(holder, addrs)
+        timeout = max(0.1, min(self.fetch_timeout, deadline - self.clock()))
+        limits = FetchLimits(self.min_rate, self.grace_s, PayloadCheck(m, self.shapes))
+        try:
+            blob = self.transport.fetch_blob(holder, held_key(m.payload_hash), timeout, limits)
+        except RejectedMessage as e:  # its size or header, before the rest was read
+            result.events.append(_rejected(m, e.reason, f"from holder: {e.detail}", holder))
+            return None
+        except TransportError:
+            return None  # gone, or no longer holding it: a hint, not a promise
+        if len(blob) != m.size or blake3.blake3(blob).hexdigest() != m.payload_hash:
+            detail = "a holder served bytes that are not the signed payload"
+            result.events.append(_rejected(m, Reason.BAD_HASH, detail, holder))
+            return None
+        return blob
 
     def _apply(self, m: DeltaManifest, blob: bytes):
         """Check the whole payload against its manifest and apply it; `RejectedMessage`
@@ -438,8 +485,10 @@ class DeltaFollower:
         self._known.pop(manifest_key(m), None)
 
 
-def _rejected(m: DeltaManifest, reason: Reason, detail: str) -> DeltaEvent:
-    return manifest_event(m, Direction.RECEIVED, Status.REJECTED, reason=reason, detail=detail)
+def _rejected(m: DeltaManifest, reason: Reason, detail: str, peer: str | None = None) -> DeltaEvent:
+    return manifest_event(
+        m, Direction.RECEIVED, Status.REJECTED, peer=peer, reason=reason, detail=detail
+    )
 
 
 def _unreadable(source: str | None, nbytes: int, e: RejectedMessage) -> DeltaEvent:

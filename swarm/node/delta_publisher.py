@@ -5,8 +5,10 @@ the change of its bf16 weights (`swarm.policy.delta`), serves the payload over t
 stream protocol, and announces it on the swarm's delta topic in a signed `DeltaManifest`.
 It keeps serving its last `keep_deltas` deltas, a full anchor every `anchor_every`
 versions (the latest one only), and an *index*: one blob listing the signed manifests of
-everything it serves, so a follower that missed announcements can catch up. The rules both
-sides share are `swarm.node.sync`; the follower is `swarm.node.delta_follower`.
+everything it serves, so a follower that missed announcements can catch up. It also names
+the followers that hold each payload, so the others fetch from them rather than from it
+(`swarm.node.delta_holders`). The rules both sides share are `swarm.node.sync`; the
+follower is `swarm.node.delta_follower`.
 """
 
 from __future__ import annotations
@@ -21,15 +23,18 @@ import blake3
 import torch
 
 from swarm.errors import SwarmError, TransportError
+from swarm.node.delta_holders import HAVE_PREFIX, HolderRegistry
 from swarm.node.sync import DeltaEvent, manifest_event
 from swarm.p2p.transport import Transport
 from swarm.policy.delta import encode_anchor, encode_delta, read_header
 from swarm.signing import sign_manifest
 from swarm.verify.reasons import Direction, Status
 from swarm.wire import (
+    SYNC_KEY_PREFIX,
     DeltaManifest,
     SignedManifest,
     delta_topic,
+    have_key,
     index_key,
     pack_manifests,
     payload_key,
@@ -65,8 +70,10 @@ class DeltaPublisher:
         level: int = 1,
         threads: int | None = None,
         clock: Callable[[], float] = time.time,
+        refresh_holders_s: float = 0.0,
     ) -> None:
         self.transport = transport
+        self.refresh_holders_s = refresh_holders_s  # > 0: holder hints refreshed that often
         self.key_pair = key_pair
         self.peer_id = peer_id
         self.swarm_id = swarm_id
@@ -86,6 +93,7 @@ class DeltaPublisher:
         # Payload keys of recent deltas and anchors, so a fetch that completes after its blob
         # was rotated out still counts as served.
         self._recent: collections.OrderedDict[str, DeltaManifest] = collections.OrderedDict()
+        self.holders = HolderRegistry(transport, base_hash)  # followers that hold payloads
 
     @property
     def version(self) -> int:
@@ -95,6 +103,8 @@ class DeltaPublisher:
         """Take `weights` (bf16) at `version` as the reference. A trainer resumed past the
         base model serves an anchor right away, so followers need not wait for the next one."""
         self._weights, self._version = dict(weights), version
+        if self.refresh_holders_s > 0:
+            self.holders.run_every(self.refresh_holders_s)
         events = [self._serve_anchor()[0]] if version > 0 else []
         self._announce([s for s in [self._anchor] if s is not None and version > 0])
         return events
@@ -118,7 +128,9 @@ class DeltaPublisher:
         events = [self._event(served, time.perf_counter() - t0)]
         self._deltas.append(served)
         while len(self._deltas) > self.keep_deltas:
-            self.transport.unserve_blob(self._deltas.popleft().manifest.key)
+            old = self._deltas.popleft().manifest
+            self.transport.unserve_blob(old.key)
+            self.transport.unserve_blob(have_key(old.payload_hash))
         self._weights, self._version = dict(weights), version
         fresh = [served]
         if version % self.anchor_every == 0:
@@ -134,15 +146,20 @@ class DeltaPublisher:
         Fetches of the manifest index, and of keys this publisher never served, are not
         deliveries of weights and are left out.
         """
-        events = []
-        for fetch in self.transport.served_blobs():
+        events, holding = [], []
+        for fetch in self.transport.served_blobs(SYNC_KEY_PREFIX):
+            if fetch.key.startswith(HAVE_PREFIX):  # a follower that now holds a payload
+                holding.append((fetch, fetch.key[len(HAVE_PREFIX) :]))
+                continue
             m = self._recent.get(fetch.key)
             if m is not None:
+                holding.append((fetch, m.payload_hash))
                 events.append(
                     manifest_event(
                         m, Direction.SENT, Status.SERVED, peer=fetch.peer_id, nbytes=fetch.nbytes
                     )
                 )
+        self.holders.note(holding)
         return events
 
     def served(self) -> list[DeltaManifest]:
@@ -159,6 +176,7 @@ class DeltaPublisher:
         served = self._serve("anchor", -1, self._version, blob)
         if self._anchor is not None:
             self.transport.unserve_blob(self._anchor.manifest.key)
+            self.transport.unserve_blob(have_key(self._anchor.manifest.payload_hash))
         self._anchor = served
         return self._event(served, time.perf_counter() - t0), served
 
@@ -179,6 +197,7 @@ class DeltaPublisher:
             created_at=self.clock(),
         )
         self.transport.serve_blob(manifest.key, blob)
+        self.transport.serve_blob(have_key(manifest.payload_hash), b"1")
         self._recent[manifest.key] = manifest
         while len(self._recent) > 4 * (self.keep_deltas + 1):
             self._recent.popitem(last=False)

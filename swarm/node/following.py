@@ -101,6 +101,7 @@ class Following:
     def close(self) -> None:
         """Trainer: record the fetches of its deltas since the last update."""
         if self.publisher is not None:
+            self.publisher.holders.stop()
             self.records.record_deltas(self.publisher.served_events())
 
     # -- the model after each step -------------------------------------------------------------

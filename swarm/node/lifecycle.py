@@ -28,17 +28,20 @@ from swarm.node.assembly import (
     claim_run_folder,
     identity_and_transport,
     make_eval_tasks,
+    make_exchange,
     make_generator,
     make_spot_checker,
     make_sync,
     make_trainer,
     make_verifier,
     sampling_params,
+    task_stream_seed,
     write_node_info,
 )
 from swarm.node.delta_follower import DeltaFollower
 from swarm.node.delta_publisher import DeltaPublisher
 from swarm.node.following import Following
+from swarm.node.memory import release_free_memory
 from swarm.node.monitoring import swarm_sample
 from swarm.node.records import Records
 from swarm.node.rounds import RoundLoop, evaluate_by_family
@@ -130,6 +133,9 @@ class Node:
             transport=self.transport, verifier=self.verifier, pool=self.pool,
             spot_checker=self.spot_checker, policy=self.policy, sampling=self.sampling,
             state=self.state, ledger=self.ledger, records=self.records, reporter=self.reporter,
+            exchange=make_exchange(
+                config, self.transport, self.verifier, self.key_pair, self.peer_id
+            ),
         )
         self.sharing.restore_memory()
         self.following.publish_base()
@@ -138,6 +144,7 @@ class Node:
             policy=self.policy, generator=self.generator, trainer=self.trainer, pool=self.pool,
             transport=self.transport, sharing=self.sharing, following=self.following,
             records=self.records, reporter=self.reporter,
+            task_seed=task_stream_seed(config, self.peer_id),
         )
 
     @property
@@ -173,7 +180,10 @@ class Node:
         self.verifier.start()  # the verification worker gets ready in the background
         self.transport.set_rejection_hook(self.sharing.refused)  # recorded, the peer penalised
         self.transport.start()
-        self.transport.subscribe(self.topic, self.sharing.validate)
+        if self.sharing.exchange is not None:
+            self.sharing.exchange.start()
+        else:
+            self.transport.subscribe(self.topic, self.sharing.validate)
         self.following.start()
         self.monitoring.start()
         self._started = True
@@ -262,6 +272,7 @@ class Node:
         """One round (`swarm.node.rounds`); it shares with peers once the node is started.
         The reporters then get the round's report and a `SwarmSample`."""
         report = self.rounds.run_round()
+        release_free_memory()  # what the round freed goes back to the OS
         self.reporter.swarm(self.swarm_sample())
         return report
 

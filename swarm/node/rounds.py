@@ -45,8 +45,10 @@ class RoundLoop:
         self, *, config: Config, state: NodeState, mix, sampling: SamplingParams,
         policy: Policy, generator: Generator, trainer: GRPOTrainer | None, pool: ExperiencePool,
         transport: Transport, sharing: Sharing, following: Following, records: Records,
-        reporter: Reporter,
+        reporter: Reporter, task_seed: int | None = None,
     ):
+        # the seed of this node's task stream (`assembly.task_stream_seed`)
+        self.task_seed = config.task_seed if task_seed is None else task_seed
         self.config = config
         self.state = state
         self.mix = mix
@@ -105,7 +107,7 @@ class RoundLoop:
     def generate_groups(self, times: RoundTimes | None = None) -> list[LocalGroup]:
         """This round's questions, G completions each, scored; `times` gets the time spent."""
         times = times if times is not None else RoundTimes()
-        specs = sample_specs(self.mix, self.config.task_seed, self.state.round, self.config.generation.questions_per_round)
+        specs = sample_specs(self.mix, self.task_seed, self.state.round, self.config.generation.questions_per_round)
         tasks = [build_task(spec) for spec in specs]
         prompts = [build_prompt(self.policy.tokenizer, task.question, self.config.policy.system_prompt) for task in tasks]
         t = time.perf_counter()

@@ -1,7 +1,9 @@
 """Sharing: publishing this node's groups, and receiving its peers'.
 
 Publishing signs a round's groups and sends them in batches; a failure is counted, never
-fatal. Receiving has two halves. The gossip validator (`validate`, on the transport's
+fatal. With an exchange protocol other than gossip (`p2p.exchange = "pull"`), the groups go
+to `exchange.publish` and arrive from `exchange.collect` (`swarm.node.exchange`); everything
+after that (verification, ledger, pool, reputation) is the same. Receiving has two halves. The gossip validator (`validate`, on the transport's
 thread) runs the verifier's cheap checks and notes the rejections. Once a round, `receive`
 drains the inbox, gives each group that passed the expensive checks (copycat, task
 rebuild, question, every claimed reward, and the token spot check on groups of this
@@ -30,6 +32,7 @@ from swarm.ledger import (
     recent_accepted,
     touch_peer,
 )
+from swarm.node.exchange import Exchange
 from swarm.node.records import Records
 from swarm.node.refusals import transport_reason
 from swarm.node.rejection_log import RejectionLog, Taken
@@ -56,8 +59,10 @@ class Sharing:
         verifier: Verifier, pool: ExperiencePool, spot_checker: SpotChecker | None,
         policy: Policy | None,
         sampling, state: NodeState, ledger: Ledger, records: Records, reporter: Reporter,
+        exchange: Exchange | None = None,
     ):
         self.config = config
+        self.exchange = exchange  # None: gossip through `validate` and the transport's inbox
         self.key_pair = key_pair
         self.peer_id = peer_id
         self.topic = topic
@@ -112,12 +117,17 @@ class Sharing:
 
     def publish(self, groups: list[LocalGroup]) -> None:
         """Sign this round's groups and publish them in batches; failures are counted, not fatal."""
-        signed = []
+        signed, pairs = [], []
         for group in groups:
-            group.wire = self._wire_group(group)
-            group.signed = sign_group(group.wire, self.key_pair)
+            group.wire = wire = self._wire_group(group)
+            group.signed = sign_group(wire, self.key_pair)
             signed.append(group.signed)
-            self.verifier.note_own(group.wire)  # a peer re-signing it is then a copycat
+            pairs.append((group.signed, wire))
+            self.verifier.note_own(wire)  # a peer re-signing it is then a copycat
+        if self.exchange is not None:
+            self.exchange.publish(pairs)
+            self.stats.published_groups += len(groups)
+            return
         for message in pack_messages(signed):
             try:
                 self.transport.publish(self.topic, message)
@@ -159,7 +169,11 @@ class Sharing:
                 self._store_received(session, accepted)
 
     def final_drain(self, wait_s: float = 1.0) -> None:
-        """Record what peers sent during the last round, so nothing received goes unrecorded."""
+        """Record what peers sent during the last round, so nothing received goes unrecorded.
+
+        (The pull exchange receives only what it asks for, in its rounds: nothing to drain.)"""
+        if self.exchange is not None:
+            return
         if self.transport.peers():
             time.sleep(wait_s)  # messages of the last round may still be in flight
         self.receive()
@@ -171,6 +185,12 @@ class Sharing:
         with self.ledger.reader() as session:  # bans set or lifted by `swarm-node ban/unban`
             self.verifier.set_bans(banned_peers(session))
         now = time.time()
+        if self.exchange is not None:
+            pulled, refused = self.exchange.collect()
+            self.stats.exchange.update(self.exchange.take_counters())
+            for r in refused:
+                self.rejections.note(r, now)
+            return pulled
         for message in self.transport.receive():
             ok, bad = self.verifier.recheck(message.data, message.source)
             accepted += ok

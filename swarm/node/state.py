@@ -59,5 +59,7 @@ class SharingStats:
     rejections_dropped: int = 0  # validator rejections lost because the pending queue was full
     # received groups refused, by `Reason` code (duplicates included, as "duplicate")
     rejected_by_reason: collections.Counter = field(default_factory=collections.Counter)
+    # what the exchange protocol did (the pull exchange's counters), summed over rounds
+    exchange: collections.Counter = field(default_factory=collections.Counter)
     # what the transport refused from peers by itself (not groups), by `Reason` code
     refused_by_reason: collections.Counter = field(default_factory=collections.Counter)

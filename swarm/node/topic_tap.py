@@ -6,7 +6,7 @@ never sees them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from swarm.p2p.transport import (
     BlobServed,
@@ -88,8 +88,11 @@ class TopicTap(Transport):
     ) -> bytes:
         return self.inner.fetch_blob(peer_id, key, timeout, limits)
 
-    def served_blobs(self) -> list[BlobServed]:
-        return self.inner.served_blobs()
+    def served_blobs(self, prefix: str = "") -> list[BlobServed]:
+        return self.inner.served_blobs(prefix)
+
+    def learn_peer(self, peer_id: str, addrs: Sequence[str]) -> None:
+        self.inner.learn_peer(peer_id, addrs)
 
     def stats(self) -> TransportStats:
         return self.inner.stats()

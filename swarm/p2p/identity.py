@@ -28,13 +28,17 @@ import os
 import tempfile
 from pathlib import Path
 
-from google.protobuf.message import DecodeError
-from libp2p.crypto.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from libp2p.crypto.keys import KeyPair, KeyType, PrivateKey
-from libp2p.peer.id import ID
-from nacl.exceptions import CryptoError
+from swarm.p2p.libp2p_parts import skip_unused_parts
 
-from swarm.errors import TransportError
+skip_unused_parts()  # before the first libp2p import
+
+from google.protobuf.message import DecodeError  # noqa: E402
+from libp2p.crypto.ed25519 import Ed25519PrivateKey, Ed25519PublicKey  # noqa: E402
+from libp2p.crypto.keys import KeyPair, KeyType, PrivateKey  # noqa: E402
+from libp2p.peer.id import ID  # noqa: E402
+from nacl.exceptions import CryptoError  # noqa: E402
+
+from swarm.errors import TransportError  # noqa: E402
 
 KEY_FILE_MODE = 0o600
 SEED_SIZE = 32

@@ -17,7 +17,7 @@ import enum
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -107,10 +107,16 @@ class ServedBlobLog:
                 self.dropped += 1
             self._entries.append(BlobServed(peer_id, key, nbytes))
 
-    def drain(self) -> list[BlobServed]:
+    def drain(self, prefix: str = "") -> list[BlobServed]:
+        """The entries whose key starts with `prefix` (all by default); the others stay."""
         with self._lock:
-            entries = list(self._entries)
-            self._entries.clear()
+            entries = [e for e in self._entries if e.key.startswith(prefix)]
+            if prefix:
+                kept = [e for e in self._entries if not e.key.startswith(prefix)]
+                self._entries.clear()
+                self._entries.extend(kept)
+            else:
+                self._entries.clear()
         return entries
 
 
@@ -271,12 +277,21 @@ class Transport(ABC):
         `limits.check` raises refuses the blob before the rest of it is read."""
 
     @abstractmethod
-    def served_blobs(self) -> list[BlobServed]:
-        """Blobs served in full to peers since the last call (drains the record)."""
+    def served_blobs(self, prefix: str = "") -> list[BlobServed]:
+        """Blobs served in full to peers since the last call (drains the record), only those
+        whose key starts with `prefix` if given (each part of a node drains its own keys)."""
 
     @abstractmethod
     def stats(self) -> TransportStats:
         """Counters of what was sent, received, rejected and dropped."""
+
+    def learn_peer(self, peer_id: str, addrs: Sequence[str]) -> None:
+        """Remember where `peer_id` listens, so a later `fetch_blob` can reach it unconnected.
+
+        A hint (from a peer's view or peer exchange): bad entries are ignored. Transports
+        that need no addresses (in memory) do nothing.
+        """
+        return None
 
     def set_rejection_hook(self, hook: RejectionHook | None) -> None:
         """Call `hook` with each `PeerRejection` the transport makes (None: stop).
@@ -402,8 +417,8 @@ class MemoryTransport(Transport):
         self._stats.blob_bytes_in += len(data)
         return data
 
-    def served_blobs(self) -> list[BlobServed]:
-        return self._served.drain()
+    def served_blobs(self, prefix: str = "") -> list[BlobServed]:
+        return self._served.drain(prefix)
 
     def stats(self) -> TransportStats:
         self._stats.inbox_dropped = self._inbox.dropped

@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # the pure advantage functions (used without a model) need no torch
+    import torch
 
 
 def group_advantages(rewards: Sequence[float], scale_by_std: bool = True, eps: float = 1e-6) -> list[float]:
@@ -65,6 +67,8 @@ def clipped_policy_loss(
     valid tokens), so micro-batches of one step share one normalizer and add up exactly.
     KL to the reference uses the non-negative k3 estimator exp(r - p) - (r - p) - 1.
     """
+    import torch
+
     mask = mask.to(logprobs.dtype)
     tokens = float(mask.sum().item()) if normalizer is None else float(normalizer)
     tokens = max(tokens, 1.0)

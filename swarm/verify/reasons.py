@@ -66,6 +66,10 @@ class Reason(enum.StrEnum):
     QUESTION_MISMATCH = "question_mismatch"
     REWARD_MISMATCH = "reward_mismatch"
     IMPLAUSIBLE_TOKENS = "implausible_tokens", 0.5  # soft: weights at one version may differ
+    # The pull exchange (`swarm.verify.announcements`, `swarm.node.pulling`).
+    FOREIGN_TASK = "foreign_task"  # an announced task from another sender's task stream
+    ANNOUNCEMENT_MISMATCH = "announcement_mismatch"  # the pulled group is not the one announced
+    PULL_FAILED = "pull_failed", 0.2  # soft: an announced group its sender did not serve
     # Following a trainer's deltas (`swarm.node.sync`); recorded in the ledger, not scored.
     NOT_FOLLOWED = "not_followed"
     WRONG_BASE = "wrong_base"

@@ -146,6 +146,7 @@ def test_every_reason_has_a_weight_and_the_soft_ones_never_ban():
         "copycat": 0.5,
         "implausible_tokens": 0.5,
         "unlisted_task": 0.5,
+        "pull_failed": 0.2,
         "verify_budget": 0.2,
         "unsigned_message": 0.5,
         "gossip_control_flood": 0.5,

@@ -19,17 +19,21 @@ some of that version's internals. One module per concern:
 docs/LIBP2P.md lists the py-libp2p pitfalls and where each is handled.
 """
 
-from swarm.p2p.libp2p import patches  # noqa: F401 - first: checks the py-libp2p version
-from swarm.p2p.libp2p.blobs import BLOB_PROTOCOL
-from swarm.p2p.libp2p.gossip import (
+from swarm.p2p.libp2p_parts import skip_unused_parts
+
+skip_unused_parts()  # before the first libp2p import: parts a node never uses stay unloaded
+
+from swarm.p2p.libp2p import patches  # noqa: F401, E402 - first: checks the py-libp2p version
+from swarm.p2p.libp2p.blobs import BLOB_PROTOCOL  # noqa: E402
+from swarm.p2p.libp2p.gossip import (  # noqa: E402
     DEFAULT_MESH_DEGREE,
     MAX_MESSAGE_SIZE,
     SEND_STALL_S,
     Libp2pInboundMessage,
 )
-from swarm.p2p.libp2p.peer_exchange import PEER_EXCHANGE_PROTOCOL
-from swarm.p2p.libp2p.stats import Libp2pStats
-from swarm.p2p.libp2p.transport import Libp2pTransport
+from swarm.p2p.libp2p.peer_exchange import PEER_EXCHANGE_PROTOCOL  # noqa: E402
+from swarm.p2p.libp2p.stats import Libp2pStats  # noqa: E402
+from swarm.p2p.libp2p.transport import Libp2pTransport  # noqa: E402
 
 __all__ = [
     "BLOB_PROTOCOL",

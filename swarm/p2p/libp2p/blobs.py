@@ -69,6 +69,11 @@ class BlobServer:
         self._served = ServedBlobLog()
         self._active: collections.Counter[ID] = collections.Counter()  # network thread only
         self._refuse: Refuse | None = None
+        self.on_use: Callable[[ID], None] = lambda peer_id: None  # a peer fetched from us
+
+    def busy(self, peer_id: ID) -> bool:
+        """Whether `peer_id` has a fetch from us running (network thread)."""
+        return self._active.get(peer_id, 0) > 0
 
     def serve(self, key: str, data: bytes) -> None:
         check_blob_key(key)
@@ -79,9 +84,9 @@ class BlobServer:
         with self._lock:
             self._blobs.pop(key, None)
 
-    def served(self) -> list[BlobServed]:
-        """Blobs served in full since the last call."""
-        return self._served.drain()
+    def served(self, prefix: str = "") -> list[BlobServed]:
+        """Blobs served in full since the last call (with keys starting with `prefix`)."""
+        return self._served.drain(prefix)
 
     def register(self, host: IHost, refuse: Refuse) -> None:
         """Answer (allowed) peers' requests on `host` from now on; report refusals to `refuse`."""
@@ -94,6 +99,7 @@ class BlobServer:
             await self._refuse_fetch(stream, peer_id)
             return
         self._active[peer_id] += 1
+        self.on_use(peer_id)
         try:
             await self._serve(stream, peer_id)
         finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import multiaddr
@@ -23,6 +24,7 @@ from swarm.p2p.libp2p.framing import NET_ERRORS
 from swarm.p2p.libp2p.host import AccessPolicy, connected_peers, is_connected, is_dialable_tcp
 from swarm.p2p.libp2p.patches import lift_dial_block
 from swarm.p2p.libp2p.stats import Counters
+from swarm.p2p.libp2p.trimming import ConnectionTrimmer
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +57,16 @@ class Dialer:
         *,
         dial_timeout: float,
         max_peers: int,
+        trimmer: ConnectionTrimmer | None = None,
+        busy: Callable[[ID], bool] = lambda peer_id: False,
     ) -> None:
         self._host = host
         self._policy = policy
         self._counters = counters
         self._dial_timeout = dial_timeout
         self._max_peers = max_peers
+        self._trimmer = trimmer
+        self._busy = busy
         self._known: dict[ID, KnownPeer] = {}
 
     def add_bootstrap(self, infos: list[Libp2pPeerInfo]) -> None:
@@ -98,6 +104,9 @@ class Dialer:
                     continue
                 known.dialing = True
                 nursery.start_soon(self._dial_known, peer_id, known)
+            if self._trimmer is not None:
+                bootstrap = {p for p, known in self._known.items() if known.bootstrap}
+                await self._trimmer.trim(self._host, bootstrap, self._busy)
             await trio.sleep(MAINTAIN_INTERVAL_S)
 
     async def _dial_known(self, peer_id: ID, known: KnownPeer) -> None:

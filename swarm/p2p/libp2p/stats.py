@@ -36,6 +36,7 @@ class Libp2pStats(TransportStats):
     px_ignored: int = 0  # PRUNE peer-exchange entries not used (low score, unsigned, too many)
     blob_streams_refused: int = 0  # blob fetches refused: over the per-peer limit
     flow_control_violations: int = 0  # connections closed: peer wrote past our window
+    connections_trimmed: int = 0  # idle connections closed to stay under max_connections
 
     def as_dict(self) -> dict:
         base = super().as_dict()
@@ -56,6 +57,7 @@ class Libp2pStats(TransportStats):
             px_ignored=self.px_ignored,
             blob_streams_refused=self.blob_streams_refused,
             flow_control_violations=self.flow_control_violations,
+            connections_trimmed=self.connections_trimmed,
         )
         return base
 

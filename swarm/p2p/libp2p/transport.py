@@ -23,10 +23,12 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import multiaddr
 import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.crypto.keys import KeyPair
 from libp2p.custom_types import TProtocol
+from libp2p.exceptions import BaseLibp2pError
 from libp2p.peer.id import ID
 
 from swarm.errors import ConfigError, TransportError
@@ -44,6 +46,7 @@ from swarm.p2p.libp2p.publish import PUBLISH_WAIT_S, Outbox
 from swarm.p2p.libp2p.rejections import RejectionRecorder
 from swarm.p2p.libp2p.stats import Counters, Libp2pStats
 from swarm.p2p.libp2p.testing import RawStream
+from swarm.p2p.libp2p.trimming import DEFAULT_MAX_CONNECTIONS, ConnectionTrimmer
 from swarm.p2p.transport import (
     BlobServed,
     BoundedInbox,
@@ -59,6 +62,7 @@ from swarm.p2p.transport import (
 logger = logging.getLogger(__name__)
 
 DEFAULT_INBOX_CAPACITY = 4096
+LEARNED_ADDR_TTL_S = 3600  # addresses learned from a peer's view (Transport.learn_peer)
 START_TIMEOUT_S = 30.0
 CLOSE_GRACE_S = 3.0
 
@@ -96,6 +100,9 @@ class Libp2pTransport(Transport):
             (and counted) beyond it.
         dial_timeout: bound on each dial, in seconds.
         max_peers: stop dialing peers learned by peer exchange at this many connections.
+        max_connections: beyond this many connected peers, close the least recently used
+            idle ones (never a bootstrap peer's) down to three quarters of it
+            (`trimming.ConnectionTrimmer`); 0: no bound.
         mesh_degree: GossipSub D (mesh peers per topic); D_lo = D*2//3, D_hi = 2*D.
         peer_exchange: ask connected peers for their peers, so a node bootstrapped from
             one peer finds the rest.
@@ -119,6 +126,7 @@ class Libp2pTransport(Transport):
         inbox_capacity: int = DEFAULT_INBOX_CAPACITY,
         dial_timeout: float = hosting.DEFAULT_DIAL_TIMEOUT,
         max_peers: int = DEFAULT_MAX_PEERS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         mesh_degree: int = DEFAULT_MESH_DEGREE,
         peer_exchange: bool = True,
         answer_peer_exchange: bool = True,
@@ -140,6 +148,7 @@ class Libp2pTransport(Transport):
         self._max_message_size = max_message_size
         self._dial_timeout = float(dial_timeout)
         self._max_peers = max_peers
+        self._max_connections = max_connections
         if mesh_degree < 1:
             raise TransportError("mesh_degree must be at least 1")
         self._mesh_degree = mesh_degree
@@ -153,6 +162,11 @@ class Libp2pTransport(Transport):
         self._counters = Counters()
         self._rejections = RejectionRecorder(self._counters)
         self._blobs = BlobServer(self._policy, self._counters)
+        self._trimmer = (
+            ConnectionTrimmer(max_connections, self._counters) if max_connections > 0 else None
+        )
+        if self._trimmer is not None:
+            self._blobs.on_use = self._trimmer.touch
         self._thread = NetworkThread(
             name=f"libp2p-{self.peer_id[-8:]}",
             label=f"libp2p host of {self.peer_id}",
@@ -223,6 +237,8 @@ class Libp2pTransport(Transport):
             self._counters,
             dial_timeout=self._dial_timeout,
             max_peers=self._max_peers,
+            trimmer=self._trimmer,
+            busy=self._blobs.busy,
         )
         gossip.gossipsub.learn_peer = dialer.learn  # PRUNE peer exchange, from well-scored peers
         peer_exchange = PeerExchange(host, self._policy, dialer, self._counters)
@@ -271,7 +287,11 @@ class Libp2pTransport(Transport):
         self, peer_id: ID, key: str, timeout: float, limits: FetchLimits | None
     ) -> bytes:
         host = self._running_net().host
+        if self._trimmer is not None:
+            self._trimmer.touch(peer_id)
         data = await fetch_blob(host, peer_id, key, timeout, self._max_blob_size, limits)
+        if self._trimmer is not None:
+            self._trimmer.touch(peer_id)
         with self._counters.locked() as stats:
             stats.blob_bytes_in += len(data)
         return data
@@ -384,8 +404,22 @@ class Libp2pTransport(Transport):
         peer = _parse_peer_id(peer_id)
         return self._thread.call(self._fetch_blob, peer, key, float(timeout), limits)
 
-    def served_blobs(self) -> list[BlobServed]:
-        return self._blobs.served()
+    def served_blobs(self, prefix: str = "") -> list[BlobServed]:
+        return self._blobs.served(prefix)
+
+    def learn_peer(self, peer_id: str, addrs: Sequence[str]) -> None:
+        """Add a peer's dialable TCP addresses to the peerstore (for `fetch_blob`), for an hour."""
+        try:
+            target = ID.from_base58(peer_id)
+            parsed = [multiaddr.Multiaddr(a) for a in addrs[:4]]
+        except (ValueError, TypeError, BaseLibp2pError, multiaddr.exceptions.Error):
+            return  # a hint that does not parse is no hint
+        dialable = [a for a in parsed if hosting.is_dialable_tcp(a)]
+        if dialable and target != ID.from_pubkey(self._key_pair.public_key):
+            self._thread.call_sync(self._add_addrs, target, dialable)
+
+    def _add_addrs(self, peer_id: ID, addrs: list) -> None:
+        self._running_net().host.get_peerstore().add_addrs(peer_id, addrs, LEARNED_ADDR_TTL_S)
 
     def stats(self) -> Libp2pStats:
         """A consistent snapshot of the counters (not a live view)."""

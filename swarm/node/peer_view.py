@@ -1,0 +1,150 @@
+"""A node's bounded random view of the swarm, from which it samples whom to ask each round.
+
+The pull exchange asks a few peers a round for their latest announcements. For the groups
+it trains on to be a fair sample of the swarm, those peers must be a uniform sample of the
+swarm, not of its neighbours: not the peers it happens to be connected to (the bootstrap
+peers and whoever dialled in), not the best-known ones. So each node keeps a *view*: at
+most `capacity` peers (ID, addresses, age), refreshed once a round by a shuffle in the
+manner of Cyclon and Newscast, over blob fetches only:
+
+1. every entry ages by one;
+2. the peers that fetched our view (or our announcements) since the last refresh are
+   entered at age 0: a fetch
+   tells the server that the fetcher is alive, which makes the exchange two-way although
+   only one side asks (without it, a peer would spread only by being asked, and the
+   best-known peers, such as everyone's bootstrap peer, would become ever better known);
+3. we serve our view, our own entry first at age 0 (`VIEW_KEY`, `swarm.wire_streams`);
+4. we fetch the view of our *oldest* entry (the one heard of least recently: dead peers
+   leave fast, and every entry gets its turn) and merge it: each peer at its youngest age
+   (+1 for the hop), never ourselves, then the youngest `capacity` entries kept, ties
+   broken at random. A partner that does not answer leaves the view.
+
+A node that knows nobody yet starts from its connected peers (its bootstrap peers). The
+view is bounded whatever the swarm's size, so is what a refresh costs (one fetch of at most
+65 entries), and so are the connections it makes.
+
+Pure core (`merge`, `oldest`, `sample`) over plain data; `PeerView.refresh` does the I/O
+through a `Transport`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+
+from swarm.errors import TransportError
+from swarm.p2p.transport import Transport
+from swarm.wire import ANNOUNCEMENTS_KEY
+from swarm.wire_streams import VIEW_KEY, ViewEntry, decode_view, encode_view
+
+DEFAULT_CAPACITY = 64
+
+View = dict[str, tuple[tuple[str, ...], int]]  # peer ID -> (addrs, age)
+
+
+def merge(
+    view: View,
+    entries: Iterable[ViewEntry],
+    own_id: str,
+    capacity: int,
+    rng: random.Random,
+    hop: int = 1,
+) -> View:
+    """`view` with `entries` added (each at its youngest age, `hop` added to theirs; never
+    `own_id`), then only the `capacity` youngest kept, ties broken at random."""
+    merged = dict(view)
+    for entry in entries:
+        if not entry.id or entry.id == own_id:
+            continue
+        age = entry.age + hop
+        known = merged.get(entry.id)
+        if known is None or age < known[1]:
+            merged[entry.id] = (tuple(entry.addrs) or (known[0] if known else ()), age)
+    if len(merged) > capacity:
+        ranked = sorted(merged, key=lambda peer: (merged[peer][1], rng.random()))
+        merged = {peer: merged[peer] for peer in ranked[:capacity]}
+    return merged
+
+
+def oldest(view: View, rng: random.Random) -> str | None:
+    """The entry heard of least recently (ties at random): the next shuffle partner."""
+    if not view:
+        return None
+    return max(sorted(view), key=lambda peer: (view[peer][1], rng.random()))
+
+
+def sample(view: Sequence[str], k: int, rng: random.Random) -> list[str]:
+    """`k` distinct peers drawn uniformly from the view (all of them if it holds fewer)."""
+    ordered = sorted(view)
+    return rng.sample(ordered, min(k, len(ordered)))
+
+
+class PeerView:
+    """A node's view of the swarm (see the module docstring)."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        own_id: str,
+        *,
+        capacity: int = DEFAULT_CAPACITY,
+        seed: str = "",
+    ):
+        self.transport = transport
+        self.own_id = own_id
+        self.capacity = capacity
+        self.rng = random.Random(f"view:{own_id}:{seed}")
+        self.view: View = {}
+        self.failed_fetches = 0
+        self.shuffles = 0
+
+    def peers(self) -> list[str]:
+        return sorted(self.view)
+
+    def sample(self, k: int) -> list[str]:
+        return sample(list(self.view), k, self.rng)
+
+    def forget(self, peer: str) -> None:
+        """`peer` did not answer: out of the view (it comes back if it asks us or is passed
+        on as alive)."""
+        self.view.pop(peer, None)
+
+    def refresh(self, timeout: float = 5.0) -> None:
+        """Age, take in who asked us, serve our view, shuffle with our oldest entry."""
+        self.view = {peer: (addrs, age + 1) for peer, (addrs, age) in self.view.items()}
+        asked = self.transport.served_blobs(VIEW_KEY) + self.transport.served_blobs(
+            ANNOUNCEMENTS_KEY
+        )
+        if asked or not self.view:
+            connected = {p.peer_id: p.addrs for p in self.transport.peers()}
+            fresh = [ViewEntry(f.peer_id, tuple(connected.get(f.peer_id, ())), 0) for f in asked]
+            if not self.view:  # a newcomer: its bootstrap peers
+                fresh += [ViewEntry(peer, tuple(addrs), 0) for peer, addrs in connected.items()]
+            self.view = merge(self.view, fresh, self.own_id, self.capacity, self.rng, hop=0)
+        self.transport.serve_blob(VIEW_KEY, encode_view(self.entries()))
+        partner = oldest(self.view, self.rng)
+        if partner is None:
+            return
+        try:
+            answer = decode_view(self.transport.fetch_blob(partner, VIEW_KEY, timeout=timeout))
+        except TransportError:
+            self.failed_fetches += 1
+            self.view.pop(partner, None)  # unreachable: make room for peers that answer
+            return
+        self.shuffles += 1
+        self.view = merge(self.view, answer, self.own_id, self.capacity, self.rng)
+        for entry in answer:
+            if entry.id in self.view and entry.addrs:
+                self.transport.learn_peer(entry.id, entry.addrs)
+
+    def entries(self) -> list[ViewEntry]:
+        own = [ViewEntry(self.own_id, tuple(self._own_addrs()), 0)]
+        return own + [
+            ViewEntry(peer, addrs, age) for peer, (addrs, age) in sorted(self.view.items())
+        ]
+
+    def _own_addrs(self) -> list[str]:
+        try:
+            return [a.rsplit("/p2p/", 1)[0] for a in self.transport.listen_addrs()][:4]
+        except TransportError:
+            return []

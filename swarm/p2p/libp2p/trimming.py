@@ -1,0 +1,78 @@
+"""A bound on connections: close the least recently used ones beyond `max_connections`.
+
+A node speaking the pull exchange asks a few different peers each round and pulls from a
+few more, dialling each one it is not connected to; peers dial it just as often. Left
+alone, its connections would grow towards the whole swarm. Like libp2p's connection
+managers (go's high and low watermarks), the trimmer lets the count reach
+`max_connections`, then closes connections down to three quarters of it: never a bootstrap
+peer's, never one with a blob fetch running, never one used (a fetch either way) or opened
+within `idle_s`, the least recently used first. It runs on the network thread, from the
+dialer's maintenance loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+
+import trio
+from libp2p.abc import IHost
+from libp2p.peer.id import ID
+
+from swarm.p2p.libp2p.host import connected_peers
+from swarm.p2p.libp2p.patches import abort_peer_connections
+from swarm.p2p.libp2p.stats import Counters
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_CONNECTIONS = 64
+IDLE_S = 10.0
+LOW_WATERMARK = 0.75
+
+
+class ConnectionTrimmer:
+    """Keeps the number of connected peers under `max_connections` (see the module docstring)."""
+
+    def __init__(self, max_connections: int, counters: Counters, *, idle_s: float = IDLE_S):
+        self.max_connections = max_connections
+        self.idle_s = idle_s
+        self._counters = counters
+        self._last_used: dict[ID, float] = {}  # connected peers: last use, or when first seen
+
+    def touch(self, peer_id: ID, now: float | None = None) -> None:
+        """`peer_id` was just used (a blob fetched from it or served to it)."""
+        self._last_used[peer_id] = trio.current_time() if now is None else now
+
+    def victims(
+        self, connected: list[ID], protected: Collection[ID], busy: Callable[[ID], bool], now: float
+    ) -> list[ID]:
+        """The peers to disconnect now (pure apart from remembering first sightings)."""
+        for peer_id in connected:
+            self._last_used.setdefault(peer_id, now)
+        alive = set(connected)
+        for peer_id in [p for p in self._last_used if p not in alive]:
+            del self._last_used[peer_id]
+        if len(connected) <= self.max_connections:
+            return []
+        target = int(self.max_connections * LOW_WATERMARK)
+        idle = sorted(
+            (
+                p
+                for p in connected
+                if p not in protected and not busy(p) and now - self._last_used[p] >= self.idle_s
+            ),
+            key=lambda p: self._last_used[p],
+        )
+        return idle[: max(0, len(connected) - target)]
+
+    async def trim(self, host: IHost, protected: Collection[ID], busy: Callable[[ID], bool]) -> int:
+        """Close the connections `victims` names; returns how many peers were disconnected."""
+        victims = self.victims(connected_peers(host), protected, busy, trio.current_time())
+        for peer_id in victims:
+            logger.debug("closing the idle connection to %s (over the connection limit)", peer_id)
+            await abort_peer_connections(host.get_network(), peer_id)
+            self._last_used.pop(peer_id, None)
+        if victims:
+            with self._counters.locked() as stats:
+                stats.connections_trimmed += len(victims)
+        return len(victims)

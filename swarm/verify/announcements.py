@@ -1,0 +1,123 @@
+"""Checks on the pull exchange's announcements, and on a pulled group against its announcement.
+
+An announcement is what a node learns about a peer's group before deciding to pull it, so
+its checks are the cheap ones, in cost order: decoding, the sender's Ed25519 signature,
+the swarm, that the peer serving the list is the sender, the allow-list and bans, that the
+task is on this node's catalogue (its mix and `verify.task_catalogue`), that the task
+belongs to the sender's own task stream (`swarm.tasks.stream_seed`: no peer can
+announce a group for another sender's task, which makes copying a group pointless), age
+and clock skew, duplicates, and a per-sender rate limit. Every refusal names a `Reason`.
+
+A pulled group must then be the one announced: its body hashes to the announced content
+hash (content addressing: any holder may serve it) and agrees with every announced field.
+After that it goes through the same checks as a gossiped group (`Verifier.admit`, then
+`Verifier.verify_content` before training).
+
+Deliberately not here: fetching, sampling or pooling (`swarm.node.pulling`).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Collection
+
+from swarm.errors import RejectedMessage
+from swarm.signing import verify_announcement
+from swarm.tasks import stream_seed
+from swarm.verify import rules
+from swarm.verify.reasons import Reason
+from swarm.verify.state import RateLimits
+from swarm.wire import GroupAnnouncement, RolloutGroup, SignedAnnouncement, SignedGroup
+
+SEEN_MEMORY = 100_000  # announced content hashes remembered (duplicates)
+
+
+def check_task_binding(announcement: GroupAnnouncement) -> None:
+    """The announced task must come from the sender's own task stream."""
+    expected = stream_seed(announcement.sender, announcement.seed_salt)
+    if announcement.task.seed != expected:
+        raise RejectedMessage(
+            Reason.FOREIGN_TASK,
+            f"task seed {announcement.task.seed} is not {announcement.sender[:16]}...'s stream",
+        )
+
+
+def check_matches(
+    announcement: GroupAnnouncement, signed: SignedGroup, group: RolloutGroup
+) -> None:
+    """A pulled group must be exactly the announced one (hash and every announced field)."""
+    problems = []
+    if signed.content_hash != announcement.content_hash:
+        problems.append("content hash")
+    if len(signed.body) != announcement.size:
+        problems.append("size")
+    pairs = {
+        "sender": (group.sender, announcement.sender),
+        "swarm": (group.swarm_id, announcement.swarm_id),
+        "task": (group.task, announcement.task),
+        "rewards": (tuple(group.rewards), tuple(announcement.rewards)),
+        "round": (group.round, announcement.round),
+        "policy version": (group.policy_version, announcement.policy_version),
+        "model": ((group.model, group.base_hash), (announcement.model, announcement.base_hash)),
+        "created_at": (group.created_at, announcement.created_at),
+    }
+    problems += [name for name, (a, b) in pairs.items() if a != b]
+    if problems:
+        raise RejectedMessage(
+            Reason.ANNOUNCEMENT_MISMATCH, "the pulled group differs in " + ", ".join(problems)
+        )
+
+
+class AnnouncementGate:
+    """The cheap checks on announcements, with the little state they need (thread-safe)."""
+
+    def __init__(
+        self,
+        swarm_id: str,
+        *,
+        allow_list: Collection[str] = (),
+        banned: Callable[[], Collection[str]] = frozenset,
+        catalogue: Collection[tuple[str, str]] | None = None,
+        max_age_s: float = 3600.0,
+        max_future_s: float = 300.0,
+        rate_per_s: float = 100.0,
+        burst: int = 4096,
+    ):
+        self.swarm_id = swarm_id
+        self.allow_list = frozenset(allow_list)
+        self.banned = banned
+        self.catalogue = catalogue
+        self.max_age_s, self.max_future_s = max_age_s, max_future_s
+        self._rates = RateLimits(rate_per_s, burst)
+        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def check(self, signed: SignedAnnouncement, source: str, now: float) -> GroupAnnouncement:
+        """The announcement, if it passes every check; else `RejectedMessage`."""
+        announcement = verify_announcement(signed)
+        if announcement.swarm_id != self.swarm_id:
+            raise RejectedMessage(
+                Reason.WRONG_SWARM, f"announcement of swarm {announcement.swarm_id!r}"
+            )
+        if announcement.sender != source:
+            raise RejectedMessage(
+                Reason.SENDER_MISMATCH,
+                f"announced by {announcement.sender[:16]}... but served by {source[:16]}...",
+            )
+        rules.check_allowed(announcement.sender, self.allow_list)
+        rules.check_not_banned(announcement.sender, self.banned())
+        rules.check_task_listed(announcement.task, self.catalogue)
+        check_task_binding(announcement)
+        rules.check_age(announcement.created_at, now, self.max_age_s, self.max_future_s)
+        with self._lock:
+            if announcement.content_hash in self._seen:
+                raise RejectedMessage(Reason.DUPLICATE, "announcement already seen")
+            if not self._rates.allows(announcement.sender, 1, now):
+                raise RejectedMessage(
+                    Reason.RATE_LIMITED, f"{source[:16]}... announced more than its rate allows"
+                )
+            self._seen[announcement.content_hash] = None
+            while len(self._seen) > SEEN_MEMORY:
+                self._seen.popitem(last=False)
+        return announcement

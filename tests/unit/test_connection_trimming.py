@@ -1,0 +1,37 @@
+"""The connection bound: the least recently used idle connections go first, down to 3/4."""
+
+from __future__ import annotations
+
+from libp2p.peer.id import ID
+
+from swarm.p2p.libp2p.stats import Counters
+from swarm.p2p.libp2p.trimming import ConnectionTrimmer
+
+
+def peers(n: int) -> list[ID]:
+    return [ID(bytes([i]) * 8) for i in range(n)]
+
+
+def test_under_the_bound_nothing_is_closed():
+    trimmer = ConnectionTrimmer(8, Counters(), idle_s=0.0)
+    assert trimmer.victims(peers(8), set(), lambda p: False, now=100.0) == []
+
+
+def test_over_the_bound_the_least_recently_used_idle_peers_go_down_to_three_quarters():
+    trimmer = ConnectionTrimmer(8, Counters(), idle_s=10.0)
+    ps = peers(12)
+    for i, p in enumerate(ps):
+        trimmer.touch(p, now=float(i))
+    protected = {ps[0]}  # a bootstrap peer
+    busy = {ps[1]}  # a fetch running
+    victims = trimmer.victims(ps, protected, busy.__contains__, now=15.0)
+    # 12 connected, target 6: six go, oldest first, skipping the protected, busy and recent
+    assert victims == ps[2:6]  # ps[6..] were used within 10 s: only four idle ones exist
+
+
+def test_peers_that_left_are_forgotten():
+    trimmer = ConnectionTrimmer(2, Counters(), idle_s=0.0)
+    ps = peers(3)
+    trimmer.victims(ps, set(), lambda p: False, now=0.0)
+    trimmer.victims(ps[:1], set(), lambda p: False, now=1.0)
+    assert trimmer.victims(ps[:1] + peers(4)[3:], set(), lambda p: False, now=2.0) == []

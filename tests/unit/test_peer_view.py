@@ -1,0 +1,105 @@
+"""The view of the swarm: bounded, youngest entries kept, fetchers entered, well mixed."""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections import Counter
+
+from swarm.node.peer_view import PeerView, merge, oldest
+from swarm.node.pulling import balanced
+from swarm.p2p.memory_links import LinkedMemoryTransport
+from swarm.p2p.transport import MemoryHub
+from swarm.wire import GroupAnnouncement
+from swarm.wire_streams import ViewEntry
+
+
+def test_merge_keeps_each_peer_once_at_its_youngest_age_and_never_ourselves():
+    rng = random.Random(0)
+    view = {"a": ((), 5), "b": ((), 1)}
+    merged = merge(
+        view,
+        [ViewEntry("a", ("x",), 0), ViewEntry("me", (), 0), ViewEntry("b", (), 7)],
+        "me",
+        10,
+        rng,
+    )
+    assert merged == {"a": (("x",), 1), "b": ((), 1)}
+
+
+def test_merge_keeps_the_youngest_up_to_capacity():
+    rng = random.Random(0)
+    entries = [ViewEntry(f"p{i}", (), i) for i in range(10)]
+    merged = merge({}, entries, "me", 4, rng)
+    assert sorted(merged) == ["p0", "p1", "p2", "p3"]
+
+
+def test_the_shuffle_partner_is_the_oldest_entry():
+    assert oldest({"a": ((), 3), "b": ((), 9), "c": ((), 1)}, random.Random(0)) == "b"
+    assert oldest({}, random.Random(0)) is None
+
+
+def views_after(n: int, rounds: int, capacity: int) -> list[PeerView]:
+    """`n` views over linked memory transports, all joined through the first node."""
+    hub, views, first = MemoryHub(), [], ""
+    for i in range(n):
+        peer = f"peer-{i:04d}"
+        transport = LinkedMemoryTransport(peer, hub, bootstrap=[first] if first else [])
+        transport.start()
+        first = first or peer
+        views.append(PeerView(transport, peer, capacity=capacity))
+    rng = random.Random(1)
+    for _ in range(rounds):
+        rng.shuffle(views)
+        for view in views:
+            view.refresh()
+    return views
+
+
+def test_views_joined_through_one_node_become_bounded_uniform_samples():
+    views = views_after(200, rounds=25, capacity=16)
+    assert all(len(v.view) == 16 for v in views)
+    indegree = Counter(peer for v in views for peer in v.view)
+    assert len(indegree) == 200  # everyone is known somewhere
+    counts = [indegree[f"peer-{i:04d}"] for i in range(200)]
+    # the node everyone joined through is no better known than the others
+    assert counts[0] <= statistics.fmean(counts) + 3 * statistics.pstdev(counts)
+    assert statistics.pstdev(counts) < 0.5 * statistics.fmean(counts)
+
+
+def test_a_peer_that_asks_us_enters_our_view():
+    views = views_after(3, rounds=0, capacity=8)
+    by_id = {v.own_id: v for v in views}
+    newcomer, hub_node = by_id["peer-0002"], by_id["peer-0000"]
+    newcomer.refresh()  # asks its bootstrap peer
+    hub_node.refresh()
+    assert "peer-0002" in hub_node.view and hub_node.view["peer-0002"][1] == 0
+
+
+def announcement(sender: str, i: int) -> GroupAnnouncement:
+    from swarm.tasks import TaskSpec
+
+    return GroupAnnouncement(
+        base_hash="0",
+        content_hash=f"{i:064x}",
+        created_at=0.0,
+        model="m",
+        policy_version=0,
+        rewards=(0.0, 1.0),
+        round=0,
+        seed_salt=0,
+        sender=sender,
+        size=1,
+        swarm_id="s",
+        task=TaskSpec.make("chain_sum", {}, 0, i),
+    )
+
+
+def test_balanced_takes_one_group_per_sender_in_turn():
+    shuffled = [announcement("loud", i) for i in range(8)] + [
+        announcement("quiet", 100),
+        announcement("other", 101),
+    ]
+    chosen = balanced(shuffled, 5)
+    assert Counter(a.sender for a in chosen) == {"loud": 3, "quiet": 1, "other": 1}
+    assert [a.sender for a in balanced(shuffled, 3)] == ["loud", "quiet", "other"]
