@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import sys
 
 import pytest
@@ -31,9 +32,11 @@ def test_freed_heap_memory_is_returned():
 def test_stages_report_their_own_peak():
     stages = Stages()
     with stages.measure("big"):
-        data = bytearray(60 * 1024 * 1024)
-        data[::4096] = b"x" * len(data[::4096])  # touch every page
-        del data
+        # Fresh pages from the kernel (a heap allocation could reuse memory earlier tests freed).
+        data = mmap.mmap(-1, 60 * 1024 * 1024)
+        for offset in range(0, len(data), 4096):
+            data[offset] = 1  # touch every page
+        data.close()
     with stages.measure("small"):
         pass
     big, small = stages.stages
