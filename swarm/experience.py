@@ -61,11 +61,10 @@ class ExperiencePool:
         self.evicted = 0
 
     def add(self, group: SharedGroup) -> None:
-        self._drop(group.content_hash)
         size = group_bytes(group)
-        self._groups[group.content_hash] = group
+        self.nbytes += size - self._sizes.get(group.content_hash, 0)
+        self._groups[group.content_hash] = group  # a group already here keeps its place
         self._sizes[group.content_hash] = size
-        self.nbytes += size
         while len(self._groups) > self.capacity or (
             self.nbytes > self.max_bytes and len(self._groups) > 1
         ):
