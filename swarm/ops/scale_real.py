@@ -114,8 +114,10 @@ def run_real(
         for i in range(1, s.network)
     ]
     trainer_dirs = [out_dir / f"trainer-{i}" for i in range(s.trainers)]
-    # trainers start their rounds (after ~10 s of loading) once the network-only nodes share
-    time.sleep(max(0.0, start_at - 8.0 - time.time()))
+    # trainers start once the network-only nodes have announced their first round's groups: a
+    # trainer runs its rounds as fast as it can, and one that started earlier could finish
+    # before anything was there to pull
+    time.sleep(max(0.0, start_at + s.period_s - time.time()))
     for i, run_dir in enumerate(trainer_dirs):
         args = [
             "-m",

@@ -286,19 +286,9 @@ class RescoreWorker:
 
     def _exchange(self, request: bytes):
         """Send one request, read its reply; restart the worker if it fails to answer."""
-        for attempt in range(2):
-            assert self._proc is not None and self._proc.stdin is not None
-            try:
-                self._proc.stdin.write(request)
-                self._proc.stdin.flush()
-                break
-            except (BrokenPipeError, OSError):
-                # It died before reading this group (between two groups): not the group's
-                # doing, so the group goes to a fresh worker once.
-                self._restart()
-                if attempt:
-                    return None
-                self._ensure_ready()
+        taken = self._hand_over(request)
+        if taken is not True:
+            return taken
         body = self._read(self.settings.deadline_s + self.settings.grace_s)
         if body is _TIMED_OUT:
             self._restart()
@@ -316,6 +306,38 @@ class RescoreWorker:
         if reply.status == protocol.Outcome.MEMORY:
             self._restart()  # it exits after saying so; a fresh one starts with nothing held
         return reply
+
+    def _hand_over(self, request: bytes):
+        """Send the request until a worker says it has it (True). A worker that died before
+        reading it died between two groups: not the group's doing, so the group goes to a
+        fresh worker, once. Else `_TIMED_OUT`, or None if even the fresh one died."""
+        wait = self.settings.deadline_s + self.settings.grace_s
+        for attempt in range(2):
+            if attempt:
+                self._restart()
+                self._ensure_ready()
+            assert self._proc is not None and self._proc.stdin is not None
+            try:
+                self._proc.stdin.write(request)
+                self._proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                continue
+            body = self._read(wait)
+            if body is _TIMED_OUT:
+                self._restart()
+                return _TIMED_OUT
+            if body is None:
+                continue
+            try:
+                said = protocol.decode(body)
+            except ValueError:  # msgspec.DecodeError and ValidationError are ValueErrors
+                said = None
+            if isinstance(said, protocol.Received):
+                return True
+            self._restart()
+            return None
+        self._restart()
+        return None
 
     def _result(self, group: RolloutGroup, reply, seconds: float) -> Rescored:
         s = self.settings

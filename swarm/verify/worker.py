@@ -8,8 +8,11 @@ parent kills the process when C code does not return in time) and the byte-bound
 cache (`swarm.task_cache`). The parent side is `swarm.verify.bounded.RescoreWorker`.
 
 Protocol, on stdin and stdout: frames of a 4-byte big-endian length and a msgpack body.
-The worker first writes `Ready`; then, for each `Request` (a group's encoded body), one
-`Reply`: the rebuilt question and answer and the per-completion scores, or why not. Plain
+The worker first writes `Ready`; then, for each `Request` (a group's encoded body), a
+`Received` as soon as it has read the request, and one `Reply`: the rebuilt question and
+answer and the per-completion scores, or why not. The `Received` tells the parent whether a
+worker that died had taken the group (the group's doing: `verify_crashed`) or died before
+(between groups: nobody's doing; the group goes to a fresh worker). Plain
 typed data both ways, nothing pickled: a worker is fed a peer's bytes, so the parent reads
 what it says as untrusted. It exits when its stdin closes (or its parent dies).
 
@@ -37,7 +40,7 @@ from swarm.wire import decode_group
 
 FRAME = struct.Struct(">I")
 MAX_FRAME = 4 << 20  # a request holds one group (<= 256 KB on the wire); replies are smaller
-PROTOCOL = 1
+PROTOCOL = 2
 
 
 class Ready(msgspec.Struct, frozen=True, tag=True):
@@ -47,6 +50,10 @@ class Ready(msgspec.Struct, frozen=True, tag=True):
 
 class Request(msgspec.Struct, frozen=True, tag=True):
     body: bytes  # `swarm.wire.encode_group` of the group
+
+
+class Received(msgspec.Struct, frozen=True, tag=True):
+    """The request was read whole; its `Reply` follows."""
 
 
 class Reply(msgspec.Struct, frozen=True, tag=True):
@@ -69,17 +76,17 @@ class Outcome:
     MEMORY = "memory"  # ran out of its memory limit; the worker exits after replying
 
 
-MESSAGES = Ready | Request | Reply
+MESSAGES = Ready | Request | Received | Reply
 _decoder = msgspec.msgpack.Decoder(MESSAGES)
 _encoder = msgspec.msgpack.Encoder()
 
 
-def encode(message: Ready | Request | Reply) -> bytes:
+def encode(message: Ready | Request | Received | Reply) -> bytes:
     data = _encoder.encode(message)
     return FRAME.pack(len(data)) + data
 
 
-def decode(data: bytes) -> Ready | Request | Reply:
+def decode(data: bytes) -> Ready | Request | Received | Reply:
     return _decoder.decode(data)
 
 
@@ -185,6 +192,8 @@ def serve(stdin: BinaryIO, stdout: BinaryIO, deadline_s: float, memory_mb: int) 
         body = read_frame(stdin)
         if body is None:
             return 0
+        stdout.write(encode(Received()))
+        stdout.flush()
         request = decode(body)
         if not isinstance(request, Request):
             return 2

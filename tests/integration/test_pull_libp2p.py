@@ -52,7 +52,7 @@ def test_a_trainer_process_trains_on_groups_pulled_over_libp2p(tmp_path, tiny_mo
     settings = RealSettings(
         network=3,
         trainers=1,
-        rounds=6,
+        rounds=8,
         period_s=6.0,
         groups=6,
         shared=4,

@@ -106,6 +106,20 @@ def test_a_worker_that_died_between_groups_is_replaced_and_blames_nobody(worker)
     assert worker.pid != pid and worker.stats.crashes == 0 and worker.stats.restarts == 1
 
 
+def test_a_worker_that_died_on_a_group_blames_that_group(worker):
+    """It had said it took the group (the `Received` frame), so the group is the suspect."""
+    assert worker(group("basic_arithmetic", ("1",))).error is None
+    pid = worker.pid
+    slow = group("countdown", ("<answer>9**9**8</answer>",))  # busy until its deadline
+    killer = threading.Timer(0.3, os.kill, (pid, 9))
+    killer.start()
+    attempt = worker(slow)
+    killer.join()
+    assert attempt.error.reason == Reason.VERIFY_CRASHED and attempt.seconds < 1.0
+    assert worker.stats.crashes == 1 and worker.pid != pid
+    assert worker(group("basic_arithmetic", ("1",))).error is None
+
+
 def test_the_worker_outlives_the_thread_that_started_it():
     worker = RescoreWorker(WorkerSettings())
     try:
