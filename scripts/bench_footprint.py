@@ -77,8 +77,13 @@ def child_imports() -> dict:
             build_task(TaskSpec.make(EASY_MIX[0].dataset, EASY_MIX[0].config, 0, 0))
         now = rss_mb()
         rows.append(
-            {"module": name, "added_mb": round(now - before, 1), "rss_mb": round(now, 1),
-             "seconds": round(time.perf_counter() - t, 3), "modules": len(sys.modules)}
+            {
+                "module": name,
+                "added_mb": round(now - before, 1),
+                "rss_mb": round(now, 1),
+                "seconds": round(time.perf_counter() - t, 3),
+                "modules": len(sys.modules),
+            }
         )
         before = now
     return {"imports": rows}
@@ -136,8 +141,17 @@ def child_network(args) -> dict:
         with stages.measure("start (libp2p)"):
             node.start()
         start_at = time.time() + 4.0
-        cmd = [sys.executable, "-m", "swarm.node.network_only", "--rounds", str(args.rounds),
-               "--start-at", str(start_at), "--bootstrap", node.transport.listen_addrs()[0]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "swarm.node.network_only",
+            "--rounds",
+            str(args.rounds),
+            "--start-at",
+            str(start_at),
+            "--bootstrap",
+            node.transport.listen_addrs()[0],
+        ]
         env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(ROOT)}
         helpers = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env) for _ in range(2)]
         costs = []
@@ -153,8 +167,10 @@ def child_network(args) -> dict:
         "stages": [s.as_dict() for s in stages.stages],
         "peak_mb": stages.peak_mb,
         "memory_map_mb": memory_map(),
-        "rounds": [{k: c.as_dict()[k] for k in ("accepted", "verified", "bytes_in", "bytes_out")}
-                   for c in costs],
+        "rounds": [
+            {k: c.as_dict()[k] for k in ("accepted", "verified", "bytes_in", "bytes_out")}
+            for c in costs
+        ],
     }
 
 
@@ -162,7 +178,14 @@ def child_network(args) -> dict:
 
 
 def run_child(kind: str, args) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--rounds", str(args.rounds)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        kind,
+        "--rounds",
+        str(args.rounds),
+    ]
     if args.config:
         cmd += ["--config", args.config]
     for s in args.sets:
@@ -185,16 +208,27 @@ def show(kind: str, result: dict) -> None:
         for col in ("module", "adds MB", "RSS MB", "seconds", "modules loaded"):
             table.add_column(col, justify="right")
         for r in result["imports"]:
-            table.add_row(r["module"], f"{r['added_mb']:.1f}", f"{r['rss_mb']:.0f}",
-                          f"{r['seconds']:.2f}", str(r["modules"]))
+            table.add_row(
+                r["module"],
+                f"{r['added_mb']:.1f}",
+                f"{r['rss_mb']:.0f}",
+                f"{r['seconds']:.2f}",
+                str(r["modules"]),
+            )
         console.print(table)
         return
     table = Table(title=f"{kind} node: peak RSS {result['peak_mb']:.0f} MB")
     for col in ("stage", "wall s", "CPU s", "RSS after MB", "peak MB", "modules"):
         table.add_column(col, justify="right")
     for s in result["stages"]:
-        table.add_row(s["name"], f"{s['wall_s']:.2f}", f"{s['cpu_s']:.2f}", f"{s['rss_mb']:.0f}",
-                      f"{s['peak_mb']:.0f}", str(s["modules"]))
+        table.add_row(
+            s["name"],
+            f"{s['wall_s']:.2f}",
+            f"{s['cpu_s']:.2f}",
+            f"{s['rss_mb']:.0f}",
+            f"{s['peak_mb']:.0f}",
+            str(s["modules"]),
+        )
     console.print(table)
     where = ", ".join(f"{k} {v:.0f}" for k, v in list(result["memory_map_mb"].items())[:6])
     print(f"resident at the end, MB: {where}")
@@ -203,8 +237,11 @@ def show(kind: str, result: dict) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.child:
-        fn = {"imports": lambda: child_imports(), "tiny": lambda: child_tiny(args),
-              "network": lambda: child_network(args)}[args.child]
+        fn = {
+            "imports": lambda: child_imports(),
+            "tiny": lambda: child_tiny(args),
+            "network": lambda: child_network(args),
+        }[args.child]
         print(json.dumps(fn()))
         return 0
     results = {"python": sys.version.split()[0], "cpus": os.cpu_count()}

@@ -27,11 +27,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=str(ROOT / "node_config" / "solo-cpu.toml"), help="node config to benchmark")
-    parser.add_argument("--rounds", type=int, default=20, help="rounds to time (after one warm-up round)")
-    parser.add_argument("--set", dest="sets", action="append", default=[], help="config override, section.key=value")
-    parser.add_argument("--out", default="runs/bench_round.json", help="where to write the JSON results")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--config",
+        default=str(ROOT / "node_config" / "solo-cpu.toml"),
+        help="node config to benchmark",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=20, help="rounds to time (after one warm-up round)"
+    )
+    parser.add_argument(
+        "--set", dest="sets", action="append", default=[], help="config override, section.key=value"
+    )
+    parser.add_argument(
+        "--out", default="runs/bench_round.json", help="where to write the JSON results"
+    )
     return parser.parse_args(argv)
 
 
@@ -43,7 +55,12 @@ def run(args) -> dict:
     from swarm.node import Node
 
     with tempfile.TemporaryDirectory(prefix="bench-round-") as tmp:
-        overrides = [*args.sets, f'node.run_dir="{tmp}"', f"node.rounds={args.rounds + 1}", "tasks.eval_size=0"]
+        overrides = [
+            *args.sets,
+            f'node.run_dir="{tmp}"',
+            f"node.rounds={args.rounds + 1}",
+            "tasks.eval_size=0",
+        ]
         config = load_config(args.config, overrides)
         node = Node(config)
         started = time.perf_counter()
@@ -53,7 +70,9 @@ def run(args) -> dict:
             node.close()
         wall = time.perf_counter() - started
         with node.ledger.reader() as session:
-            rounds = session.query(RoundRow).order_by(RoundRow.round).all()[1:]  # drop the warm-up round
+            rounds = (
+                session.query(RoundRow).order_by(RoundRow.round).all()[1:]
+            )  # drop the warm-up round
             updates = session.query(UpdateRow).order_by(UpdateRow.round).all()[1:]
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     phases = {
@@ -75,7 +94,9 @@ def run(args) -> dict:
         "questions_per_round": config.generation.questions_per_round,
         "completions_per_question": config.generation.completions_per_question,
         "median_s": {k: statistics.median(v) for k, v in phases.items()},
-        "share_of_round": {k: sum(v) / max(sum(phases["round"]), 1e-9) for k, v in phases.items() if k != "round"},
+        "share_of_round": {
+            k: sum(v) / max(sum(phases["round"]), 1e-9) for k, v in phases.items() if k != "round"
+        },
         "generated_tokens_per_s": tokens_generated / max(sum(phases["generate"]), 1e-9),
         "trained_tokens_per_s": tokens_trained / max(sum(phases["train"]), 1e-9),
         "completions_per_s": sum(r.completions for r in rounds) / max(sum(phases["round"]), 1e-9),
@@ -85,12 +106,16 @@ def run(args) -> dict:
 
 
 def show(result: dict, console: Console) -> None:
-    table = Table(title=f"round time split: {result['model']} on {result['device']}, "
-                  f"{result['questions_per_round']}x{result['completions_per_question']} completions per round")
+    table = Table(
+        title=f"round time split: {result['model']} on {result['device']}, "
+        f"{result['questions_per_round']}x{result['completions_per_question']} completions per round"
+    )
     for column in ("phase", "median s", "share of round"):
         table.add_column(column, justify="right")
     for phase in ("generate", "score", "train", "other"):
-        table.add_row(phase, f"{result['median_s'][phase]:.3f}", f"{result['share_of_round'][phase]:.1%}")
+        table.add_row(
+            phase, f"{result['median_s'][phase]:.3f}", f"{result['share_of_round'][phase]:.1%}"
+        )
     table.add_row("round", f"{result['median_s']['round']:.3f}", "100%")
     console.print(table)
     console.print(

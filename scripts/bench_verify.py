@@ -39,12 +39,22 @@ TARGET_SHARE = 0.03
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config", default=None, help="node config (default: built-in defaults)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds to time (after one warm-up round)")
-    parser.add_argument("--set", dest="sets", action="append", default=[], help="config override, section.key=value")
-    parser.add_argument("--repeat", type=int, default=5, help="passes over the groups per measurement")
-    parser.add_argument("--out", default="runs/bench_verify.json", help="where to write the JSON results")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds to time (after one warm-up round)"
+    )
+    parser.add_argument(
+        "--set", dest="sets", action="append", default=[], help="config override, section.key=value"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="passes over the groups per measurement"
+    )
+    parser.add_argument(
+        "--out", default="runs/bench_verify.json", help="where to write the JSON results"
+    )
     return parser.parse_args(argv)
 
 
@@ -56,7 +66,12 @@ def run_rounds(args):
     from swarm.wire import SignedGroup
 
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
-        overrides = [*args.sets, f'node.run_dir="{tmp}"', f"node.rounds={args.rounds + 1}", "tasks.eval_size=0"]
+        overrides = [
+            *args.sets,
+            f'node.run_dir="{tmp}"',
+            f"node.rounds={args.rounds + 1}",
+            "tasks.eval_size=0",
+        ]
         if not any(s.startswith("policy.device") for s in args.sets):
             overrides.append('policy.device="cpu"')
         config = load_config(args.config, overrides)
@@ -66,8 +81,13 @@ def run_rounds(args):
         finally:
             node.close()
         with node.ledger.reader() as session:
-            rounds = session.query(RoundRow).order_by(RoundRow.round).all()[1:]  # drop the warm-up round
-            sent = [SignedGroup(r.body, r.signature) for r in session.query(GroupRow).filter(GroupRow.direction == "sent")]
+            rounds = (
+                session.query(RoundRow).order_by(RoundRow.round).all()[1:]
+            )  # drop the warm-up round
+            sent = [
+                SignedGroup(r.body, r.signature)
+                for r in session.query(GroupRow).filter(GroupRow.direction == "sent")
+            ]
         return config, node, statistics.median(r.total_s for r in rounds), len(rounds), sent
 
 
@@ -92,8 +112,14 @@ def spot_check_cost(config, node, sent, repeat: int) -> tuple[float, int]:
     from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings
     from swarm.wire import decode_group
 
-    checker = SpotChecker(node.policy.model, node.policy.tokenizer, SpotCheckSettings(
-        completions=config.verify.spot_check_completions, min_prob=config.verify.spot_check_min_prob))
+    checker = SpotChecker(
+        node.policy.model,
+        node.policy.tokenizer,
+        SpotCheckSettings(
+            completions=config.verify.spot_check_completions,
+            min_prob=config.verify.spot_check_min_prob,
+        ),
+    )
     items = [(decode_group(s.body), s.content_hash) for s in sent]
     flagged = 0
 
@@ -101,7 +127,9 @@ def spot_check_cost(config, node, sent, repeat: int) -> tuple[float, int]:
         nonlocal flagged
         flagged = 0
         for group, digest in pairs:
-            prompt = build_prompt(node.policy.tokenizer, group.question, config.policy.system_prompt)
+            prompt = build_prompt(
+                node.policy.tokenizer, group.question, config.policy.system_prompt
+            )
             try:
                 checker.check(group, digest, prompt)
             except RejectedMessage:
@@ -122,7 +150,9 @@ def measure(config, peer_id: str, sent, repeat: int) -> dict:
 
     settings = VerifySettings.from_config(config)
     fmt = config.tasks.format_reward
-    messages = [pack_messages([s])[0] for s in sent]  # one group per message: the worst case for overheads
+    messages = [
+        pack_messages([s])[0] for s in sent
+    ]  # one group per message: the worst case for overheads
     groups = [decode_group(s.body) for s in sent]
 
     worker = RescoreWorker(WorkerSettings.from_config(config))
@@ -141,6 +171,7 @@ def measure(config, peer_id: str, sent, repeat: int) -> dict:
             v = fresh(recheck_signatures=with_signature)
             for m in msgs:
                 assert v.recheck(m, peer_id)[0]
+
         return run
 
     def content(gs):
@@ -167,6 +198,7 @@ def measure(config, peer_id: str, sent, repeat: int) -> dict:
                     assert getattr(e, "reason", None) == reason, e
                 else:
                     raise AssertionError(f"expected {reason}")
+
         return run
 
     mallory = create_identity(b"\x42" * 32)
@@ -174,10 +206,22 @@ def measure(config, peer_id: str, sent, repeat: int) -> dict:
     garbage = [bytes([i % 256]) * 600 for i in range(len(sent))]
     forged = [pack_messages([SignedGroup(s.body, b"\x00" * 64)])[0] for s in sent]
     replace = msgspec.structs.replace
-    inflated = [pack_messages([sign_group(replace(g, sender=me, rewards=(1.1,) * len(g.rewards)), mallory)])[0]
-                for g in groups]
-    unknown = [pack_messages([sign_group(replace(g, sender=me, task=TaskSpec.make("no_such_dataset", {}, 0, i)), mallory)])[0]
-               for i, g in enumerate(groups)]
+    inflated = [
+        pack_messages(
+            [sign_group(replace(g, sender=me, rewards=(1.1,) * len(g.rewards)), mallory)]
+        )[0]
+        for g in groups
+    ]
+    unknown = [
+        pack_messages(
+            [
+                sign_group(
+                    replace(g, sender=me, task=TaskSpec.make("no_such_dataset", {}, 0, i)), mallory
+                )
+            ]
+        )[0]
+        for i, g in enumerate(groups)
+    ]
     assert encode_group(groups[0]) == sent[0].body
 
     valid = {
@@ -190,14 +234,26 @@ def measure(config, peer_id: str, sent, repeat: int) -> dict:
     valid["verify_content in the worker"] = per_group_seconds(content_in_worker, groups, repeat)
     worker.close()
     invalid = {
-        "undecodable (garbage)": per_group_seconds(rejected_by("undecodable", True), garbage, repeat),
-        "bad_signature (forged)": per_group_seconds(rejected_by("bad_signature", True), forged, repeat),
-        "reward_mismatch (inflated)": per_group_seconds(rejected_by("reward_mismatch", False, me), inflated, repeat),
-        "unlisted_task (unknown dataset)": per_group_seconds(rejected_by("unlisted_task", True, me), unknown, repeat),
+        "undecodable (garbage)": per_group_seconds(
+            rejected_by("undecodable", True), garbage, repeat
+        ),
+        "bad_signature (forged)": per_group_seconds(
+            rejected_by("bad_signature", True), forged, repeat
+        ),
+        "reward_mismatch (inflated)": per_group_seconds(
+            rejected_by("reward_mismatch", False, me), inflated, repeat
+        ),
+        "unlisted_task (unknown dataset)": per_group_seconds(
+            rejected_by("unlisted_task", True, me), unknown, repeat
+        ),
     }
-    return {"valid": valid, "invalid": invalid, "groups": len(sent),
-            "worker_round_trip_ms": worker.stats.overhead_ms,
-            "completions_per_group": statistics.mean(len(g.completions) for g in groups)}
+    return {
+        "valid": valid,
+        "invalid": invalid,
+        "groups": len(sent),
+        "worker_round_trip_ms": worker.stats.overhead_ms,
+        "completions_per_group": statistics.mean(len(g.completions) for g in groups),
+    }
 
 
 def main(argv=None) -> int:
@@ -214,23 +270,45 @@ def main(argv=None) -> int:
         console.print(f"error: {e}")
         return 2
     per_round = config.generation.questions_per_round
-    recheck = "recheck with signature (inbox)" if config.verify.recheck_signatures else "recheck without signature (inbox)"
-    content = "verify_content in the worker" if config.verify.worker else "verify_content (rebuild, re-score)"
+    recheck = (
+        "recheck with signature (inbox)"
+        if config.verify.recheck_signatures
+        else "recheck without signature (inbox)"
+    )
+    content = (
+        "verify_content in the worker"
+        if config.verify.worker
+        else "verify_content (rebuild, re-score)"
+    )
     per_valid = sum(costs["valid"][k] for k in ("admit (gossip validator)", recheck, content))
     # Worst case for the spot check: every peer declares our model and version, so the node
     # spends its whole per-round allowance of spot checks.
-    spot_per_round = costs["valid"]["spot check (same model and version only)"] * config.verify.spot_check_groups_per_round
-    share = {p: (p * per_round * per_valid + min(spot_per_round, p * per_round * spot_s)) / round_s for p in PEERS}
+    spot_per_round = (
+        costs["valid"]["spot check (same model and version only)"]
+        * config.verify.spot_check_groups_per_round
+    )
+    share = {
+        p: (p * per_round * per_valid + min(spot_per_round, p * per_round * spot_s)) / round_s
+        for p in PEERS
+    }
     result = {
-        "config": args.config or "defaults", "overrides": args.sets, "model": config.policy.model,
-        "questions_per_round": per_round, "completions_per_question": config.generation.completions_per_question,
-        "max_new_tokens": config.generation.max_new_tokens, "rounds_timed": rounds_timed,
-        "median_round_s": round_s, "recheck_signatures": config.verify.recheck_signatures,
+        "config": args.config or "defaults",
+        "overrides": args.sets,
+        "model": config.policy.model,
+        "questions_per_round": per_round,
+        "completions_per_question": config.generation.completions_per_question,
+        "max_new_tokens": config.generation.max_new_tokens,
+        "rounds_timed": rounds_timed,
+        "median_round_s": round_s,
+        "recheck_signatures": config.verify.recheck_signatures,
         "seconds_per_group": {**costs["valid"], **costs["invalid"]},
         "groups_per_s": {k: 1 / v for k, v in {**costs["valid"], **costs["invalid"]}.items()},
-        "valid_group_total_s": per_valid, "valid_groups_per_s": 1 / per_valid,
-        "share_of_round_by_peers": share, "target_share": TARGET_SHARE,
-        "groups_measured": costs["groups"], "completions_per_group": costs["completions_per_group"],
+        "valid_group_total_s": per_valid,
+        "valid_groups_per_s": 1 / per_valid,
+        "share_of_round_by_peers": share,
+        "target_share": TARGET_SHARE,
+        "groups_measured": costs["groups"],
+        "completions_per_group": costs["completions_per_group"],
         "spot_check_completions_per_group": config.verify.spot_check_completions,
         "spot_check_groups_per_round": config.verify.spot_check_groups_per_round,
         "spot_check_flagged_own_groups": spot_flagged,
@@ -245,30 +323,44 @@ def main(argv=None) -> int:
 
 
 def show(result: dict, console: Console) -> None:
-    table = Table(title=f"verification cost per group: {result['model']}, {result['completions_per_group']:.0f} completions "
-                        f"of <= {result['max_new_tokens']} tokens, {result['groups_measured']} real groups")
+    table = Table(
+        title=f"verification cost per group: {result['model']}, {result['completions_per_group']:.0f} completions "
+        f"of <= {result['max_new_tokens']} tokens, {result['groups_measured']} real groups"
+    )
     for column in ("check", "µs per group", "groups/s"):
         table.add_column(column, justify="right")
     for name, seconds in result["seconds_per_group"].items():
         table.add_row(name, f"{seconds * 1e6:.0f}", f"{1 / seconds:,.0f}")
-    table.add_row("valid group, all stages", f"{result['valid_group_total_s'] * 1e6:.0f}", f"{result['valid_groups_per_s']:,.0f}")
+    table.add_row(
+        "valid group, all stages",
+        f"{result['valid_group_total_s'] * 1e6:.0f}",
+        f"{result['valid_groups_per_s']:,.0f}",
+    )
     console.print(table)
     here = result["seconds_per_group"]["verify_content (rebuild, re-score)"]
     there = result["seconds_per_group"]["verify_content in the worker"]
-    console.print(f"verification worker: {(there - here) * 1e6:+.0f} µs per group against this process "
-                  f"({here * 1e6:.0f} -> {there * 1e6:.0f} µs), of which "
-                  f"{result['worker_round_trip_ms'] * 1e3:.0f} µs in the pipes")
-    console.print(f"spot check: {result['spot_check_completions_per_group']} completion(s) per group; "
-                  f"{result['spot_check_flagged_own_groups']} of the node's own {result['groups_measured']} groups flagged "
-                  "(sampled at earlier versions than the weights checked)")
-    shares = Table(title=f"share of a {result['median_round_s']:.2f} s round ({result['questions_per_round']} groups "
-                         f"per peer per round, at most {result['spot_check_groups_per_round']} spot-checked, "
-                         f"target < {result['target_share']:.0%})")
+    console.print(
+        f"verification worker: {(there - here) * 1e6:+.0f} µs per group against this process "
+        f"({here * 1e6:.0f} -> {there * 1e6:.0f} µs), of which "
+        f"{result['worker_round_trip_ms'] * 1e3:.0f} µs in the pipes"
+    )
+    console.print(
+        f"spot check: {result['spot_check_completions_per_group']} completion(s) per group; "
+        f"{result['spot_check_flagged_own_groups']} of the node's own {result['groups_measured']} groups flagged "
+        "(sampled at earlier versions than the weights checked)"
+    )
+    shares = Table(
+        title=f"share of a {result['median_round_s']:.2f} s round ({result['questions_per_round']} groups "
+        f"per peer per round, at most {result['spot_check_groups_per_round']} spot-checked, "
+        f"target < {result['target_share']:.0%})"
+    )
     for column in ("peers", "groups verified per round", "verify s per round", "share of round"):
         shares.add_column(column, justify="right")
     for peers, share in result["share_of_round_by_peers"].items():
         n = peers * result["questions_per_round"]
-        shares.add_row(str(peers), str(n), f"{share * result['median_round_s']:.4f}", f"{share:.2%}")
+        shares.add_row(
+            str(peers), str(n), f"{share * result['median_round_s']:.4f}", f"{share:.2%}"
+        )
     console.print(shares)
 
 

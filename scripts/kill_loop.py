@@ -204,7 +204,10 @@ class Launcher:
     def __init__(self, max_lifetime: float) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--launcher", "--max-lifetime", str(max_lifetime)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
         )
         ready = self._read()
@@ -330,8 +333,11 @@ def duplicated(rows: dict) -> list[str]:
         "group_uses": ("group_id", "round"),
     }
     for table, fields in keys.items():
-        live = [tuple(r[f] for f in fields) for (t, _), r in rows.items()
-                if t == table and not r["superseded"]]
+        live = [
+            tuple(r[f] for f in fields)
+            for (t, _), r in rows.items()
+            if t == table and not r["superseded"]
+        ]
         if len(live) != len(set(live)):
             out.append(f"live {table} repeat a {'/'.join(fields)}")
     rounds = sorted(
@@ -339,8 +345,11 @@ def duplicated(rows: dict) -> list[str]:
     )
     if rounds != list(range(len(rounds))):
         out.append(f"live rounds are not 0..n-1: ...{rounds[-10:]}")
-    groups = [(r["content_hash"], r["direction"]) for (t, _), r in rows.items()
-              if t == "rollout_groups" and r["status"] in ("sent", "accepted")]
+    groups = [
+        (r["content_hash"], r["direction"])
+        for (t, _), r in rows.items()
+        if t == "rollout_groups" and r["status"] in ("sent", "accepted")
+    ]
     if len(groups) != len(set(groups)):
         out.append("a group is recorded as sent or accepted twice")
     return out
@@ -376,9 +385,16 @@ def kill_once(node: NodeProc, target: str, rng: random.Random, round_s: float) -
     problems += lost(at_death, after)
     doubled = duplicated(after)
     return {
-        "node": node.name, "aimed_at": target, "phase": phase_of(marks),
-        "exit": exit_code, "integrity": check, "resumed": resumed, "resume_s": round(resume_s, 2),
-        "rows_at_death": len(at_death), "lost": problems, "duplicated": doubled,
+        "node": node.name,
+        "aimed_at": target,
+        "phase": phase_of(marks),
+        "exit": exit_code,
+        "integrity": check,
+        "resumed": resumed,
+        "resume_s": round(resume_s, 2),
+        "rows_at_death": len(at_death),
+        "lost": problems,
+        "duplicated": doubled,
         "doctor": doctor,
     }
 
@@ -398,20 +414,43 @@ def prepare(out: Path) -> tuple[Path, Path]:
         role = (
             ['role = "generator"', "[sync]", f'follow = "{ids[t_dir]}"']
             if folder == g_dir
-            else ['role = "trainer"', "[sync]", "publish_deltas = true", "anchor_every = 4",
-                  "keep_deltas = 8"]
+            else [
+                'role = "trainer"',
+                "[sync]",
+                "publish_deltas = true",
+                "anchor_every = 4",
+                "keep_deltas = 8",
+            ]
         )
-        (folder / "node.toml").write_text("\n".join([
-            "[p2p]", f'listen = "/ip4/127.0.0.1/tcp/{ports[folder]}"',
-            f'bootstrap = ["/ip4/127.0.0.1/tcp/{ports[other]}/p2p/{ids[other]}"]',
-            "[policy]", 'device = "cpu"', 'dtype = "float32"',
-            "[generation]", "questions_per_round = 2", "completions_per_question = 4",
-            "max_new_tokens = 6",
-            "[training]", "local_groups = 2",
-            "[tasks]", "eval_size = 4", "eval_every = 100000",
-            "[node]", f'name = "{folder.name}"', f'run_dir = "{folder}"', "rounds = 0",
-            "checkpoint_every = 1", "keep_checkpoints = 2", *role,
-        ]) + "\n")
+        (folder / "node.toml").write_text(
+            "\n".join(
+                [
+                    "[p2p]",
+                    f'listen = "/ip4/127.0.0.1/tcp/{ports[folder]}"',
+                    f'bootstrap = ["/ip4/127.0.0.1/tcp/{ports[other]}/p2p/{ids[other]}"]',
+                    "[policy]",
+                    'device = "cpu"',
+                    'dtype = "float32"',
+                    "[generation]",
+                    "questions_per_round = 2",
+                    "completions_per_question = 4",
+                    "max_new_tokens = 6",
+                    "[training]",
+                    "local_groups = 2",
+                    "[tasks]",
+                    "eval_size = 4",
+                    "eval_every = 100000",
+                    "[node]",
+                    f'name = "{folder.name}"',
+                    f'run_dir = "{folder}"',
+                    "rounds = 0",
+                    "checkpoint_every = 1",
+                    "keep_checkpoints = 2",
+                    *role,
+                ]
+            )
+            + "\n"
+        )
     return t_dir, g_dir
 
 
@@ -419,8 +458,10 @@ def run(kills: int, seed: int, out: Path) -> dict:
     rng = random.Random(seed)
     t_dir, g_dir = prepare(out)
     launcher = Launcher(max_lifetime=60 + kills * 40)
-    nodes = {"trainer": NodeProc("trainer", t_dir, launcher),
-             "follower": NodeProc("follower", g_dir, launcher)}
+    nodes = {
+        "trainer": NodeProc("trainer", t_dir, launcher),
+        "follower": NodeProc("follower", g_dir, launcher),
+    }
     records, started = [], time.monotonic()
     try:
         for node in nodes.values():
@@ -434,9 +475,11 @@ def run(kills: int, seed: int, out: Path) -> dict:
             name = "follower" if target == "delta fetch" or i % 2 else "trainer"
             record = kill_once(nodes[name], target, rng, round_s)
             records.append(record)
-            print(f"kill {i + 1:3d}: {name:8s} aimed at {target:12s} hit {record['phase']:12s} "
-                  f"integrity {record['integrity']}, resumed in {record['resume_s']:.1f} s",
-                  flush=True)
+            print(
+                f"kill {i + 1:3d}: {name:8s} aimed at {target:12s} hit {record['phase']:12s} "
+                f"integrity {record['integrity']}, resumed in {record['resume_s']:.1f} s",
+                flush=True,
+            )
         finals = {name: node.stop() for name, node in nodes.items()}
     finally:
         for node in nodes.values():
@@ -445,13 +488,22 @@ def run(kills: int, seed: int, out: Path) -> dict:
         launcher.close()
     wall = time.monotonic() - started
     final_checks = {
-        name: {"exit": finals[name], "integrity": integrity(node.ledger),
-               "duplicated": duplicated(snapshot(node.ledger)), "doctor": doctor_problems(node)}
+        name: {
+            "exit": finals[name],
+            "integrity": integrity(node.ledger),
+            "duplicated": duplicated(snapshot(node.ledger)),
+            "doctor": doctor_problems(node),
+        }
         for name, node in nodes.items()
     }
-    return {"kills": records, "final": final_checks, "wall_s": round(wall, 1), "seed": seed,
-            "command": " ".join(["python", "scripts/kill_loop.py", *sys.argv[1:]]),
-            "summary": summarize(records, final_checks)}
+    return {
+        "kills": records,
+        "final": final_checks,
+        "wall_s": round(wall, 1),
+        "seed": seed,
+        "command": " ".join(["python", "scripts/kill_loop.py", *sys.argv[1:]]),
+        "summary": summarize(records, final_checks),
+    }
 
 
 def _alive(pid: int) -> bool:
@@ -464,10 +516,20 @@ def _alive(pid: int) -> bool:
 
 def summarize(records: list[dict], finals: dict) -> dict:
     by_phase = {p: [r for r in records if r["phase"] == p] for p in PHASES}
-    bad = [r for r in records if r["exit"] != -signal.SIGKILL or r["integrity"] != "ok"
-           or not r["resumed"] or r["lost"] or r["duplicated"] or r["doctor"]]
-    final_ok = all(f["exit"] == 0 and f["integrity"] == "ok" and not f["duplicated"]
-                   and not f["doctor"] for f in finals.values())
+    bad = [
+        r
+        for r in records
+        if r["exit"] != -signal.SIGKILL
+        or r["integrity"] != "ok"
+        or not r["resumed"]
+        or r["lost"]
+        or r["duplicated"]
+        or r["doctor"]
+    ]
+    final_ok = all(
+        f["exit"] == 0 and f["integrity"] == "ok" and not f["duplicated"] and not f["doctor"]
+        for f in finals.values()
+    )
     resume = [r["resume_s"] for r in records if r["resumed"]]
     return {
         "kills": len(records),
@@ -507,10 +569,14 @@ def table(result: dict) -> str:
         f"{s['rows_lost']:>11}{s['rows_duplicated']:>12}"
     )
     if s["resume_median_s"] is not None:
-        lines.append(f"restart to the first new round: median {s['resume_median_s']:.1f} s, "
-                     f"max {s['resume_max_s']:.1f} s")
-    lines.append(f"clean stop at the end: {'ok' if s['final_ok'] else 'FAILED'}; "
-                 f"verdict: {'ok' if s['ok'] else 'FAILED'}")
+        lines.append(
+            f"restart to the first new round: median {s['resume_median_s']:.1f} s, "
+            f"max {s['resume_max_s']:.1f} s"
+        )
+    lines.append(
+        f"clean stop at the end: {'ok' if s['final_ok'] else 'FAILED'}; "
+        f"verdict: {'ok' if s['ok'] else 'FAILED'}"
+    )
     return "\n".join(lines)
 
 

@@ -33,12 +33,20 @@ from rich.table import Table
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=30, help="rounds both nodes run")
-    parser.add_argument("--measure-every", type=int, default=5, help="measure after every this many rounds")
+    parser.add_argument(
+        "--measure-every", type=int, default=5, help="measure after every this many rounds"
+    )
     parser.add_argument("--lr", type=float, default=1e-4, help="learning rate of both nodes")
-    parser.add_argument("--questions", type=int, default=9, help="questions per round (and per measurement)")
-    parser.add_argument("--max-new-tokens", type=int, default=10, help="longest completion, in tokens")
+    parser.add_argument(
+        "--questions", type=int, default=9, help="questions per round (and per measurement)"
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=10, help="longest completion, in tokens"
+    )
     parser.add_argument("--out", default="runs/sapo_drift.json", help="JSON results")
     return parser.parse_args(argv)
 
@@ -55,10 +63,24 @@ def make_nodes(args, tmp: str):
         key = create_identity(bytes([i + 1]) * 32)
         config = build_config(
             {
-                "node": {"name": f"node-{i}", "seed": i, "run_dir": f"{tmp}/node-{i}", "checkpoint_every": 10_000},
+                "node": {
+                    "name": f"node-{i}",
+                    "seed": i,
+                    "run_dir": f"{tmp}/node-{i}",
+                    "checkpoint_every": 10_000,
+                },
                 "policy": {"device": "cpu", "dtype": "float32"},
-                "generation": {"questions_per_round": args.questions, "completions_per_question": 8, "max_new_tokens": args.max_new_tokens},
-                "training": {"lr": args.lr, "local_groups": 4, "shared_groups": 4, "micro_batch_size": 256},
+                "generation": {
+                    "questions_per_round": args.questions,
+                    "completions_per_question": 8,
+                    "max_new_tokens": args.max_new_tokens,
+                },
+                "training": {
+                    "lr": args.lr,
+                    "local_groups": 4,
+                    "shared_groups": 4,
+                    "micro_batch_size": 256,
+                },
                 "tasks": {"eval_size": 0},
             },
             "sapo drift",
@@ -74,7 +96,14 @@ def completion_logprobs(node, prompt: str, completions) -> list[list[float]]:
     from swarm.policy.trainer import retokenized_samples
 
     texts = [c.text for c in completions]
-    samples = retokenized_samples(node.policy.tokenizer, prompt, texts, [c.finished for c in completions], [1.0] * len(texts), 64)
+    samples = retokenized_samples(
+        node.policy.tokenizer,
+        prompt,
+        texts,
+        [c.finished for c in completions],
+        [1.0] * len(texts),
+        64,
+    )
     logprobs, mask = node.trainer.logprobs(samples)
     return [logprobs[i, : int(mask[i].sum())].tolist() for i in range(len(samples))]
 
@@ -88,11 +117,15 @@ def measure(receiver, sender) -> dict:
         completions = [c for c in group.completions if c.token_ids]
         if not completions:
             continue
-        prompt = build_prompt(sender.policy.tokenizer, group.task.question, sender.config.policy.system_prompt)
+        prompt = build_prompt(
+            sender.policy.tokenizer, group.task.question, sender.config.policy.system_prompt
+        )
         own = completion_logprobs(sender, prompt, completions)
         other = completion_logprobs(receiver, prompt, completions)
         for c, mine, theirs in zip(completions, own, other, strict=True):
-            n = len(c.logprobs)  # the sampled tokens; the stop token appended for training is not in them
+            n = len(
+                c.logprobs
+            )  # the sampled tokens; the stop token appended for training is not in them
             path_gaps.append(max(abs(a - b) for a, b in zip(c.logprobs, mine[:n], strict=True)))
             log_ratios.append(sum(a - b for a, b in zip(c.logprobs, theirs[:n], strict=True)))
     ordered = sorted(log_ratios)
@@ -116,18 +149,34 @@ def main(argv=None) -> int:
         for r in range(args.rounds + 1):
             if r % args.measure_every == 0:
                 rows.append({"round": r, **measure(nodes[0], nodes[1])})
-                console.print(f"  round {r}: mean log(mu_B/pi_A) {rows[-1]['log_ratio_mean']:.3f}", highlight=False)
+                console.print(
+                    f"  round {r}: mean log(mu_B/pi_A) {rows[-1]['log_ratio_mean']:.3f}",
+                    highlight=False,
+                )
             if r < args.rounds:
                 for node in nodes:
                     node.run_round()
         for node in nodes:
             node.close()
-    table = Table(title=f"Peer completions under the receiver's policy (2 tiny-model nodes, 4/4, lr {args.lr:g})")
-    for column in ("round", "completions", "shared path max |Δ log p|", "mean log(μ_B/π_A)", "p90 log(μ_B/π_A)"):
+    table = Table(
+        title=f"Peer completions under the receiver's policy (2 tiny-model nodes, 4/4, lr {args.lr:g})"
+    )
+    for column in (
+        "round",
+        "completions",
+        "shared path max |Δ log p|",
+        "mean log(μ_B/π_A)",
+        "p90 log(μ_B/π_A)",
+    ):
         table.add_column(column, justify="right")
     for row in rows:
-        table.add_row(str(row["round"]), str(row["completions"]), f"{row['shared_path_max_gap']:.1e}",
-                      f"{row['log_ratio_mean']:.3f}", f"{row['log_ratio_p90']:.3f}")
+        table.add_row(
+            str(row["round"]),
+            str(row["completions"]),
+            f"{row['shared_path_max_gap']:.1e}",
+            f"{row['log_ratio_mean']:.3f}",
+            f"{row['log_ratio_p90']:.3f}",
+        )
     console.print(table)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

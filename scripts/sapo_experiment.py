@@ -57,25 +57,72 @@ console = Console(highlight=False)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("quick", "run", "tune", "verdict", "report"), help="what to do (see above)")
-    parser.add_argument("--protocol", default="paper", choices=[p.value for p in Protocol], help="training rules: the paper's or this project's defaults")
-    parser.add_argument("--testbed", default="skills", choices=[t.value for t in Testbed], help="skills: 8 heterogeneous skill models; tiny: 8 copies of swarm-tiny; sapo: --model on the paper's 9 datasets")
-    parser.add_argument("--arms", default="", help=f"arms, comma-separated, I/J or I/J-need (default: {','.join(ARMS)}; quick: 4/0,4/4)")
-    parser.add_argument("--seeds", default="", help="seeds, comma-separated (run; default: the verdict seeds)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "command",
+        choices=("quick", "run", "tune", "verdict", "report"),
+        help="what to do (see above)",
+    )
+    parser.add_argument(
+        "--protocol",
+        default="paper",
+        choices=[p.value for p in Protocol],
+        help="training rules: the paper's or this project's defaults",
+    )
+    parser.add_argument(
+        "--testbed",
+        default="skills",
+        choices=[t.value for t in Testbed],
+        help="skills: 8 heterogeneous skill models; tiny: 8 copies of swarm-tiny; sapo: --model on the paper's 9 datasets",
+    )
+    parser.add_argument(
+        "--arms",
+        default="",
+        help=f"arms, comma-separated, I/J or I/J-need (default: {','.join(ARMS)}; quick: 4/0,4/4)",
+    )
+    parser.add_argument(
+        "--seeds", default="", help="seeds, comma-separated (run; default: the verdict seeds)"
+    )
     parser.add_argument("--lr", type=float, default=1e-4, help="learning rate (run)")
     parser.add_argument("--rounds", type=int, default=150, help="rounds per unit")
-    parser.add_argument("--nodes", type=int, default=8, help="nodes per swarm (the skills testbed has 8 models)")
+    parser.add_argument(
+        "--nodes", type=int, default=8, help="nodes per swarm (the skills testbed has 8 models)"
+    )
     parser.add_argument("--completions", type=int, default=8, help="G: completions per question")
-    parser.add_argument("--max-new-tokens", type=int, default=32, help="longest completion, in tokens")
-    parser.add_argument("--eval-size", type=int, default=100, help="held-out questions per node (split over the families)")
-    parser.add_argument("--shard", default="0/1", help="K/N: run every N-th unit starting at K (N processes share the work)")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=32, help="longest completion, in tokens"
+    )
+    parser.add_argument(
+        "--eval-size",
+        type=int,
+        default=100,
+        help="held-out questions per node (split over the families)",
+    )
+    parser.add_argument(
+        "--shard",
+        default="0/1",
+        help="K/N: run every N-th unit starting at K (N processes share the work)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads of this process")
     parser.add_argument("--results", default="results/sapo", help="results folder")
-    parser.add_argument("--model", default="", help="testbed sapo: the model every node runs (HF name or path)")
+    parser.add_argument(
+        "--model", default="", help="testbed sapo: the model every node runs (HF name or path)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
-    parser.add_argument("--backend", default="transformers", choices=("transformers", "vllm"), help="generation backend")
-    parser.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint nodes every N rounds and resume a stopped unit from them (0: a stopped unit restarts)")
+    parser.add_argument(
+        "--backend",
+        default="transformers",
+        choices=("transformers", "vllm"),
+        help="generation backend",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        help="checkpoint nodes every N rounds and resume a stopped unit from them (0: a stopped unit restarts)",
+    )
     return parser.parse_args(argv)
 
 
@@ -111,15 +158,35 @@ def build_swarm(args, arm: Arm, seed: int, lr: float, work: Path):
     policy = {"device": args.device}
     if args.device != "cpu":
         policy["dtype"] = "auto"
-    extra = {"generation": {"backend": args.backend, "gpu_memory_utilization": round(0.9 / args.nodes, 3)}}
+    extra = {
+        "generation": {
+            "backend": args.backend,
+            "gpu_memory_utilization": round(0.9 / args.nodes, 3),
+        }
+    }
     if args.checkpoint_every:
         extra["node"] = {"checkpoint_every": args.checkpoint_every}
     for i in range(args.nodes):
         model, tasks = testbed_parts(args, i)
-        table = node_config(arm, Protocol(args.protocol), tasks, model, index=i, seed=seed, lr=lr,
-                            run_dir=str(work / f"node-{i}"), shape=shape, policy=policy, extra=extra)
+        table = node_config(
+            arm,
+            Protocol(args.protocol),
+            tasks,
+            model,
+            index=i,
+            seed=seed,
+            lr=lr,
+            run_dir=str(work / f"node-{i}"),
+            shape=shape,
+            policy=policy,
+            extra=extra,
+        )
         key = create_identity(bytes([(seed * 8 + i + 1) % 256]) * 32)
-        node = Node(build_config(table, f"sapo {arm.name} node {i}"), transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
+        node = Node(
+            build_config(table, f"sapo {arm.name} node {i}"),
+            transport=MemoryTransport(peer_id_of(key), hub),
+            key_pair=key,
+        )
         nodes.append(node)
     for node in nodes:
         node.start()
@@ -144,9 +211,17 @@ def run_unit(args, arm: Arm, seed: int, lr: float) -> dict:
         for node in nodes:
             rep = node.run_round()
             used = Counter(rep.shared_families)
-            row.append({"own": rep.mean_reward, "batch": rep.batch_reward, "tagged": rep.tagged,
-                        "local": rep.trained_groups, "shared": rep.shared_groups, "skipped": rep.skipped,
-                        "shared_by_family": dict(used)})
+            row.append(
+                {
+                    "own": rep.mean_reward,
+                    "batch": rep.batch_reward,
+                    "tagged": rep.tagged,
+                    "local": rep.trained_groups,
+                    "shared": rep.shared_groups,
+                    "skipped": rep.skipped,
+                    "shared_by_family": dict(used),
+                }
+            )
         logs["rounds"].append(row)
         with log_path.open("a") as f:
             f.write(json.dumps({"round": r, "nodes": row}) + "\n")
@@ -154,16 +229,25 @@ def run_unit(args, arm: Arm, seed: int, lr: float) -> dict:
             done = r + 1 - start_round
             eta = (time.perf_counter() - t0) / done * (args.rounds - r - 1)
             own = sum(x["own"] for x in row) / len(row)
-            console.print(f"  {arm.name} seed {seed} lr {lr:g}: round {r + 1}/{args.rounds}, own reward {own:.3f}, ~{eta / 60:.1f} min left")
+            console.print(
+                f"  {arm.name} seed {seed} lr {lr:g}: round {r + 1}/{args.rounds}, own reward {own:.3f}, ~{eta / 60:.1f} min left"
+            )
     end_eval = [_eval(node) for node in nodes]
     models = [node.config.policy.model for node in nodes]
     for node in nodes:
         node.close()
     rounds = logs["rounds"]
     result = {
-        "arm": arm.name, "seed": seed, "lr": lr, "protocol": args.protocol, "testbed": args.testbed,
-        "rounds": len(rounds), "nodes": len(nodes), "models": models,
-        "completions": args.completions, "max_new_tokens": args.max_new_tokens,
+        "arm": arm.name,
+        "seed": seed,
+        "lr": lr,
+        "protocol": args.protocol,
+        "testbed": args.testbed,
+        "rounds": len(rounds),
+        "nodes": len(nodes),
+        "models": models,
+        "completions": args.completions,
+        "max_new_tokens": args.max_new_tokens,
         "cumulative_own_reward": sum(x["own"] for row in rounds for x in row),
         "cumulative_batch_reward": sum(x["batch"] for row in rounds for x in row),
         "own_reward": [[row[k]["own"] for row in rounds] for k in range(len(nodes))],
@@ -172,8 +256,12 @@ def run_unit(args, arm: Arm, seed: int, lr: float) -> dict:
         "local_groups": [sum(row[k]["local"] for row in rounds) for k in range(len(nodes))],
         "shared_groups": [sum(row[k]["shared"] for row in rounds) for k in range(len(nodes))],
         "skipped_updates": [sum(row[k]["skipped"] for row in rounds) for k in range(len(nodes))],
-        "shared_by_family": [dict(sum((Counter(row[k]["shared_by_family"]) for row in rounds), Counter())) for k in range(len(nodes))],
-        "held_out_start": start_eval, "held_out_end": end_eval,
+        "shared_by_family": [
+            dict(sum((Counter(row[k]["shared_by_family"]) for row in rounds), Counter()))
+            for k in range(len(nodes))
+        ],
+        "held_out_start": start_eval,
+        "held_out_end": end_eval,
         "seconds": time.perf_counter() - t0,
     }
     shutil.rmtree(work, ignore_errors=True)
@@ -200,7 +288,9 @@ def _read_log(path: Path, start_round: int) -> dict:
 
 
 def _rewrite_log(path: Path, rounds: list, start_eval: list) -> None:
-    lines = [json.dumps({"start_eval": start_eval})] + [json.dumps({"round": r, "nodes": row}) for r, row in enumerate(rounds)]
+    lines = [json.dumps({"start_eval": start_eval})] + [
+        json.dumps({"round": r, "nodes": row}) for r, row in enumerate(rounds)
+    ]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -238,12 +328,14 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     k, _, n = args.shard.partition("/")
-    units = units_for(args)[int(k)::int(n)]
+    units = units_for(args)[int(k) :: int(n)]
     for number, (arm, seed, lr) in enumerate(units, 1):
         path = unit_path(args, arm, seed, lr)
         if path.exists():
             continue
-        console.print(f"[bold]unit {number}/{len(units)}[/bold]: arm {arm.name}, seed {seed}, lr {lr:g}, {args.rounds} rounds ({args.protocol}, {args.testbed})")
+        console.print(
+            f"[bold]unit {number}/{len(units)}[/bold]: arm {arm.name}, seed {seed}, lr {lr:g}, {args.rounds} rounds ({args.protocol}, {args.testbed})"
+        )
         write_json(path, run_unit(args, arm, seed, lr))
         console.print(f"  wrote {path}")
     return 0

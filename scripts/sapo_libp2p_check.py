@@ -34,14 +34,23 @@ from swarm.ops.experiment import Protocol, RunShape, node_config, parse_arm
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--arm", default="4/4", help="the arm (I/J)")
     parser.add_argument("--seed", type=int, default=0, help="seed (as in the experiment's units)")
-    parser.add_argument("--lr", type=float, default=1e-4, help="learning rate (as in the units compared with)")
+    parser.add_argument(
+        "--lr", type=float, default=1e-4, help="learning rate (as in the units compared with)"
+    )
     parser.add_argument("--rounds", type=int, default=40, help="rounds each node runs")
     parser.add_argument("--protocol", default="paper", choices=[p.value for p in Protocol])
     parser.add_argument("--results", default="results/sapo", help="the experiment's results folder")
-    parser.add_argument("--timeout", type=float, default=3600, help="give up (and stop the nodes) after this many seconds")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3600,
+        help="give up (and stop the nodes) after this many seconds",
+    )
     return parser.parse_args(argv)
 
 
@@ -69,15 +78,40 @@ def write_configs(folder: Path, args) -> list[Path]:
 
     arm = parse_arm(args.arm)
     subprocess.run(
-        [sys.executable, "-m", "swarm.cli", "cluster", "init", "--nodes", str(len(SKILL_SWARM)), "--out", str(folder),
-         "--base-port", str(free_base_port(len(SKILL_SWARM))), "--swarm-id", "sapo-libp2p-check"],
-        check=True, stdout=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "swarm.cli",
+            "cluster",
+            "init",
+            "--nodes",
+            str(len(SKILL_SWARM)),
+            "--out",
+            str(folder),
+            "--base-port",
+            str(free_base_port(len(SKILL_SWARM))),
+            "--swarm-id",
+            "sapo-libp2p-check",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
-    paths = sorted(folder.glob("member-*/config.toml"), key=lambda p: int(p.parent.name.split("-")[1]))
+    paths = sorted(
+        folder.glob("member-*/config.toml"), key=lambda p: int(p.parent.name.split("-")[1])
+    )
     for i, path in enumerate(paths):
         table = tomllib.loads(path.read_text())
-        ours = node_config(arm, Protocol(args.protocol), {"preset": "custom", "mix": mix_table()}, SKILL_SWARM[i].name,
-                           index=i, seed=args.seed, lr=args.lr, run_dir=table["node"]["run_dir"], shape=RunShape())
+        ours = node_config(
+            arm,
+            Protocol(args.protocol),
+            {"preset": "custom", "mix": mix_table()},
+            SKILL_SWARM[i].name,
+            index=i,
+            seed=args.seed,
+            lr=args.lr,
+            run_dir=table["node"]["run_dir"],
+            shape=RunShape(),
+        )
         ours["node"].update(rounds=args.rounds, checkpoint_every=args.rounds)
         ours["tasks"]["eval_size"] = 0
         for section, values in ours.items():
@@ -93,8 +127,14 @@ def run_nodes(paths: list[Path], timeout: float) -> float:
     try:
         for path in paths:
             log = (path.parent / "join.log").open("w")
-            procs.append(subprocess.Popen([sys.executable, "-m", "swarm.cli", "join", "--config", str(path)],
-                                          stdout=log, stderr=subprocess.STDOUT, env=env))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "swarm.cli", "join", "--config", str(path)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
+            )
         deadline = time.monotonic() + timeout
         for p in procs:
             p.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -116,8 +156,16 @@ def node_log(config_path: Path) -> tuple[list[float], int]:
 
     config = load_config(config_path)
     with Ledger(config.ledger_url).reader() as session:
-        rows = session.query(RoundRow).filter(RoundRow.superseded.is_(False)).order_by(RoundRow.round).all()
-        shared = sum(u.shared_groups for u in session.query(UpdateRow).filter(UpdateRow.superseded.is_(False)))
+        rows = (
+            session.query(RoundRow)
+            .filter(RoundRow.superseded.is_(False))
+            .order_by(RoundRow.round)
+            .all()
+        )
+        shared = sum(
+            u.shared_groups
+            for u in session.query(UpdateRow).filter(UpdateRow.superseded.is_(False))
+        )
     return [r.mean_reward for r in rows], shared
 
 
@@ -144,8 +192,14 @@ def main(argv=None) -> int:
     libp2p = sum(sum(c[:rounds]) for c in curves)
     memory = memory_units(args, rounds)
     result = {
-        "arm": args.arm, "seed": args.seed, "lr": args.lr, "rounds": rounds, "protocol": args.protocol,
-        "libp2p_cumulative_own_reward": libp2p, "libp2p_own_reward": curves, "seconds": seconds,
+        "arm": args.arm,
+        "seed": args.seed,
+        "lr": args.lr,
+        "rounds": rounds,
+        "protocol": args.protocol,
+        "libp2p_cumulative_own_reward": libp2p,
+        "libp2p_own_reward": curves,
+        "seconds": seconds,
         "libp2p_shared_groups_used": [shared for _, shared in logs],
         "memory_cumulative_own_reward_by_seed": memory,
     }
@@ -158,10 +212,16 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     same = memory.get(args.seed)
-    print(f"{args.arm}, seed {args.seed}, lr {args.lr:g}, {rounds} rounds: libp2p (8 processes) {libp2p:.2f}; "
-          f"in-memory same seed {'-' if same is None else f'{same:.2f}'}; "
-          + f"shared groups trained on per node {[shared for _, shared in logs]}; "
-          + (f"in-memory over {len(memory)} seeds {result['memory_min']:.2f} .. {result['memory_max']:.2f}" if memory else "no in-memory unit to compare"))
+    print(
+        f"{args.arm}, seed {args.seed}, lr {args.lr:g}, {rounds} rounds: libp2p (8 processes) {libp2p:.2f}; "
+        f"in-memory same seed {'-' if same is None else f'{same:.2f}'}; "
+        + f"shared groups trained on per node {[shared for _, shared in logs]}; "
+        + (
+            f"in-memory over {len(memory)} seeds {result['memory_min']:.2f} .. {result['memory_max']:.2f}"
+            if memory
+            else "no in-memory unit to compare"
+        )
+    )
     print(f"wrote {out}")
     return 0
 

@@ -35,7 +35,9 @@ def chosen_lrs(folder: Path, arms: list[Arm]) -> dict[str, float]:
             scores[u["arm"]][u["lr"]] = u["cumulative_own_reward"]
     missing = [a.name for a in arms if len(scores[a.name]) < len(LEARNING_RATES)]
     if missing:
-        raise SystemExit(f"error: tuning is not finished for {', '.join(missing)}: run the tune command first")
+        raise SystemExit(
+            f"error: tuning is not finished for {', '.join(missing)}: run the tune command first"
+        )
     return {a.name: best_lr(scores[a.name]) for a in arms}
 
 
@@ -67,7 +69,9 @@ def report(folder: Path, console: Console) -> int:
     (folder / "report.json").write_text(json.dumps(payload, indent=1))
     if chosen:
         _plot(chosen, folder / "cumulative.png")
-    console.print(f"wrote {folder / 'report.json'}" + (f" and {folder / 'cumulative.png'}" if chosen else ""))
+    console.print(
+        f"wrote {folder / 'report.json'}" + (f" and {folder / 'cumulative.png'}" if chosen else "")
+    )
     return 0
 
 
@@ -83,13 +87,21 @@ def _tuning_table(units: list[dict], console: Console) -> dict:
         scores[u["arm"]][u["lr"]] = u["cumulative_own_reward"]
     if not scores:
         return {}
-    table = Table(title=f"tuning seed {TUNING_SEED}: cumulative own-rollout reward per learning rate")
+    table = Table(
+        title=f"tuning seed {TUNING_SEED}: cumulative own-rollout reward per learning rate"
+    )
     table.add_column("arm")
     for lr in LEARNING_RATES:
         table.add_column(f"lr {lr:g}", justify="right")
     for arm, by_lr in sorted(scores.items()):
         best = best_lr(by_lr)
-        table.add_row(arm, *[("" if lr not in by_lr else f"{by_lr[lr]:.1f}" + (" *" if lr == best else "")) for lr in LEARNING_RATES])
+        table.add_row(
+            arm,
+            *[
+                ("" if lr not in by_lr else f"{by_lr[lr]:.1f}" + (" *" if lr == best else ""))
+                for lr in LEARNING_RATES
+            ],
+        )
     console.print(table)
     return {arm: dict(by_lr) for arm, by_lr in scores.items()}
 
@@ -98,7 +110,9 @@ def _seed_table(cumulative: dict, batch: dict, console: Console) -> dict:
     seeds = sorted({s for by_seed in cumulative.values() for s in by_seed})
     if not seeds:
         return {}
-    table = Table(title="cumulative reward per seed: own fresh rollouts / training batch (sum over 8 nodes and all rounds)")
+    table = Table(
+        title="cumulative reward per seed: own fresh rollouts / training batch (sum over 8 nodes and all rounds)"
+    )
     table.add_column("arm")
     for s in seeds:
         table.add_column(f"seed {s}", justify="right")
@@ -109,7 +123,9 @@ def _seed_table(cumulative: dict, batch: dict, console: Console) -> dict:
             own, bat = cumulative[arm].get(s), batch[arm].get(s)
             cells.append("" if own is None else f"{own:.1f} / {bat:.1f}")
         table.add_row(arm, *cells)
-        out[arm] = {str(s): {"own": cumulative[arm][s], "batch": batch[arm][s]} for s in cumulative[arm]}
+        out[arm] = {
+            str(s): {"own": cumulative[arm][s], "batch": batch[arm][s]} for s in cumulative[arm]
+        }
     console.print(table)
     return out
 
@@ -118,12 +134,21 @@ def _comparison_table(comparisons: list[dict], console: Console) -> None:
     if not comparisons:
         return
     table = Table(title="pre-registered comparisons (cumulative own-rollout reward, paired seeds)")
-    for col in ("candidate vs baseline", "ratio per seed", "wins", "mean ratio [95 % CI]", "held-out delta per family", "verdict"):
+    for col in (
+        "candidate vs baseline",
+        "ratio per seed",
+        "wins",
+        "mean ratio [95 % CI]",
+        "held-out delta per family",
+        "verdict",
+    ):
         table.add_column(col)
     for c in comparisons:
         table.add_row(
-            f"{c['candidate']} vs {c['baseline']}", " ".join(f"{r:.3f}" for r in c["ratios"]),
-            f"{c['wins']}/{len(c['seeds'])}", f"{c['mean_ratio']:.3f} [{c['ci_low']:.3f}, {c['ci_high']:.3f}]",
+            f"{c['candidate']} vs {c['baseline']}",
+            " ".join(f"{r:.3f}" for r in c["ratios"]),
+            f"{c['wins']}/{len(c['seeds'])}",
+            f"{c['mean_ratio']:.3f} [{c['ci_low']:.3f}, {c['ci_high']:.3f}]",
             " ".join(f"{f.split('_')[0]} {d:+.2f}" for f, d in c["family_deltas"].items()),
             "PASS" if c["passed"] else "fail: " + "; ".join(c["why"]),
         )
@@ -131,7 +156,9 @@ def _comparison_table(comparisons: list[dict], console: Console) -> None:
 
 
 def _held_out_table(units: list[dict], console: Console) -> dict:
-    per_arm: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    per_arm: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for u in units:
         start, end = _swarm_by_family(u["held_out_start"]), _swarm_by_family(u["held_out_end"])
         for f in end:
@@ -145,8 +172,13 @@ def _held_out_table(units: list[dict], console: Console) -> dict:
         table.add_column(f, justify="right")
     out = {}
     for arm in sorted(per_arm):
-        row = {f: (statistics.fmean(a for a, _ in v), statistics.fmean(b for _, b in v)) for f, v in per_arm[arm].items()}
-        table.add_row(arm, *[f"{row[f][0]:.0%} -> {row[f][1]:.0%}" if f in row else "" for f in families])
+        row = {
+            f: (statistics.fmean(a for a, _ in v), statistics.fmean(b for _, b in v))
+            for f, v in per_arm[arm].items()
+        }
+        table.add_row(
+            arm, *[f"{row[f][0]:.0%} -> {row[f][1]:.0%}" if f in row else "" for f in families]
+        )
         out[arm] = row
     console.print(table)
     return out
@@ -156,10 +188,14 @@ def _format_table(units: list[dict], console: Console, window: int = 10) -> dict
     """Share of completions that tag their answer, first vs last `window` rounds, per node."""
     per_arm: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
     for u in units:
-        per_arm[u["arm"]].append([(statistics.fmean(t[:window]), statistics.fmean(t[-window:])) for t in u["tagged"]])
+        per_arm[u["arm"]].append(
+            [(statistics.fmean(t[:window]), statistics.fmean(t[-window:])) for t in u["tagged"]]
+        )
     if not per_arm:
         return {}
-    table = Table(title=f"answers tagged, per node (mean over seeds): first {window} rounds -> last {window}")
+    table = Table(
+        title=f"answers tagged, per node (mean over seeds): first {window} rounds -> last {window}"
+    )
     table.add_column("arm")
     n = max(len(v[0]) for v in per_arm.values())
     for k in range(n):
@@ -167,7 +203,10 @@ def _format_table(units: list[dict], console: Console, window: int = 10) -> dict
     out = {}
     for arm in sorted(per_arm):
         runs = per_arm[arm]
-        cells = [(statistics.fmean(r[k][0] for r in runs), statistics.fmean(r[k][1] for r in runs)) for k in range(len(runs[0]))]
+        cells = [
+            (statistics.fmean(r[k][0] for r in runs), statistics.fmean(r[k][1] for r in runs))
+            for k in range(len(runs[0]))
+        ]
         table.add_row(arm, *[f"{a:.0%} -> {b:.0%}" for a, b in cells])
         out[arm] = cells
     console.print(table)

@@ -27,7 +27,12 @@ from swarm.errors import ConfigError
 
 
 def opt(
-    default: Any, help: str, *, choices: tuple = (), min: float | None = None, max: float | None = None,
+    default: Any,
+    help: str,
+    *,
+    choices: tuple = (),
+    min: float | None = None,
+    max: float | None = None,
     path: bool = False,
 ):
     """A config field with its documentation and constraints (shown by `swarm-node config`).
@@ -45,11 +50,21 @@ class NodeSection:
     """The daemon itself: who it is, where it keeps its files, how long it runs."""
 
     name: str = opt("node", "Display name of this node in tables and plots.")
-    role: str = opt("trainer", "trainer: generate, share and train; generator: follow a trainer's weights and share; observer: only collect and verify.", choices=("trainer", "generator", "observer"))
-    run_dir: str = opt("runs/node", "Folder for this node's identity, ledger and checkpoints (created if missing; relative: to the config file's folder).", path=True)
+    role: str = opt(
+        "trainer",
+        "trainer: generate, share and train; generator: follow a trainer's weights and share; observer: only collect and verify.",
+        choices=("trainer", "generator", "observer"),
+    )
+    run_dir: str = opt(
+        "runs/node",
+        "Folder for this node's identity, ledger and checkpoints (created if missing; relative: to the config file's folder).",
+        path=True,
+    )
     rounds: int = opt(0, "Stop after this many rounds in total (0: run until stopped).", min=0)
     seed: int = opt(0, "Seed for sampling, task streams and everything random in this node.", min=0)
-    checkpoint_every: int = opt(10, "Write a checkpoint every this many rounds (and always on a clean stop).", min=1)
+    checkpoint_every: int = opt(
+        10, "Write a checkpoint every this many rounds (and always on a clean stop).", min=1
+    )
     keep_checkpoints: int = opt(3, "How many recent checkpoints to keep on disk.", min=1)
     observe_every_s: float = opt(
         5.0,
@@ -63,32 +78,59 @@ class NodeSection:
 class PolicySection:
     """The policy model this node trains and samples from."""
 
-    model: str = opt("swarm-tiny", "Hugging Face model name or local path; 'swarm-tiny' is the built-in tiny model (built on first use).")
+    model: str = opt(
+        "swarm-tiny",
+        "Hugging Face model name or local path; 'swarm-tiny' is the built-in tiny model (built on first use).",
+    )
     device: str = opt("auto", "auto (CUDA if present, else CPU), cpu, cuda or cuda:N.")
-    dtype: str = opt("auto", "Weights dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16 or float16.", choices=("auto", "float32", "bfloat16", "float16"))
-    system_prompt: str = opt("Solve the task. Think briefly if needed, then give only the final answer between <answer> and </answer>.", "System prompt for models with a chat template (the tiny model ignores it).")
+    dtype: str = opt(
+        "auto",
+        "Weights dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16 or float16.",
+        choices=("auto", "float32", "bfloat16", "float16"),
+    )
+    system_prompt: str = opt(
+        "Solve the task. Think briefly if needed, then give only the final answer between <answer> and </answer>.",
+        "System prompt for models with a chat template (the tiny model ignores it).",
+    )
 
 
 @dataclass(frozen=True)
 class GenerationSection:
     """How completions are sampled each round."""
 
-    backend: str = opt("transformers", "transformers (CPU or GPU) or vllm (GPU only, needs the 'gpu' extra).", choices=("transformers", "vllm"))
-    questions_per_round: int = opt(16, "Questions drawn from the task mix per round.", min=1, max=4096)
-    completions_per_question: int = opt(8, "Completions sampled per question: the GRPO group size.", min=2, max=256)
-    temperature: float = opt(1.0, "Sampling temperature (0: greedy, which gives GRPO no signal).", min=0.0, max=10.0)
+    backend: str = opt(
+        "transformers",
+        "transformers (CPU or GPU) or vllm (GPU only, needs the 'gpu' extra).",
+        choices=("transformers", "vllm"),
+    )
+    questions_per_round: int = opt(
+        16, "Questions drawn from the task mix per round.", min=1, max=4096
+    )
+    completions_per_question: int = opt(
+        8, "Completions sampled per question: the GRPO group size.", min=2, max=256
+    )
+    temperature: float = opt(
+        1.0, "Sampling temperature (0: greedy, which gives GRPO no signal).", min=0.0, max=10.0
+    )
     top_p: float = opt(1.0, "Nucleus sampling mass.", min=0.0, max=1.0)
     top_k: int = opt(0, "Top-k sampling (0: off).", min=0)
     max_new_tokens: int = opt(16, "Longest completion, in tokens.", min=1, max=65536)
     batch_size: int = opt(128, "Sequences per generate call (transformers backend).", min=1)
-    gpu_memory_utilization: float = opt(0.5, "Share of GPU memory vLLM may take (vllm backend).", min=0.05, max=0.99)
+    gpu_memory_utilization: float = opt(
+        0.5, "Share of GPU memory vLLM may take (vllm backend).", min=0.05, max=0.99
+    )
 
 
 @dataclass(frozen=True)
 class TrainingSection:
     """The GRPO update and the SAPO batch mix."""
 
-    lr: float = opt(3e-4, "AdamW learning rate (use ~1e-6 for real models; the tiny model needs far more).", min=0.0, max=1.0)
+    lr: float = opt(
+        3e-4,
+        "AdamW learning rate (use ~1e-6 for real models; the tiny model needs far more).",
+        min=0.0,
+        max=1.0,
+    )
     optimizer: str = opt(
         "adamw",
         "adamw: AdamW with betas 0.9/0.99 and training.weight_decay; adam: torch Adam with its "
@@ -96,22 +138,66 @@ class TrainingSection:
         choices=("adamw", "adam"),
     )
     weight_decay: float = opt(0.0, "AdamW weight decay.", min=0.0)
-    clip_low: float = opt(0.2, "Lower clip of the probability ratio (1 - clip_low).", min=0.0, max=1.0)
-    clip_high: float = opt(0.28, "Upper clip of the probability ratio (1 + clip_high).", min=0.0, max=10.0)
-    kl_coef: float = opt(0.0, "Weight of the KL penalty to the starting model (0: no reference model kept).", min=0.0)
+    clip_low: float = opt(
+        0.2, "Lower clip of the probability ratio (1 - clip_low).", min=0.0, max=1.0
+    )
+    clip_high: float = opt(
+        0.28, "Upper clip of the probability ratio (1 + clip_high).", min=0.0, max=10.0
+    )
+    kl_coef: float = opt(
+        0.0, "Weight of the KL penalty to the starting model (0: no reference model kept).", min=0.0
+    )
     max_grad_norm: float = opt(1.0, "Gradient clipping norm (0: no clipping).", min=0.0)
-    micro_batch_size: int = opt(16, "Sequences per forward/backward; gradients accumulate over micro-batches (activation memory grows with it: 64 holds ~250 MB more than 16 for the tiny model).", min=1)
-    minibatch_size: int = opt(0, "Completions per optimizer step; a round makes as many steps as its batch fills (0: one step per round, however large the batch).", min=0)
-    epochs: int = opt(1, "Passes per round over the same batch (1: strictly on-policy when minibatch_size is 0).", min=1, max=16)
-    precision: str = opt("auto", "auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16.", choices=("auto", "fp32", "bf16"))
-    scale_advantages: bool = opt(True, "Divide group advantages by the group's reward std (GRPO); false keeps them mean-centred only.")
+    micro_batch_size: int = opt(
+        16,
+        "Sequences per forward/backward; gradients accumulate over micro-batches (activation memory grows with it: 64 holds ~250 MB more than 16 for the tiny model).",
+        min=1,
+    )
+    minibatch_size: int = opt(
+        0,
+        "Completions per optimizer step; a round makes as many steps as its batch fills (0: one step per round, however large the batch).",
+        min=0,
+    )
+    epochs: int = opt(
+        1,
+        "Passes per round over the same batch (1: strictly on-policy when minibatch_size is 0).",
+        min=1,
+        max=16,
+    )
+    precision: str = opt(
+        "auto",
+        "auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16.",
+        choices=("auto", "fp32", "bf16"),
+    )
+    scale_advantages: bool = opt(
+        True,
+        "Divide group advantages by the group's reward std (GRPO); false keeps them mean-centred only.",
+    )
     local_groups: int = opt(16, "I: local rollout groups per update (SAPO).", min=0)
-    shared_groups: int = opt(0, "J: shared groups from peers per update (SAPO; 0 trains on local experience only).", min=0)
-    per_peer_cap: int = opt(2, "At most this many of a batch's shared groups from any one peer (0: no cap).", min=0)
-    max_version_gap: int = opt(1, "Skip shared groups of our own model more than this many policy versions behind us (-1: no bound; 1 measured best, see README).", min=-1)
-    max_age_s: float = opt(600.0, "Skip shared groups received longer ago than this (0: no bound).", min=0.0)
-    pool_size: int = opt(4096, "Shared groups kept waiting for training (oldest dropped first).", min=1)
-    pool_mb: float = opt(64.0, "Text of the shared groups kept waiting for training, in MB (oldest dropped first).", min=0.01)
+    shared_groups: int = opt(
+        0,
+        "J: shared groups from peers per update (SAPO; 0 trains on local experience only).",
+        min=0,
+    )
+    per_peer_cap: int = opt(
+        2, "At most this many of a batch's shared groups from any one peer (0: no cap).", min=0
+    )
+    max_version_gap: int = opt(
+        1,
+        "Skip shared groups of our own model more than this many policy versions behind us (-1: no bound; 1 measured best, see README).",
+        min=-1,
+    )
+    max_age_s: float = opt(
+        600.0, "Skip shared groups received longer ago than this (0: no bound).", min=0.0
+    )
+    pool_size: int = opt(
+        4096, "Shared groups kept waiting for training (oldest dropped first).", min=1
+    )
+    pool_mb: float = opt(
+        64.0,
+        "Text of the shared groups kept waiting for training, in MB (oldest dropped first).",
+        min=0.01,
+    )
     signal_filter: str = opt(
         "all",
         "Which groups lose their place when all their rewards are equal: all (local and shared) "
@@ -149,10 +235,22 @@ class TrainingSection:
 class TasksSection:
     """What the node practises on, and how it is evaluated."""
 
-    preset: str = opt("easy", "Task mix: easy (what the tiny model can learn), sapo (the paper's nine datasets), or custom (use [[tasks.mix]]).", choices=("easy", "sapo", "custom"))
-    mix: list = opt([], "With preset = custom: a list of tables {dataset, weight, config} of reasoning-gym datasets.")
+    preset: str = opt(
+        "easy",
+        "Task mix: easy (what the tiny model can learn), sapo (the paper's nine datasets), or custom (use [[tasks.mix]]).",
+        choices=("easy", "sapo", "custom"),
+    )
+    mix: list = opt(
+        [],
+        "With preset = custom: a list of tables {dataset, weight, config} of reasoning-gym datasets.",
+    )
     seed: int = opt(-1, "Seed of this node's task stream (-1: derived from node.seed).", min=-1)
-    format_reward: float = opt(0.1, "Reward added when a completion ends with its answer inside <answer></answer> (nothing after it).", min=0.0, max=1.0)
+    format_reward: float = opt(
+        0.1,
+        "Reward added when a completion ends with its answer inside <answer></answer> (nothing after it).",
+        min=0.0,
+        max=1.0,
+    )
     answer_rule: str = opt(
         "lenient",
         "Which text is scored as the answer: lenient (the last <answer></answer>, else the whole "
@@ -165,8 +263,12 @@ class TasksSection:
         "correctness is 1 for a fully correct answer, else 0.",
     )
     eval_size: int = opt(64, "Held-out questions for accuracy (0: no evaluation).", min=0)
-    eval_seed: int = opt(1_000_003, "Seed of the held-out questions (no training stream uses it).", min=0)
-    eval_every: int = opt(10, "Evaluate held-out accuracy every this many rounds (and at start and end).", min=1)
+    eval_seed: int = opt(
+        1_000_003, "Seed of the held-out questions (no training stream uses it).", min=0
+    )
+    eval_every: int = opt(
+        10, "Evaluate held-out accuracy every this many rounds (and at start and end).", min=1
+    )
 
     def scoring(self):
         """These settings as a `swarm.tasks.Scoring` (how this node scores completions)."""
@@ -179,7 +281,10 @@ class TasksSection:
 class LedgerSection:
     """Where the contribution ledger lives."""
 
-    url: str = opt("", "SQLAlchemy URL of the ledger ('' : SQLite file ledger.sqlite in node.run_dir; a relative sqlite:/// path in a config file is relative to its folder).")
+    url: str = opt(
+        "",
+        "SQLAlchemy URL of the ledger ('' : SQLite file ledger.sqlite in node.run_dir; a relative sqlite:/// path in a config file is relative to its folder).",
+    )
     rejected_rows_per_peer: int = opt(
         32,
         "Rejected groups of one peer stored as rows (with their signed bytes) per "
@@ -188,7 +293,9 @@ class LedgerSection:
         min=0,
     )
     count_window_s: float = opt(
-        3600.0, "Window of the per-peer row quota and of the rejection counters, in seconds.", min=1.0
+        3600.0,
+        "Window of the per-peer row quota and of the rejection counters, in seconds.",
+        min=1.0,
     )
     keep_days: float = opt(
         0.0,
@@ -210,10 +317,22 @@ class P2PSection:
     """Networking. Solo mode is the same daemon with an empty bootstrap list."""
 
     swarm_id: str = opt("swarm-local", "Name of the swarm; messages of other swarms are rejected.")
-    listen: str = opt("/ip4/127.0.0.1/tcp/0", "Multiaddr to listen on (tcp/0: any free port; /ip4/0.0.0.0 to accept remote peers).")
-    bootstrap: list = opt([], "Multiaddrs (/ip4/.../tcp/.../p2p/12D3KooW...) of peers to join through.")
-    psk_file: str = opt("", "File holding the private swarm key (libp2p swarm.key format; relative: to the config file's folder); '' : open swarm. Peers without the same key cannot connect.", path=True)
-    allow_list: list = opt([], "Peer IDs allowed to connect and send (empty: anyone). Connections from other peers are closed.")
+    listen: str = opt(
+        "/ip4/127.0.0.1/tcp/0",
+        "Multiaddr to listen on (tcp/0: any free port; /ip4/0.0.0.0 to accept remote peers).",
+    )
+    bootstrap: list = opt(
+        [], "Multiaddrs (/ip4/.../tcp/.../p2p/12D3KooW...) of peers to join through."
+    )
+    psk_file: str = opt(
+        "",
+        "File holding the private swarm key (libp2p swarm.key format; relative: to the config file's folder); '' : open swarm. Peers without the same key cannot connect.",
+        path=True,
+    )
+    allow_list: list = opt(
+        [],
+        "Peer IDs allowed to connect and send (empty: anyone). Connections from other peers are closed.",
+    )
     exchange: str = opt(
         "gossip",
         "How rollout groups travel: gossip (every group to every node: a node's cost grows with "
@@ -222,9 +341,24 @@ class P2PSection:
         "docs/SCALE.md). Every node of a swarm must use the same.",
         choices=("gossip", "pull"),
     )
-    pull_lists: int = opt(8, "Pull exchange: peers (sampled from the node's view of the swarm) asked for their announcements each round.", min=1, max=64)
-    pull_groups: int = opt(-1, "Pull exchange: groups pulled and verified each round (-1: training.shared_groups + 2, none when that is 0).", min=-1, max=4096)
-    view_size: int = opt(64, "Pull exchange: peers in the node's random view of the swarm (bounded whatever the swarm's size).", min=4, max=64)
+    pull_lists: int = opt(
+        8,
+        "Pull exchange: peers (sampled from the node's view of the swarm) asked for their announcements each round.",
+        min=1,
+        max=64,
+    )
+    pull_groups: int = opt(
+        -1,
+        "Pull exchange: groups pulled and verified each round (-1: training.shared_groups + 2, none when that is 0).",
+        min=-1,
+        max=4096,
+    )
+    view_size: int = opt(
+        64,
+        "Pull exchange: peers in the node's random view of the swarm (bounded whatever the swarm's size).",
+        min=4,
+        max=64,
+    )
 
 
 # -- verification of peers' rollout groups --
@@ -240,21 +374,81 @@ class VerifySection:
     training.max_age_s) only skip accepted groups at batch time and are much tighter.
     """
 
-    max_age_s: float = opt(3600.0, "Reject groups created longer ago than this (0: no bound). Generous: sampling skips stale groups anyway.", min=0.0)
-    max_future_s: float = opt(300.0, "Reject groups dated further than this in the future (clock-skew allowance).", min=0.0)
-    max_version_lag: int = opt(1000, "Reject a group more than this many policy versions behind the newest one its sender has sent us (-1: no bound).", min=-1)
-    reward_tolerance: float = opt(1e-6, "Largest difference allowed between a claimed reward and the one recomputed locally.", min=0.0, max=1.0)
-    rate_groups_per_s: float = opt(100.0, "Sustained groups per second a peer may send (refill of its rate limit).", min=0.0)
-    rate_burst: int = opt(4096, "Groups a peer may send at once (size of its rate-limit bucket).", min=1)
-    copycat_overlap: float = opt(0.75, "Reject a group sharing at least this share of its completions with another peer's group for the same task spec (0: off).", min=0.0, max=1.0)
-    throttle_below: float = opt(0.5, "A peer whose reputation score falls below this gets its rate limit scaled by its score.", min=0.0, max=1.0)
-    ban_after: float = opt(50.0, "Ban a peer automatically once its hard rejections (bad signatures, false rewards, bad tasks...) reach this and its score is below ban_below (0: never).", min=0.0)
-    ban_below: float = opt(0.2, "Reputation score under which a peer with ban_after hard rejections is banned.", min=0.0, max=1.0)
-    spot_check_completions: int = opt(1, "Completions per group whose tokens are re-scored under our own policy when the sender declares our model, base and policy version (0: off).", min=0, max=256)
-    spot_check_groups_per_round: int = opt(1, "At most this many qualifying groups are spot-checked per round (each costs a forward pass).", min=0)
-    spot_check_min_prob: float = opt(1e-6, "A spot-checked token less likely than this under the declared sampler marks the group implausible.", min=0.0, max=1.0)
-    task_catalogue: list = opt([], "Tasks peers' groups may name besides this node's own mix: a list of tables {dataset, config} (exact configs). A group naming any other dataset or config is rejected before its task is rebuilt (unlisted_task), so a peer cannot make this node build costly tasks.")
-    recheck_signatures: bool = opt(False, "Check each group's signature again when the round loop takes it from the inbox. Off by default: the transports queue only messages the gossip validator accepted, signature included.")
+    max_age_s: float = opt(
+        3600.0,
+        "Reject groups created longer ago than this (0: no bound). Generous: sampling skips stale groups anyway.",
+        min=0.0,
+    )
+    max_future_s: float = opt(
+        300.0,
+        "Reject groups dated further than this in the future (clock-skew allowance).",
+        min=0.0,
+    )
+    max_version_lag: int = opt(
+        1000,
+        "Reject a group more than this many policy versions behind the newest one its sender has sent us (-1: no bound).",
+        min=-1,
+    )
+    reward_tolerance: float = opt(
+        1e-6,
+        "Largest difference allowed between a claimed reward and the one recomputed locally.",
+        min=0.0,
+        max=1.0,
+    )
+    rate_groups_per_s: float = opt(
+        100.0, "Sustained groups per second a peer may send (refill of its rate limit).", min=0.0
+    )
+    rate_burst: int = opt(
+        4096, "Groups a peer may send at once (size of its rate-limit bucket).", min=1
+    )
+    copycat_overlap: float = opt(
+        0.75,
+        "Reject a group sharing at least this share of its completions with another peer's group for the same task spec (0: off).",
+        min=0.0,
+        max=1.0,
+    )
+    throttle_below: float = opt(
+        0.5,
+        "A peer whose reputation score falls below this gets its rate limit scaled by its score.",
+        min=0.0,
+        max=1.0,
+    )
+    ban_after: float = opt(
+        50.0,
+        "Ban a peer automatically once its hard rejections (bad signatures, false rewards, bad tasks...) reach this and its score is below ban_below (0: never).",
+        min=0.0,
+    )
+    ban_below: float = opt(
+        0.2,
+        "Reputation score under which a peer with ban_after hard rejections is banned.",
+        min=0.0,
+        max=1.0,
+    )
+    spot_check_completions: int = opt(
+        1,
+        "Completions per group whose tokens are re-scored under our own policy when the sender declares our model, base and policy version (0: off).",
+        min=0,
+        max=256,
+    )
+    spot_check_groups_per_round: int = opt(
+        1,
+        "At most this many qualifying groups are spot-checked per round (each costs a forward pass).",
+        min=0,
+    )
+    spot_check_min_prob: float = opt(
+        1e-6,
+        "A spot-checked token less likely than this under the declared sampler marks the group implausible.",
+        min=0.0,
+        max=1.0,
+    )
+    task_catalogue: list = opt(
+        [],
+        "Tasks peers' groups may name besides this node's own mix: a list of tables {dataset, config} (exact configs). A group naming any other dataset or config is rejected before its task is rebuilt (unlisted_task), so a peer cannot make this node build costly tasks.",
+    )
+    recheck_signatures: bool = opt(
+        False,
+        "Check each group's signature again when the round loop takes it from the inbox. Off by default: the transports queue only messages the gossip validator accepted, signature included.",
+    )
     worker: bool = opt(
         True,
         "Rebuild peers' tasks and score their completions in a separate worker process, "
@@ -307,14 +501,45 @@ PEER_ID_PATTERN = re.compile(r"^12D3KooW[1-9A-HJ-NP-Za-km-z]{44}$")
 class SyncSection:
     """Following a trainer's policy: sparse bf16 weight deltas, announced on gossip, fetched over a stream."""
 
-    follow: str = opt("", "Generator role: peer ID (12D3KooW...) of the trainer whose policy this node follows (required there).")
-    publish_deltas: bool = opt(False, "Trainer role: after every update, publish a sparse delta of the bf16 weights for followers.")
-    anchor_every: int = opt(10, "Trainer: also publish a full anchor every this many policy versions (late joiners start from it).", min=1)
-    keep_deltas: int = opt(20, "Trainer: keep serving this many most recent deltas (and the latest anchor) to followers that missed some.", min=1)
-    zstd_level: int = opt(1, "Trainer: zstd level of deltas and anchors (higher: a few % smaller, several times slower).", min=1, max=22)
-    max_blob_mb: int = opt(1024, "Generator: refuse a delta or anchor announced larger than this many MB.", min=1, max=1024)
-    fetch_timeout_s: float = opt(120.0, "Generator: give up fetching one delta or anchor after this many seconds.", min=1.0)
-    hold_deltas: int = opt(4, "Generator: serve this many most recent applied deltas to other followers, and fetch from followers that hold one before the trainer (0: fetch from the trainer only), so the trainer's upload per version stays about constant.", min=0, max=64)
+    follow: str = opt(
+        "",
+        "Generator role: peer ID (12D3KooW...) of the trainer whose policy this node follows (required there).",
+    )
+    publish_deltas: bool = opt(
+        False,
+        "Trainer role: after every update, publish a sparse delta of the bf16 weights for followers.",
+    )
+    anchor_every: int = opt(
+        10,
+        "Trainer: also publish a full anchor every this many policy versions (late joiners start from it).",
+        min=1,
+    )
+    keep_deltas: int = opt(
+        20,
+        "Trainer: keep serving this many most recent deltas (and the latest anchor) to followers that missed some.",
+        min=1,
+    )
+    zstd_level: int = opt(
+        1,
+        "Trainer: zstd level of deltas and anchors (higher: a few % smaller, several times slower).",
+        min=1,
+        max=22,
+    )
+    max_blob_mb: int = opt(
+        1024,
+        "Generator: refuse a delta or anchor announced larger than this many MB.",
+        min=1,
+        max=1024,
+    )
+    fetch_timeout_s: float = opt(
+        120.0, "Generator: give up fetching one delta or anchor after this many seconds.", min=1.0
+    )
+    hold_deltas: int = opt(
+        4,
+        "Generator: serve this many most recent applied deltas to other followers, and fetch from followers that hold one before the trainer (0: fetch from the trainer only), so the trainer's upload per version stays about constant.",
+        min=0,
+        max=64,
+    )
 
 
 @dataclass(frozen=True)
@@ -372,7 +597,9 @@ class Config:
         return dataclasses.asdict(self)
 
 
-SECTIONS: dict[str, type] = {f.name: typing.get_type_hints(Config)[f.name] for f in dataclasses.fields(Config)}
+SECTIONS: dict[str, type] = {
+    f.name: typing.get_type_hints(Config)[f.name] for f in dataclasses.fields(Config)
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,7 +623,9 @@ def _origin_rank(origin: str) -> int:
     return 1 if origin.startswith("environment variable") else 0
 
 
-def build_config(raw: Mapping[str, Any], source: str = "config", origins: Mapping | None = None) -> Config:
+def build_config(
+    raw: Mapping[str, Any], source: str = "config", origins: Mapping | None = None
+) -> Config:
     """Validate a nested mapping (as read from TOML) into a `Config`.
 
     `source` names the file in error messages; `origins` maps (section, key) to where an
@@ -407,12 +636,18 @@ def build_config(raw: Mapping[str, Any], source: str = "config", origins: Mappin
     for section_name, section_data in raw.items():
         if section_name not in SECTIONS:
             where = next((o for (s, _), o in origins.items() if s == section_name), source)
-            raise ConfigError(f"{where}: unknown section [{section_name}]{_suggest(section_name, SECTIONS)}")
+            raise ConfigError(
+                f"{where}: unknown section [{section_name}]{_suggest(section_name, SECTIONS)}"
+            )
         if not isinstance(section_data, Mapping):
             raise ConfigError(f"{source}: [{section_name}] must be a table")
-        sections[section_name] = _build_section(SECTIONS[section_name], section_name, section_data, source, origins)
+        sections[section_name] = _build_section(
+            SECTIONS[section_name], section_name, section_data, source, origins
+        )
     config = Config(**sections)
-    _check_cross_field(config, lambda section, key, *also: who_set(origins, source, f"{section}.{key}", *also))
+    _check_cross_field(
+        config, lambda section, key, *also: who_set(origins, source, f"{section}.{key}", *also)
+    )
     return config
 
 
@@ -432,7 +667,9 @@ def _build_section(cls: type, section: str, data: Mapping[str, Any], source: str
 def _check_value(value: Any, expected: Any, meta: Mapping[str, Any], where: str) -> Any:
     value = _check_type(value, expected, where)
     if meta.get("choices") and value not in meta["choices"]:
-        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(str, meta['choices']))}")
+        raise ConfigError(
+            f"{where}: {value!r} is not one of {', '.join(map(str, meta['choices']))}"
+        )
     if isinstance(value, int | float) and not isinstance(value, bool):
         if meta.get("min") is not None and value < meta["min"]:
             raise ConfigError(f"{where}: {value} is below the minimum {meta['min']}")
@@ -471,19 +708,27 @@ def _check_cross_field(config: Config, origin) -> None:
     """Rules that involve more than one key; `origin(section, key)` names where a value came from."""
     source = origin("tasks", "mix", "tasks.preset")
     if config.tasks.preset == "custom" and not config.tasks.mix:
-        raise ConfigError(f"{source}: tasks.mix must list datasets when tasks.preset = \"custom\"")
+        raise ConfigError(f'{source}: tasks.mix must list datasets when tasks.preset = "custom"')
     if config.tasks.preset != "custom" and config.tasks.mix:
-        raise ConfigError(f"{source}: tasks.mix is only used with tasks.preset = \"custom\"")
+        raise ConfigError(f'{source}: tasks.mix is only used with tasks.preset = "custom"')
     listed = origin("verify", "task_catalogue")
     for i, entry in enumerate(config.verify.task_catalogue):
-        if not isinstance(entry, Mapping) or "dataset" not in entry or set(entry) - {"dataset", "config"}:
-            raise ConfigError(f"{listed}: verify.task_catalogue[{i}] must be a table with keys dataset and config")
+        if (
+            not isinstance(entry, Mapping)
+            or "dataset" not in entry
+            or set(entry) - {"dataset", "config"}
+        ):
+            raise ConfigError(
+                f"{listed}: verify.task_catalogue[{i}] must be a table with keys dataset and config"
+            )
     for i, entry in enumerate(config.tasks.mix):
         if not isinstance(entry, Mapping) or "dataset" not in entry:
             raise ConfigError(f"{source}: tasks.mix[{i}] must be a table with a 'dataset' key")
         extra = set(entry) - {"dataset", "weight", "config"}
         if extra:
-            raise ConfigError(f"{source}: tasks.mix[{i}]: unknown key {sorted(extra)[0]!r} (expected dataset, weight, config)")
+            raise ConfigError(
+                f"{source}: tasks.mix[{i}]: unknown key {sorted(extra)[0]!r} (expected dataset, weight, config)"
+            )
         if not isinstance(entry.get("config", {}), Mapping):
             raise ConfigError(f"{source}: tasks.mix[{i}].config must be a table")
         weight = entry.get("weight", 1.0)
@@ -491,28 +736,44 @@ def _check_cross_field(config: Config, origin) -> None:
             raise ConfigError(f"{source}: tasks.mix[{i}].weight must be a positive number")
     for i, addr in enumerate(config.p2p.bootstrap):
         if not isinstance(addr, str) or "/p2p/" not in addr:
-            raise ConfigError(f"{origin('p2p', 'bootstrap')}: p2p.bootstrap[{i}] must be a multiaddr ending in /p2p/<peer id>, got {addr!r}")
+            raise ConfigError(
+                f"{origin('p2p', 'bootstrap')}: p2p.bootstrap[{i}] must be a multiaddr ending in /p2p/<peer id>, got {addr!r}"
+            )
     _check_sync(config, origin)
     v = config.verify
     if v.worker and v.task_cache_mb + WORKER_BASE_MB > v.worker_memory_mb // 2:
-        raise ConfigError(f"{origin('verify', 'task_cache_mb', 'verify.worker_memory_mb')}: verify.task_cache_mb ({v.task_cache_mb}) plus {WORKER_BASE_MB} MB must fit in half of verify.worker_memory_mb ({v.worker_memory_mb}): a group that takes the worker past half its limit is rejected")
+        raise ConfigError(
+            f"{origin('verify', 'task_cache_mb', 'verify.worker_memory_mb')}: verify.task_cache_mb ({v.task_cache_mb}) plus {WORKER_BASE_MB} MB must fit in half of verify.worker_memory_mb ({v.worker_memory_mb}): a group that takes the worker past half its limit is rejected"
+        )
     if config.generation.temperature == 0 and config.node.role != "observer":
-        raise ConfigError(f"{origin('generation', 'temperature', 'node.role')}: generation.temperature = 0 gives every group equal rewards and GRPO nothing to learn")
+        raise ConfigError(
+            f"{origin('generation', 'temperature', 'node.role')}: generation.temperature = 0 gives every group equal rewards and GRPO nothing to learn"
+        )
 
 
 def _check_sync(config: Config, origin) -> None:
     """The [sync] keys against the node's role."""
     follow, role = config.sync.follow, config.node.role
     if role == "generator" and not follow:
-        raise ConfigError(f"{origin('node', 'role', 'sync.follow')}: node.role = \"generator\" needs sync.follow = the peer ID of the trainer to follow")
+        raise ConfigError(
+            f'{origin("node", "role", "sync.follow")}: node.role = "generator" needs sync.follow = the peer ID of the trainer to follow'
+        )
     if follow and role != "generator":
-        raise ConfigError(f"{origin('sync', 'follow', 'node.role')}: sync.follow is only used with node.role = \"generator\"")
+        raise ConfigError(
+            f'{origin("sync", "follow", "node.role")}: sync.follow is only used with node.role = "generator"'
+        )
     if follow and not PEER_ID_PATTERN.match(follow):
-        raise ConfigError(f"{origin('sync', 'follow')}: sync.follow = {follow!r} is not a peer ID (expected 12D3KooW followed by 44 base58 characters)")
+        raise ConfigError(
+            f"{origin('sync', 'follow')}: sync.follow = {follow!r} is not a peer ID (expected 12D3KooW followed by 44 base58 characters)"
+        )
     if config.sync.keep_deltas < config.sync.anchor_every:
-        raise ConfigError(f"{origin('sync', 'keep_deltas', 'sync.anchor_every')}: sync.keep_deltas ({config.sync.keep_deltas}) must be at least sync.anchor_every ({config.sync.anchor_every}), so a follower starting from the latest anchor finds every delta after it")
+        raise ConfigError(
+            f"{origin('sync', 'keep_deltas', 'sync.anchor_every')}: sync.keep_deltas ({config.sync.keep_deltas}) must be at least sync.anchor_every ({config.sync.anchor_every}), so a follower starting from the latest anchor finds every delta after it"
+        )
     if config.sync.publish_deltas and role != "trainer":
-        raise ConfigError(f"{origin('sync', 'publish_deltas', 'node.role')}: sync.publish_deltas needs node.role = \"trainer\" (only a trainer makes new versions)")
+        raise ConfigError(
+            f'{origin("sync", "publish_deltas", "node.role")}: sync.publish_deltas needs node.role = "trainer" (only a trainer makes new versions)'
+        )
 
 
 def _suggest(name: str, options) -> str:
@@ -527,7 +788,8 @@ def task_mix(config: Config):
     if config.tasks.preset != "custom":
         return PRESET_MIXES[config.tasks.preset]
     return tuple(
-        MixEntry(str(e["dataset"]), float(e.get("weight", 1.0)), dict(e.get("config", {}))) for e in config.tasks.mix
+        MixEntry(str(e["dataset"]), float(e.get("weight", 1.0)), dict(e.get("config", {})))
+        for e in config.tasks.mix
     )
 
 

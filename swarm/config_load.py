@@ -135,7 +135,12 @@ def _resolve_paths(raw: dict, base: Path) -> None:
                 values[f.name] = os.path.normpath(base / os.path.expanduser(value))
     ledger = raw.get("ledger")
     url = ledger.get("url") if isinstance(ledger, dict) else None
-    if isinstance(ledger, dict) and isinstance(url, str) and url.startswith(_SQLITE) and not url.startswith(_SQLITE + "/"):
+    if (
+        isinstance(ledger, dict)
+        and isinstance(url, str)
+        and url.startswith(_SQLITE)
+        and not url.startswith(_SQLITE + "/")
+    ):
         rest = url[len(_SQLITE) :]
         if rest and not rest.startswith(":memory:"):
             ledger["url"] = _SQLITE + os.path.normpath(base / os.path.expanduser(rest))

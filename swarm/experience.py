@@ -40,7 +40,6 @@ class SharedGroup:
     family: str = ""  # the task's dataset
 
 
-
 def group_bytes(group: SharedGroup) -> int:
     """What a pooled group holds in text, in UTF-8 bytes (its question and completions)."""
     texts = (group.task.question, *group.completions)

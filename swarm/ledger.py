@@ -136,7 +136,9 @@ class GroupRow(Base):
     status: Mapped[str] = mapped_column(String, index=True)  # a `Status`: sent/accepted/rejected
     reason: Mapped[str] = mapped_column(String, default="")  # a `Reason` if rejected, else ""
     detail: Mapped[str] = mapped_column(String, default="")
-    sender: Mapped[str] = mapped_column(String, index=True, default="")  # claimed signer ("" if unknown)
+    sender: Mapped[str] = mapped_column(
+        String, index=True, default=""
+    )  # claimed signer ("" if unknown)
     source: Mapped[str] = mapped_column(String, default="")  # libp2p origin of the message
     swarm_id: Mapped[str] = mapped_column(String, default="")
     dataset: Mapped[str] = mapped_column(String, default="")
@@ -327,12 +329,22 @@ def get_meta(session: Session, key: str) -> str | None:
 
 def latest_rounds(session: Session, limit: int = 10) -> list[RoundRow]:
     """The most recent live (not superseded) rounds, newest first."""
-    stmt = select(RoundRow).where(RoundRow.superseded.is_(False)).order_by(RoundRow.round.desc()).limit(limit)
+    stmt = (
+        select(RoundRow)
+        .where(RoundRow.superseded.is_(False))
+        .order_by(RoundRow.round.desc())
+        .limit(limit)
+    )
     return list(session.scalars(stmt))
 
 
 def latest_evals(session: Session, limit: int = 10) -> list[EvalRow]:
-    stmt = select(EvalRow).where(EvalRow.superseded.is_(False)).order_by(EvalRow.id.desc()).limit(limit)
+    stmt = (
+        select(EvalRow)
+        .where(EvalRow.superseded.is_(False))
+        .order_by(EvalRow.id.desc())
+        .limit(limit)
+    )
     return list(session.scalars(stmt))
 
 
@@ -360,18 +372,24 @@ def supersede_after(session: Session, round_index: int) -> int:
     count = 0
     for model in (RoundRow, UpdateRow, EvalRow, GroupUseRow):
         result = session.execute(
-            update(model).where(model.round > round_index, model.superseded.is_(False)).values(superseded=True)
+            update(model)
+            .where(model.round > round_index, model.superseded.is_(False))
+            .values(superseded=True)
         )
         if model is RoundRow:
             count = cast(CursorResult, result).rowcount or 0
     return count
 
 
-def touch_peer(session: Session, peer_id: str, seen_at: float, model: str = "", addrs: str | None = None) -> None:
+def touch_peer(
+    session: Session, peer_id: str, seen_at: float, model: str = "", addrs: str | None = None
+) -> None:
     """Create or refresh a peer's row."""
     row = session.get(PeerRow, peer_id)
     if row is None:
-        row = PeerRow(peer_id=peer_id, first_seen=seen_at, last_seen=seen_at, model=model, addrs=addrs or "[]")
+        row = PeerRow(
+            peer_id=peer_id, first_seen=seen_at, last_seen=seen_at, model=model, addrs=addrs or "[]"
+        )
         session.add(row)
         return
     row.last_seen = max(row.last_seen, seen_at)
@@ -391,11 +409,19 @@ def group_known(session: Session, content_hash: str) -> bool:
     return session.scalar(stmt) is not None
 
 
-def recent_accepted(session: Session, since: float, limit: int) -> list[tuple[bytes, str, str, int, float]]:
+def recent_accepted(
+    session: Session, since: float, limit: int
+) -> list[tuple[bytes, str, str, int, float]]:
     """(signed body, sender, content hash, policy version, recorded at) of the newest groups
     accepted since `since`, at most `limit`, oldest first."""
     stmt = (
-        select(GroupRow.body, GroupRow.sender, GroupRow.content_hash, GroupRow.policy_version, GroupRow.recorded_at)
+        select(
+            GroupRow.body,
+            GroupRow.sender,
+            GroupRow.content_hash,
+            GroupRow.policy_version,
+            GroupRow.recorded_at,
+        )
         .where(GroupRow.direction == Direction.RECEIVED, GroupRow.status == Status.ACCEPTED)
         .where(GroupRow.recorded_at >= since)
         .where(GroupRow.body.is_not(None))
@@ -412,7 +438,6 @@ def group_counts(session: Session) -> dict[str, int]:
     """Groups by status: sent, accepted, rejected."""
     rows = session.execute(select(GroupRow.status, func.count()).group_by(GroupRow.status)).all()
     return {status: count for status, count in rows}
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,7 +466,9 @@ def remove_ban(session: Session, peer_id: str, lifted_at: float | None = None) -
     row = session.get(BanRow, peer_id)
     if row is not None:
         session.delete(row)
-        set_meta(session, _UNBANNED + peer_id, repr(time.time() if lifted_at is None else lifted_at))
+        set_meta(
+            session, _UNBANNED + peer_id, repr(time.time() if lifted_at is None else lifted_at)
+        )
     return row
 
 
@@ -462,7 +489,11 @@ def add_rejection_counts(
     for (peer, reason), n in counts.items():
         row = session.get(RejectionCountRow, (peer, str(reason), start))
         if row is None:
-            session.add(RejectionCountRow(peer=peer, reason=str(reason), window_start=start, count=n, last_at=now))
+            session.add(
+                RejectionCountRow(
+                    peer=peer, reason=str(reason), window_start=start, count=n, last_at=now
+                )
+            )
         else:
             row.count += n
             row.last_at = max(row.last_at, now)
@@ -473,7 +504,10 @@ def counted_rejections(session: Session, peer: str | None = None) -> dict[str, i
     stmt = select(RejectionCountRow.reason, func.sum(RejectionCountRow.count))
     if peer is not None:
         stmt = stmt.where(RejectionCountRow.peer == peer)
-    return {reason: int(n) for reason, n in session.execute(stmt.group_by(RejectionCountRow.reason)).all()}
+    return {
+        reason: int(n)
+        for reason, n in session.execute(stmt.group_by(RejectionCountRow.reason)).all()
+    }
 
 
 def received_outcomes(session: Session) -> list[tuple[str, str, str, str, int]]:
@@ -487,13 +521,22 @@ def received_outcomes(session: Session) -> list[tuple[str, str, str, str, int]]:
     # The peer a group counts for: the transport-authenticated source, else the claimed sender.
     blamed = func.coalesce(func.nullif(GroupRow.source, ""), GroupRow.sender)
     received = select(*columns, func.count()).where(GroupRow.direction == Direction.RECEIVED)
-    out = [row.tuple() for row in session.execute(received.where(blamed.not_in(lifted)).group_by(*columns)).all()]
+    out = [
+        row.tuple()
+        for row in session.execute(received.where(blamed.not_in(lifted)).group_by(*columns)).all()
+    ]
     for peer, at in lifted.items():
         since = received.where(blamed == peer, GroupRow.recorded_at > at).group_by(*columns)
         out += [row.tuple() for row in session.execute(since).all()]
-    counted = select(RejectionCountRow.peer, RejectionCountRow.reason, func.sum(RejectionCountRow.count))
+    counted = select(
+        RejectionCountRow.peer, RejectionCountRow.reason, func.sum(RejectionCountRow.count)
+    )
     by_peer = (RejectionCountRow.peer, RejectionCountRow.reason)
-    counted_rows = list(session.execute(counted.where(RejectionCountRow.peer.not_in(lifted)).group_by(*by_peer)).all())
+    counted_rows = list(
+        session.execute(
+            counted.where(RejectionCountRow.peer.not_in(lifted)).group_by(*by_peer)
+        ).all()
+    )
     for peer, at in lifted.items():
         since_unban = counted.where(RejectionCountRow.peer == peer, RejectionCountRow.last_at > at)
         counted_rows += session.execute(since_unban.group_by(*by_peer)).all()

@@ -125,7 +125,9 @@ def _delete_oldest(ledger: Ledger, table, where, age, limit: int) -> int:
             session.execute(delete(table).where(keys[0].in_([row[0] for row in chosen])))
         else:
             for row in chosen:
-                session.execute(delete(table).where(*(k == v for k, v in zip(keys, row, strict=True))))
+                session.execute(
+                    delete(table).where(*(k == v for k, v in zip(keys, row, strict=True)))
+                )
     return len(chosen)
 
 
@@ -184,6 +186,7 @@ def describe(size: LedgerSize) -> str:
         parts.append(f"{size.used_bytes / 1e6:.1f} MB in use")
     groups = size.rows.get(GroupRow.__tablename__, 0)
     counters = size.rows.get(RejectionCountRow.__tablename__, 0)
-    parts.append(f"{groups} group rows, {counters} rejection counters, {sum(size.rows.values())} rows in all")
+    parts.append(
+        f"{groups} group rows, {counters} rejection counters, {sum(size.rows.values())} rows in all"
+    )
     return "; ".join(parts)
-

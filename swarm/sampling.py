@@ -205,7 +205,9 @@ def _uniform(items: list, k: int, rng: random.Random) -> list:
     return rng.sample(items, k)
 
 
-def _uniform_capped(items: list[Candidate], k: int, rng: random.Random, cap: int | None) -> list[Candidate]:
+def _uniform_capped(
+    items: list[Candidate], k: int, rng: random.Random, cap: int | None
+) -> list[Candidate]:
     """A uniform sample of `k` items taking at most `cap` from any one sender."""
     order = list(items)
     rng.shuffle(order)

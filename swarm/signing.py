@@ -108,9 +108,7 @@ def verify_announcement(signed: SignedAnnouncement) -> GroupAnnouncement:
     from swarm.p2p.identity import verify
 
     announcement = decode_announcement(signed.body)
-    if not verify(
-        announcement.sender, ANNOUNCEMENT_SIGNING_DOMAIN + signed.body, signed.signature
-    ):
+    if not verify(announcement.sender, ANNOUNCEMENT_SIGNING_DOMAIN + signed.body, signed.signature):
         raise RejectedMessage(
             Reason.BAD_SIGNATURE,
             f"announcement signature does not verify for {announcement.sender[:16]}...",

@@ -108,14 +108,24 @@ class ByteLRU:
     def info(self) -> CacheInfo:
         with self._lock:
             return CacheInfo(
-                len(self._items), self._bytes, self._budget, self._hits, self._misses,
-                self._evictions, self._too_large,
+                len(self._items),
+                self._bytes,
+                self._budget,
+                self._hits,
+                self._misses,
+                self._evictions,
+                self._too_large,
             )
 
 
 SHARED_TYPES = (
-    types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-    types.CodeType, types.FrameType,
+    types.ModuleType,
+    type,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.CodeType,
+    types.FrameType,
 )
 MAX_OBJECTS = 5_000_000  # past this many objects an entry is surely over any budget
 

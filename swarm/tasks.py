@@ -59,7 +59,9 @@ class TaskSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     seed: int
 
     @classmethod
-    def make(cls, dataset: str, config: Mapping[str, Any] | None, seed: int, index: int) -> TaskSpec:
+    def make(
+        cls, dataset: str, config: Mapping[str, Any] | None, seed: int, index: int
+    ) -> TaskSpec:
         config_json = canonical_config(config or {})
         return cls(dataset=dataset, config_json=config_json, seed=int(seed), index=int(index))
 
@@ -68,7 +70,12 @@ class TaskSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         return json.loads(self.config_json)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"dataset": self.dataset, "config": self.config, "seed": self.seed, "index": self.index}
+        return {
+            "dataset": self.dataset,
+            "config": self.config,
+            "seed": self.seed,
+            "index": self.index,
+        }
 
 
 @dataclass(frozen=True)
@@ -111,8 +118,9 @@ def _dataset(name: str, config_json: str, seed: int):
         try:
             return create_dataset(name, seed=seed, size=_DATASET_SIZE, **config)
         except Exception as e:  # noqa: BLE001 - any failure to build is a bad spec, from a peer or a config
-            raise TaskError(f"cannot build dataset {name!r} with config {config_json}: {e}") from None
-
+            raise TaskError(
+                f"cannot build dataset {name!r} with config {config_json}: {e}"
+            ) from None
 
 
 def build_task(spec: TaskSpec) -> Task:
@@ -126,7 +134,12 @@ def build_task(spec: TaskSpec) -> Task:
         except Exception as e:  # noqa: BLE001 - a dataset failing on an index is a bad spec
             raise TaskError(f"cannot build item {spec.index} of {spec.dataset!r}: {e}") from None
     answer = entry.get("answer")
-    return Task(spec=spec, question=str(entry["question"]), answer=None if answer is None else str(answer), entry=entry)
+    return Task(
+        spec=spec,
+        question=str(entry["question"]),
+        answer=None if answer is None else str(answer),
+        entry=entry,
+    )
 
 
 def last_tagged_answer(completion: str) -> tuple[int, int, int] | None:
@@ -222,7 +235,9 @@ class Scoring:
     partial_credit: bool = True
 
     def reward(self, task: Task, completion: str) -> float:
-        return score_completion(task, completion, self.format_weight, self.rule, self.partial_credit)
+        return score_completion(
+            task, completion, self.format_weight, self.rule, self.partial_credit
+        )
 
     def correct(self, task: Task, completion: str) -> bool:
         return is_correct(task, completion, self.rule)
@@ -244,9 +259,7 @@ def claim_rules(format_weight: float) -> tuple[Scoring, ...]:
     receiver accepts claims made under any of the four; it trains on its own rewards anyway.
     """
     return tuple(
-        Scoring(format_weight, rule, partial)
-        for rule in AnswerRule
-        for partial in (True, False)
+        Scoring(format_weight, rule, partial) for rule in AnswerRule for partial in (True, False)
     )
 
 
@@ -283,12 +296,16 @@ def validate_mix(mix: Iterable[MixEntry]) -> tuple[MixEntry, ...]:
         raise TaskError("the task mix is empty")
     for entry in mix:
         if not (entry.weight > 0 and math.isfinite(entry.weight)):
-            raise TaskError(f"weight of dataset {entry.dataset!r} must be positive, got {entry.weight}")
+            raise TaskError(
+                f"weight of dataset {entry.dataset!r} must be positive, got {entry.weight}"
+            )
         build_task(TaskSpec.make(entry.dataset, entry.config, seed=0, index=0))
     return mix
 
 
-def sample_specs(mix: tuple[MixEntry, ...], seed: int, round_index: int, count: int) -> list[TaskSpec]:
+def sample_specs(
+    mix: tuple[MixEntry, ...], seed: int, round_index: int, count: int
+) -> list[TaskSpec]:
     """The `count` task specs a node with task seed `seed` draws in round `round_index`.
 
     Deterministic in (seed, round, count) so a resumed node draws what it would have drawn.

@@ -289,7 +289,9 @@ class HolderHint(Struct, frozen=True, array_like=True, forbid_unknown_fields=Tru
 
     content_hash: HexHash
     peer_id: Name
-    addrs: Annotated[tuple[Annotated[str, Meta(max_length=MAX_NAME_CHARS)], ...], Meta(max_length=MAX_HINT_ADDRS)]
+    addrs: Annotated[
+        tuple[Annotated[str, Meta(max_length=MAX_NAME_CHARS)], ...], Meta(max_length=MAX_HINT_ADDRS)
+    ]
 
 
 class AnnouncementsMessage(Struct, frozen=True, forbid_unknown_fields=True):
@@ -529,7 +531,11 @@ def decode_announcement(body: bytes) -> GroupAnnouncement:
     announcement = decode_strict(body, GroupAnnouncement, ANNOUNCEMENT_SCHEMA_VERSION, 512, claims)
     if encode_announcement(announcement) != body:
         raise diagnose(
-            body, GroupAnnouncement, ANNOUNCEMENT_SCHEMA_VERSION, 512, claims,
+            body,
+            GroupAnnouncement,
+            ANNOUNCEMENT_SCHEMA_VERSION,
+            512,
+            claims,
             lambda: _check_announcement(announcement),
         )
     _check_announcement(announcement)
@@ -556,7 +562,9 @@ def pack_announcements(
     hints = list(holders)[:MAX_HOLDER_HINTS]
     return _ENCODER.encode(
         AnnouncementsMessage(
-            v=ANNOUNCEMENT_SCHEMA_VERSION, kind=AnnouncementsMessage.KIND, items=batch,
+            v=ANNOUNCEMENT_SCHEMA_VERSION,
+            kind=AnnouncementsMessage.KIND,
+            items=batch,
             holders=hints,
         )
     )

@@ -41,7 +41,11 @@ def small_config(run_dir, **sections):
     raw = {
         "node": {"name": "test", "run_dir": str(run_dir), "checkpoint_every": 2, "seed": 0},
         "policy": {"device": "cpu", "dtype": "float32"},
-        "generation": {"questions_per_round": 4, "completions_per_question": 4, "max_new_tokens": 8},
+        "generation": {
+            "questions_per_round": 4,
+            "completions_per_question": 4,
+            "max_new_tokens": 8,
+        },
         "training": {"lr": 3e-4, "local_groups": 4},
         "tasks": {"eval_size": 16, "eval_every": 2},
     }

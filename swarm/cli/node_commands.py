@@ -74,8 +74,7 @@ def join(
     log_format: Annotated[
         str | None,
         typer.Option(
-            help="node.log in the run folder as text or json lines (overrides "
-            "monitor.log_format)."
+            help="node.log in the run folder as text or json lines (overrides monitor.log_format)."
         ),
     ] = None,
     tensorboard: Annotated[

@@ -143,8 +143,12 @@ def make_generator(config: Config, policy: Policy) -> Generator:
     if config.generation.backend == "vllm":
         from swarm.policy.vllm_generator import VLLMGenerator
 
-        return VLLMGenerator(policy, gpu_memory_utilization=config.generation.gpu_memory_utilization)
-    return TransformersGenerator(policy.model, policy.tokenizer, policy.stop_token_ids, config.generation.batch_size)
+        return VLLMGenerator(
+            policy, gpu_memory_utilization=config.generation.gpu_memory_utilization
+        )
+    return TransformersGenerator(
+        policy.model, policy.tokenizer, policy.stop_token_ids, config.generation.batch_size
+    )
 
 
 def trainer_settings(config: Config, policy: Policy) -> TrainerSettings:
@@ -235,14 +239,23 @@ def make_follower(
     if sync.follow == peer_id:
         raise ConfigError("sync.follow names this node itself; give the peer ID of a trainer")
     if policy.dtype == torch.float16:  # bf16 values do not all fit in fp16
-        raise ConfigError("a generator holds the trainer's bf16 weights exactly only with policy.dtype float32 or bfloat16")
+        raise ConfigError(
+            "a generator holds the trainer's bf16 weights exactly only with policy.dtype float32 or bfloat16"
+        )
     expect = Expectation(
-        provider=sync.follow, swarm_id=config.p2p.swarm_id, model=policy.model_id,
-        base_hash=policy.base_hash, max_bytes=sync.max_blob_mb * 1024 * 1024,
+        provider=sync.follow,
+        swarm_id=config.p2p.swarm_id,
+        model=policy.model_id,
+        base_hash=policy.base_hash,
+        max_bytes=sync.max_blob_mb * 1024 * 1024,
     )
     return DeltaFollower(
-        transport, expect, bf16_state_dict(policy.model), version,
-        fetch_timeout=sync.fetch_timeout_s, hold=sync.hold_deltas,
+        transport,
+        expect,
+        bf16_state_dict(policy.model),
+        version,
+        fetch_timeout=sync.fetch_timeout_s,
+        hold=sync.hold_deltas,
     )
 
 
@@ -252,9 +265,16 @@ def make_publisher(
     """A trainer's publisher of its updates' deltas (started by `Following.publish_base`)."""
     sync = config.sync
     return DeltaPublisher(
-        transport, key_pair, peer_id=peer_id, swarm_id=config.p2p.swarm_id,
-        model=policy.model_id, base_hash=policy.base_hash, anchor_every=sync.anchor_every,
-        keep_deltas=sync.keep_deltas, level=sync.zstd_level, refresh_holders_s=1.0,
+        transport,
+        key_pair,
+        peer_id=peer_id,
+        swarm_id=config.p2p.swarm_id,
+        model=policy.model_id,
+        base_hash=policy.base_hash,
+        anchor_every=sync.anchor_every,
+        keep_deltas=sync.keep_deltas,
+        level=sync.zstd_level,
+        refresh_holders_s=1.0,
     )
 
 
@@ -268,9 +288,12 @@ def make_exchange(
     shared = config.training.shared_groups
     pulls = p2p.pull_groups if p2p.pull_groups >= 0 else (shared + 2 if shared else 0)
     settings = PullSettings(
-        lists_per_round=p2p.pull_lists, pull_groups=pulls,
-        per_sender_cap=config.training.per_peer_cap, max_age_s=config.training.max_age_s or 3600.0,
-        view_capacity=p2p.view_size, seed_salt=config.task_seed,
+        lists_per_round=p2p.pull_lists,
+        pull_groups=pulls,
+        per_sender_cap=config.training.per_peer_cap,
+        max_age_s=config.training.max_age_s or 3600.0,
+        view_capacity=p2p.view_size,
+        seed_salt=config.task_seed,
     )
     return PullExchange(transport, verifier, p2p.swarm_id, key_pair, peer_id, settings)
 

@@ -309,7 +309,9 @@ class DeltaFollower:
             self._read_index(result.events, deadline)
         if self.held is not None and self._plan():
             self.hints = read_hints(
-                self.transport, self.expect.provider, self.expect.base_hash,
+                self.transport,
+                self.expect.provider,
+                self.expect.base_hash,
                 timeout=min(INDEX_TIMEOUT_S, max(0.1, deadline - self.clock())),
             )
         while plan := self._plan():
@@ -424,7 +426,11 @@ class DeltaFollower:
         return None
 
     def _from_holder(
-        self, m: DeltaManifest, holder: str, addrs: tuple[str, ...], result: SyncResult,
+        self,
+        m: DeltaManifest,
+        holder: str,
+        addrs: tuple[str, ...],
+        result: SyncResult,
         deadline: float,
     ) -> bytes | None:
         """The payload from a holder if it serves exactly the signed bytes; a holder that

@@ -180,7 +180,9 @@ class DeltaPublisher:
         self._anchor = served
         return self._event(served, time.perf_counter() - t0), served
 
-    def _serve(self, kind: Literal["delta", "anchor"], from_version: int, to_version: int, blob: bytes) -> _Served:
+    def _serve(
+        self, kind: Literal["delta", "anchor"], from_version: int, to_version: int, blob: bytes
+    ) -> _Served:
         header = read_header(blob)
         manifest = DeltaManifest(
             swarm_id=self.swarm_id,

@@ -111,8 +111,10 @@ class GossipExchange:
 
     def take_counters(self) -> dict:
         out = {
-            "cheap_checked": self.cheap_checked, "publish_failures": self.publish_failures,
-            "published_bytes": self.published_bytes, "rejections_dropped": self.pending.dropped,
+            "cheap_checked": self.cheap_checked,
+            "publish_failures": self.publish_failures,
+            "published_bytes": self.published_bytes,
+            "rejections_dropped": self.pending.dropped,
         }
         self.cheap_checked = self.publish_failures = self.published_bytes = 0
         return out

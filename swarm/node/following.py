@@ -43,8 +43,14 @@ class Following:
     """The node's delta publisher (trainer) or follower (generator role), either or none."""
 
     def __init__(
-        self, *, transport: Transport, policy: Policy, generator: Generator, state: NodeState,
-        records: Records, publisher: DeltaPublisher | None = None,
+        self,
+        *,
+        transport: Transport,
+        policy: Policy,
+        generator: Generator,
+        state: NodeState,
+        records: Records,
+        publisher: DeltaPublisher | None = None,
         follower: DeltaFollower | None = None,
     ):
         self.transport = transport

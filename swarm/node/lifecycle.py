@@ -102,7 +102,9 @@ class Node:
             config, transport, key_pair
         )
         self.topic = rollout_topic(config.p2p.swarm_id)
-        self.pool = ExperiencePool(config.training.pool_size, int(config.training.pool_mb * 2**20))  # peers' groups, re-scored, awaiting training
+        self.pool = ExperiencePool(
+            config.training.pool_size, int(config.training.pool_mb * 2**20)
+        )  # peers' groups, re-scored, awaiting training
         self.verifier = make_verifier(config, self.peer_id)
         self.mix = validate_mix(task_mix(config))
         self.sampling = sampling_params(config)
@@ -118,21 +120,45 @@ class Node:
         self.spot_checker = make_spot_checker(config, self.policy)
         self.eval_tasks = make_eval_tasks(config, self.mix)
         self.records = Records(
-            self.ledger, self.state, self.reporter, config.tasks.scoring(), Retention.from_config(config)
+            self.ledger,
+            self.state,
+            self.reporter,
+            config.tasks.scoring(),
+            Retention.from_config(config),
         )
         self._resume()
         publisher, follower, self.transport = make_sync(
-            config, self.transport, self.key_pair, self.peer_id, self.policy, self.state.policy_version
+            config,
+            self.transport,
+            self.key_pair,
+            self.peer_id,
+            self.policy,
+            self.state.policy_version,
         )
         self.following = Following(
-            transport=self.transport, policy=self.policy, generator=self.generator, state=self.state,
-            records=self.records, publisher=publisher, follower=follower,
+            transport=self.transport,
+            policy=self.policy,
+            generator=self.generator,
+            state=self.state,
+            records=self.records,
+            publisher=publisher,
+            follower=follower,
         )
         self.sharing = Sharing(
-            config=config, key_pair=self.key_pair, peer_id=self.peer_id, topic=self.topic,
-            transport=self.transport, verifier=self.verifier, pool=self.pool,
-            spot_checker=self.spot_checker, policy=self.policy, sampling=self.sampling,
-            state=self.state, ledger=self.ledger, records=self.records, reporter=self.reporter,
+            config=config,
+            key_pair=self.key_pair,
+            peer_id=self.peer_id,
+            topic=self.topic,
+            transport=self.transport,
+            verifier=self.verifier,
+            pool=self.pool,
+            spot_checker=self.spot_checker,
+            policy=self.policy,
+            sampling=self.sampling,
+            state=self.state,
+            ledger=self.ledger,
+            records=self.records,
+            reporter=self.reporter,
             exchange=make_exchange(
                 config, self.transport, self.verifier, self.key_pair, self.peer_id
             ),
@@ -140,10 +166,19 @@ class Node:
         self.sharing.restore_memory()
         self.following.publish_base()
         self.rounds = RoundLoop(
-            config=config, state=self.state, mix=self.mix, sampling=self.sampling,
-            policy=self.policy, generator=self.generator, trainer=self.trainer, pool=self.pool,
-            transport=self.transport, sharing=self.sharing, following=self.following,
-            records=self.records, reporter=self.reporter,
+            config=config,
+            state=self.state,
+            mix=self.mix,
+            sampling=self.sampling,
+            policy=self.policy,
+            generator=self.generator,
+            trainer=self.trainer,
+            pool=self.pool,
+            transport=self.transport,
+            sharing=self.sharing,
+            following=self.following,
+            records=self.records,
+            reporter=self.reporter,
             task_seed=task_stream_seed(config, self.peer_id),
         )
 
@@ -208,9 +243,13 @@ class Node:
             if path is None:
                 supersede_after(session, -1)
                 return
-            state = load_checkpoint(path, self.policy.model, self.trainer.optimizer if self.trainer else None)
+            state = load_checkpoint(
+                path, self.policy.model, self.trainer.optimizer if self.trainer else None
+            )
             if state.model_name != self.config.policy.model:
-                raise CheckpointError(f"{path} is a checkpoint of {state.model_name!r}, not {self.config.policy.model!r}")
+                raise CheckpointError(
+                    f"{path} is a checkpoint of {state.model_name!r}, not {self.config.policy.model!r}"
+                )
             self.state.round, self.state.policy_version = state.round, state.policy_version
             supersede_after(session, state.round - 1)
         self.generator.sync_weights(self.policy.model)
@@ -222,10 +261,18 @@ class Node:
         self._write_node_info()
         self.reporter.start(
             RunInfo(
-                name=self.config.node.name, model=self.config.policy.model, device=str(self.policy.device),
-                run_dir=str(self.config.run_dir), peer_id=self.peer_id,
-                start_round=self.state.round, target_rounds=target,
-                notes=[f"resumed from round {self.state.round}, policy v{self.state.policy_version}"] if self.state.round else [],
+                name=self.config.node.name,
+                model=self.config.policy.model,
+                device=str(self.policy.device),
+                run_dir=str(self.config.run_dir),
+                peer_id=self.peer_id,
+                start_round=self.state.round,
+                target_rounds=target,
+                notes=[
+                    f"resumed from round {self.state.round}, policy v{self.state.policy_version}"
+                ]
+                if self.state.round
+                else [],
             )
         )
         try:
@@ -280,7 +327,10 @@ class Node:
         """What this node exchanged with the swarm so far (this process), and where it stands."""
         publisher, follower = self.following.publisher, self.following.follower
         return swarm_sample(
-            self.config.node.role, self.state, self.sharing.stats, self.transport,
+            self.config.node.role,
+            self.state,
+            self.sharing.stats,
+            self.transport,
             delta_published=publisher.version if publisher else -1,
             delta_applied=follower.version if follower else -1,
         )
@@ -293,18 +343,27 @@ class Node:
         """Greedy accuracy on the fixed held-out questions; recorded in the ledger."""
         if not self.eval_tasks:
             return None
-        accuracy, mean_reward, by_family = evaluate_by_family(self.policy, self.generator, self.eval_tasks, self.config)
+        accuracy, mean_reward, by_family = evaluate_by_family(
+            self.policy, self.generator, self.eval_tasks, self.config
+        )
         self.records.record_eval(len(self.eval_tasks), accuracy, mean_reward)
-        report = EvalReport(self.state.round, self.state.policy_version, accuracy, len(self.eval_tasks), by_family)
+        report = EvalReport(
+            self.state.round, self.state.policy_version, accuracy, len(self.eval_tasks), by_family
+        )
         self.reporter.evaluation(report)
         return report
 
     def checkpoint(self):
         state = CheckpointState(
-            policy_version=self.state.policy_version, round=self.state.round,
-            model_name=self.config.policy.model, base_hash=self.policy.base_hash,
+            policy_version=self.state.policy_version,
+            round=self.state.round,
+            model_name=self.config.policy.model,
+            base_hash=self.policy.base_hash,
         )
         return save_checkpoint(
-            self.checkpoint_dir, self.policy.model, self.trainer.optimizer if self.trainer else None, state,
+            self.checkpoint_dir,
+            self.policy.model,
+            self.trainer.optimizer if self.trainer else None,
+            state,
             keep=self.config.node.keep_checkpoints,
         )

@@ -150,14 +150,24 @@ class NetworkNode:
             return GossipExchange(self.transport, self.verifier, s.swarm_id)
         pull = dataclasses.replace(s.pull, seed_salt=max(s.task_seed, 0))
         return PullExchange(
-            self.transport, self.verifier, s.swarm_id, self.key_pair, self.peer_id, pull,
+            self.transport,
+            self.verifier,
+            s.swarm_id,
+            self.key_pair,
+            self.peer_id,
+            pull,
             clock=self.clock,
         )
 
     @classmethod
     def over_libp2p(
-        cls, settings: NetworkNodeSettings, *, listen: str, bootstrap: Sequence[str] = (),
-        key_pair=None, **transport_options,
+        cls,
+        settings: NetworkNodeSettings,
+        *,
+        listen: str,
+        bootstrap: Sequence[str] = (),
+        key_pair=None,
+        **transport_options,
     ) -> NetworkNode:
         """A node on its own libp2p transport; its bytes are this process's TCP bytes."""
         from swarm.ops.footprint import TcpMeter
@@ -212,9 +222,15 @@ class NetworkNode:
         signed = []
         for g in made:
             wire = wire_group(
-                g, swarm_id=self.settings.swarm_id, sender=self.peer_id, model=SYNTHETIC_MODEL,
-                base_hash=SYNTHETIC_BASE, policy_version=0, round_index=self.round,
-                created_at=now, format_bonus=self.settings.format_bonus,
+                g,
+                swarm_id=self.settings.swarm_id,
+                sender=self.peer_id,
+                model=SYNTHETIC_MODEL,
+                base_hash=SYNTHETIC_BASE,
+                policy_version=0,
+                round_index=self.round,
+                created_at=now,
+                format_bonus=self.settings.format_bonus,
             )
             signed.append((sign_group(wire, self.key_pair), wire))
             self.verifier.note_own(wire)
@@ -257,10 +273,18 @@ class NetworkNode:
         self._rows += 1
         self.pool.add(
             SharedGroup(
-                row_id=self._rows, content_hash=item.signed.content_hash, sender=g.sender,
-                task=task, completions=g.completions, finished=g.finished, rewards=rewards,
-                claimed_rewards=g.rewards, policy_version=g.policy_version,
-                same_model=g.model == SYNTHETIC_MODEL, received_at=now, round=g.round,
+                row_id=self._rows,
+                content_hash=item.signed.content_hash,
+                sender=g.sender,
+                task=task,
+                completions=g.completions,
+                finished=g.finished,
+                rewards=rewards,
+                claimed_rewards=g.rewards,
+                policy_version=g.policy_version,
+                same_model=g.model == SYNTHETIC_MODEL,
+                received_at=now,
+                round=g.round,
                 family=g.task.dataset,
             )
         )
@@ -291,7 +315,12 @@ class NetworkNode:
 
 def _rejection(item: Accepted, reason: Reason, detail: str) -> Rejection:
     return Rejection(
-        reason, detail, item.source, item.signed.content_hash, item.group.sender, item.signed,
+        reason,
+        detail,
+        item.source,
+        item.signed.content_hash,
+        item.group.sender,
+        item.signed,
         item.group,
     )
 
@@ -354,12 +383,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--linger", type=float, default=2.0, help="seconds served after the end")
     args = parser.parse_args(argv)
     settings = NetworkNodeSettings(
-        exchange=ExchangeKind(args.exchange), groups_per_round=args.groups,
-        shared_groups=args.shared, pull=PullSettings(args.lists, args.pulls),
+        exchange=ExchangeKind(args.exchange),
+        groups_per_round=args.groups,
+        shared_groups=args.shared,
+        pull=PullSettings(args.lists, args.pulls),
     )
     node = NetworkNode.over_libp2p(
-        settings, listen=args.listen, bootstrap=args.bootstrap,
-        peer_exchange=not args.no_peer_exchange, max_connections=args.max_connections,
+        settings,
+        listen=args.listen,
+        bootstrap=args.bootstrap,
+        peer_exchange=not args.no_peer_exchange,
+        max_connections=args.max_connections,
     )
     node.start()
 
@@ -371,7 +405,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     start_at = args.start_at or time.time() + 1.0
     try:
         run_paced(
-            node, args.rounds, args.period, start_at,
+            node,
+            args.rounds,
+            args.period,
+            start_at,
             lambda c: emit({**c.as_dict(), "rss_mb": rss_mb(), "peak_mb": peak_mb()}),
         )
         time.sleep(args.linger)  # peers may still pull what this node announced

@@ -90,7 +90,11 @@ class Observer:
             self.ledger.close()
             raise
         self.records = Records(
-            self.ledger, self.state, self.reporter, config.tasks.scoring(), Retention.from_config(config)
+            self.ledger,
+            self.state,
+            self.reporter,
+            config.tasks.scoring(),
+            Retention.from_config(config),
         )
         self.sharing = Sharing(
             config=config,

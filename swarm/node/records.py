@@ -39,7 +39,11 @@ class Records:
     """Writes the node's rows to its ledger; `state` gives the round and version they belong to."""
 
     def __init__(
-        self, ledger: Ledger, state: NodeState, reporter: Reporter, scoring: Scoring | None = None,
+        self,
+        ledger: Ledger,
+        state: NodeState,
+        reporter: Reporter,
+        scoring: Scoring | None = None,
         retention: Retention | None = None,
     ):
         self.ledger = ledger
@@ -52,7 +56,9 @@ class Records:
     def prune(self) -> Pruned:
         """Apply the ledger's retention (`ledger.keep_days`, `ledger.max_mb`); say what went,
         and (once) if the ledger stays over its cap with nothing prunable left."""
-        pruned = prune(self.ledger, self.retention, time.time()) if self.retention.active else Pruned()
+        pruned = (
+            prune(self.ledger, self.retention, time.time()) if self.retention.active else Pruned()
+        )
         if pruned.total:
             what = ", ".join(f"{n} {kind}" for kind, n in pruned.rows.items())
             self.reporter.message(f"ledger pruned: {what}")
@@ -65,8 +71,18 @@ class Records:
         return pruned
 
     def record_round(
-        self, groups, trained, result: UpdateResult, version_before, started, times, shared=(), shared_advantages=(),
-        *, peers: Sequence[PeerInfo], sharing: SharingStats,
+        self,
+        groups,
+        trained,
+        result: UpdateResult,
+        version_before,
+        started,
+        times,
+        shared=(),
+        shared_advantages=(),
+        *,
+        peers: Sequence[PeerInfo],
+        sharing: SharingStats,
     ) -> RoundReport:
         """One transaction: the shared groups used, the `peers` seen, the groups sent, the round
         and its update. Returns the round's report (with `sharing`'s totals so far)."""
@@ -83,8 +99,12 @@ class Records:
             for group, advantages in zip(shared, shared_advantages, strict=True):
                 session.add(
                     GroupUseRow(
-                        group_id=group.row_id, content_hash=group.content_hash, sender=group.sender,
-                        round=self.state.round, version_after=self.state.policy_version, skipped_update=result.skipped,
+                        group_id=group.row_id,
+                        content_hash=group.content_hash,
+                        sender=group.sender,
+                        round=self.state.round,
+                        version_after=self.state.policy_version,
+                        skipped_update=result.skipped,
                         advantages=json.dumps([round(a, 6) for a in advantages]),
                         advantage_abs_sum=sum(abs(a) for a in advantages),
                         mean_reward=sum(group.rewards) / len(group.rewards),
@@ -96,46 +116,101 @@ class Records:
                 session.add(self.group_row(g.signed, g.wire, Direction.SENT, Status.SENT))
             session.add(
                 RoundRow(
-                    round=self.state.round, policy_version=self.state.policy_version, started_at=started,
-                    questions=len(groups), completions=len(completions), mean_reward=mean_reward,
-                    accuracy=accuracy, tokens_generated=tokens, generate_s=times.generate,
-                    score_s=times.score, train_s=times.train, other_s=times.other, total_s=times.total,
+                    round=self.state.round,
+                    policy_version=self.state.policy_version,
+                    started_at=started,
+                    questions=len(groups),
+                    completions=len(completions),
+                    mean_reward=mean_reward,
+                    accuracy=accuracy,
+                    tokens_generated=tokens,
+                    generate_s=times.generate,
+                    score_s=times.score,
+                    train_s=times.train,
+                    other_s=times.other,
+                    total_s=times.total,
                 )
             )
             session.add(
                 UpdateRow(
-                    round=self.state.round, version_before=version_before,
-                    version_after=self.state.policy_version, skipped=result.skipped,
-                    skip_reason=result.skip_reason, local_groups=len(trained), shared_groups=len(shared),
-                    samples=len(trained_rewards), tokens=result.tokens,
-                    mean_reward=batch_reward, loss=result.loss,
-                    grad_norm=result.grad_norm, clip_fraction=result.clip_fraction, kl=result.kl,
-                    seconds=result.seconds, created_at=time.time(),
+                    round=self.state.round,
+                    version_before=version_before,
+                    version_after=self.state.policy_version,
+                    skipped=result.skipped,
+                    skip_reason=result.skip_reason,
+                    local_groups=len(trained),
+                    shared_groups=len(shared),
+                    samples=len(trained_rewards),
+                    tokens=result.tokens,
+                    mean_reward=batch_reward,
+                    loss=result.loss,
+                    grad_norm=result.grad_norm,
+                    clip_fraction=result.clip_fraction,
+                    kl=result.kl,
+                    seconds=result.seconds,
+                    created_at=time.time(),
                 )
             )
         self.state.rewards.append(mean_reward)
         return RoundReport(
-            round=self.state.round, policy_version=self.state.policy_version, mean_reward=mean_reward,
-            accuracy=accuracy, groups=len(groups), trained_groups=len(trained), shared_groups=len(shared),
-            skipped=result.skipped, loss=result.loss, generate_s=times.generate, train_s=times.train,
-            total_s=times.total, tokens_generated=tokens, peers=len(peers),
-            received=sharing.received_groups, accepted=sharing.accepted_groups,
-            rejected=sharing.rejected_groups, optimizer_steps=result.steps, batch_reward=batch_reward,
-            tagged=tagged, shared_families=tuple(g.family for g in shared), score_s=times.score,
+            round=self.state.round,
+            policy_version=self.state.policy_version,
+            mean_reward=mean_reward,
+            accuracy=accuracy,
+            groups=len(groups),
+            trained_groups=len(trained),
+            shared_groups=len(shared),
+            skipped=result.skipped,
+            loss=result.loss,
+            generate_s=times.generate,
+            train_s=times.train,
+            total_s=times.total,
+            tokens_generated=tokens,
+            peers=len(peers),
+            received=sharing.received_groups,
+            accepted=sharing.accepted_groups,
+            rejected=sharing.rejected_groups,
+            optimizer_steps=result.steps,
+            batch_reward=batch_reward,
+            tagged=tagged,
+            shared_families=tuple(g.family for g in shared),
+            score_s=times.score,
         )
 
-    def group_row(self, signed, group, direction, status, source="", reason="", detail="", content_hash="", sender=""):
+    def group_row(
+        self,
+        signed,
+        group,
+        direction,
+        status,
+        source="",
+        reason="",
+        detail="",
+        content_hash="",
+        sender="",
+    ):
         """A group's row (sent, or received and accepted or rejected), for the caller's transaction."""
         row = GroupRow(
-            content_hash=content_hash or signed.content_hash, direction=direction, status=status, reason=reason,
-            detail=detail, sender=sender or (group.sender if group else ""), source=source,
-            recorded_at=time.time(), local_round=self.state.round,
-            body=signed.body if signed else None, signature=signed.signature if signed else None,
+            content_hash=content_hash or signed.content_hash,
+            direction=direction,
+            status=status,
+            reason=reason,
+            detail=detail,
+            sender=sender or (group.sender if group else ""),
+            source=source,
+            recorded_at=time.time(),
+            local_round=self.state.round,
+            body=signed.body if signed else None,
+            signature=signed.signature if signed else None,
         )
         if group is not None:
             row.swarm_id, row.dataset, row.model = group.swarm_id, group.task.dataset, group.model
             row.task = json.dumps(group.task.as_dict(), sort_keys=True)
-            row.policy_version, row.round, row.created_at = group.policy_version, group.round, group.created_at
+            row.policy_version, row.round, row.created_at = (
+                group.policy_version,
+                group.round,
+                group.created_at,
+            )
             row.completions = len(group.completions)
             row.mean_reward = sum(group.rewards) / len(group.rewards)
         return row
@@ -149,22 +224,34 @@ class Records:
             for e in events:
                 session.add(
                     DeltaRow(
-                        direction=e.direction, peer=e.peer, kind=e.kind, from_version=e.from_version,
-                        to_version=e.to_version, bytes=e.nbytes, seconds=e.seconds, status=e.status,
-                        reason=e.reason, recorded_at=now,
+                        direction=e.direction,
+                        peer=e.peer,
+                        kind=e.kind,
+                        from_version=e.from_version,
+                        to_version=e.to_version,
+                        bytes=e.nbytes,
+                        seconds=e.seconds,
+                        status=e.status,
+                        reason=e.reason,
+                        recorded_at=now,
                     )
                 )
         for e in events:
             if e.status == Status.REJECTED:
-                self.reporter.message(f"{e.kind} v{e.from_version}->v{e.to_version} from {e.peer[:16]} rejected: {e.reason}: {e.detail[:200]}")
+                self.reporter.message(
+                    f"{e.kind} v{e.from_version}->v{e.to_version} from {e.peer[:16]} rejected: {e.reason}: {e.detail[:200]}"
+                )
 
     def record_eval(self, questions: int, accuracy: float, mean_reward: float) -> None:
         """An evaluation on `questions` held-out questions at the current round and version."""
         with self.ledger.transaction() as session:
             session.add(
                 EvalRow(
-                    round=self.state.round, policy_version=self.state.policy_version,
-                    questions=questions, accuracy=accuracy, mean_reward=mean_reward,
+                    round=self.state.round,
+                    policy_version=self.state.policy_version,
+                    questions=questions,
+                    accuracy=accuracy,
+                    mean_reward=mean_reward,
                     created_at=time.time(),
                 )
             )

@@ -42,10 +42,22 @@ class RoundLoop:
     """Runs the node's rounds over its parts (see the module docstring)."""
 
     def __init__(
-        self, *, config: Config, state: NodeState, mix, sampling: SamplingParams,
-        policy: Policy, generator: Generator, trainer: GRPOTrainer | None, pool: ExperiencePool,
-        transport: Transport, sharing: Sharing, following: Following, records: Records,
-        reporter: Reporter, task_seed: int | None = None,
+        self,
+        *,
+        config: Config,
+        state: NodeState,
+        mix,
+        sampling: SamplingParams,
+        policy: Policy,
+        generator: Generator,
+        trainer: GRPOTrainer | None,
+        pool: ExperiencePool,
+        transport: Transport,
+        sharing: Sharing,
+        following: Following,
+        records: Records,
+        reporter: Reporter,
+        task_seed: int | None = None,
     ):
         # the seed of this node's task stream (`assembly.task_stream_seed`)
         self.task_seed = config.task_seed if task_seed is None else task_seed
@@ -64,8 +76,8 @@ class RoundLoop:
         self.reporter = reporter
         self.scoring = config.tasks.scoring()
         # (family, rewards) of this node's own groups over the last need_window rounds
-        self._recent_own: collections.deque[list[tuple[str, tuple[float, ...]]]] = collections.deque(
-            maxlen=config.training.need_window
+        self._recent_own: collections.deque[list[tuple[str, tuple[float, ...]]]] = (
+            collections.deque(maxlen=config.training.need_window)
         )
 
     def run_round(self) -> RoundReport:
@@ -97,8 +109,16 @@ class RoundLoop:
             self.following.publish_delta()
         times.total = time.perf_counter() - t0
         report = self.records.record_round(
-            groups, batch.local, result, version_before, started, times, batch.shared, shared_advantages,
-            peers=self.transport.peers(), sharing=self.sharing.stats,
+            groups,
+            batch.local,
+            result,
+            version_before,
+            started,
+            times,
+            batch.shared,
+            shared_advantages,
+            peers=self.transport.peers(),
+            sharing=self.sharing.stats,
         )
         self.state.round += 1
         self.reporter.round(report)
@@ -107,11 +127,18 @@ class RoundLoop:
     def generate_groups(self, times: RoundTimes | None = None) -> list[LocalGroup]:
         """This round's questions, G completions each, scored; `times` gets the time spent."""
         times = times if times is not None else RoundTimes()
-        specs = sample_specs(self.mix, self.task_seed, self.state.round, self.config.generation.questions_per_round)
+        specs = sample_specs(
+            self.mix, self.task_seed, self.state.round, self.config.generation.questions_per_round
+        )
         tasks = [build_task(spec) for spec in specs]
-        prompts = [build_prompt(self.policy.tokenizer, task.question, self.config.policy.system_prompt) for task in tasks]
+        prompts = [
+            build_prompt(self.policy.tokenizer, task.question, self.config.policy.system_prompt)
+            for task in tasks
+        ]
         t = time.perf_counter()
-        completions = self.generator.generate(prompts, self.config.generation.completions_per_question, self.sampling)
+        completions = self.generator.generate(
+            prompts, self.config.generation.completions_per_question, self.sampling
+        )
         times.generate = time.perf_counter() - t
         t = time.perf_counter()
         groups = []
@@ -150,7 +177,9 @@ class RoundLoop:
             need_floor=t.need_floor,
         )
 
-    def _shared_samples(self, groups: list[SharedGroup]) -> tuple[list[TrainSample], list[list[float]]]:
+    def _shared_samples(
+        self, groups: list[SharedGroup]
+    ) -> tuple[list[TrainSample], list[list[float]]]:
         """Re-tokenize peers' completions with our tokenizer; advantages from our own rewards.
 
         Completions longer than 4x our own generation budget are left out (`retokenized_samples`).
@@ -160,9 +189,13 @@ class RoundLoop:
         samples, advantages_per_group = [], []
         for group in groups:
             prompt = build_prompt(tok, group.task.question, self.config.policy.system_prompt)
-            advantages = group_advantages(group.rewards, scale_by_std=self.config.training.scale_advantages)
+            advantages = group_advantages(
+                group.rewards, scale_by_std=self.config.training.scale_advantages
+            )
             advantages_per_group.append(advantages)
-            samples += retokenized_samples(tok, prompt, group.completions, group.finished, advantages, limit)
+            samples += retokenized_samples(
+                tok, prompt, group.completions, group.finished, advantages, limit
+            )
         return samples, advantages_per_group
 
     def _train_samples(self, groups: list[LocalGroup]) -> list[TrainSample]:
@@ -170,14 +203,20 @@ class RoundLoop:
         eos = self.policy.tokenizer.eos_token_id
         samples = []
         for group in groups:
-            advantages = group_advantages(group.rewards, scale_by_std=self.config.training.scale_advantages)
+            advantages = group_advantages(
+                group.rewards, scale_by_std=self.config.training.scale_advantages
+            )
             for completion, advantage in zip(group.completions, advantages, strict=True):
-                ids = completion.token_ids + ((eos,) if completion.finished and eos is not None else ())
+                ids = completion.token_ids + (
+                    (eos,) if completion.finished and eos is not None else ()
+                )
                 samples.append(TrainSample(completion.prompt_ids, ids, advantage))
         return samples
 
 
-def evaluate_policy(policy: Policy, generator: Generator, tasks: list[Task], config: Config) -> tuple[float, float]:
+def evaluate_policy(
+    policy: Policy, generator: Generator, tasks: list[Task], config: Config
+) -> tuple[float, float]:
     """(accuracy, mean reward) of greedy completions on `tasks`."""
     accuracy, mean_reward, _ = evaluate_by_family(policy, generator, tasks, config)
     return accuracy, mean_reward
@@ -188,7 +227,9 @@ def evaluate_by_family(
 ) -> tuple[float, float, dict[str, float]]:
     """(accuracy, mean reward, accuracy per dataset) of greedy completions on `tasks`,
     scored under the node's own rule (`tasks.answer_rule`)."""
-    prompts = [build_prompt(policy.tokenizer, t.question, config.policy.system_prompt) for t in tasks]
+    prompts = [
+        build_prompt(policy.tokenizer, t.question, config.policy.system_prompt) for t in tasks
+    ]
     greedy = SamplingParams(temperature=0.0, max_new_tokens=config.generation.max_new_tokens)
     outputs = generator.generate(prompts, 1, greedy)
     scoring = config.tasks.scoring()

@@ -55,10 +55,22 @@ class Sharing:
     """Publishes this node's groups and receives its peers' (see the module docstring)."""
 
     def __init__(
-        self, *, config: Config, key_pair, peer_id: str, topic: str, transport: Transport,
-        verifier: Verifier, pool: ExperiencePool, spot_checker: SpotChecker | None,
+        self,
+        *,
+        config: Config,
+        key_pair,
+        peer_id: str,
+        topic: str,
+        transport: Transport,
+        verifier: Verifier,
+        pool: ExperiencePool,
+        spot_checker: SpotChecker | None,
         policy: Policy | None,
-        sampling, state: NodeState, ledger: Ledger, records: Records, reporter: Reporter,
+        sampling,
+        state: NodeState,
+        ledger: Ledger,
+        records: Records,
+        reporter: Reporter,
         exchange: Exchange | None = None,
     ):
         self.config = config
@@ -77,7 +89,9 @@ class Sharing:
         self.records = records
         self.reporter = reporter
         self.stats = SharingStats()
-        self.rejections = RejectionLog(config.ledger.rejected_rows_per_peer, config.ledger.count_window_s)
+        self.rejections = RejectionLog(
+            config.ledger.rejected_rows_per_peer, config.ledger.count_window_s
+        )
         self._spot_checks_left = config.verify.spot_check_groups_per_round
 
     def restore_memory(self) -> None:
@@ -113,7 +127,9 @@ class Sharing:
     def refused(self, rejection: PeerRejection) -> None:
         """The transport's rejection hook (its thread): what it refused from a peer by itself,
         counted against the peer like a rejected group (`swarm.node.refusals`)."""
-        self.rejections.refused(rejection.peer_id, transport_reason(rejection.reason), rejection.count)
+        self.rejections.refused(
+            rejection.peer_id, transport_reason(rejection.reason), rejection.count
+        )
 
     def publish(self, groups: list[LocalGroup]) -> None:
         """Sign this round's groups and publish them in batches; failures are counted, not fatal."""
@@ -152,8 +168,10 @@ class Sharing:
             base_hash=policy.base_hash,
             policy_version=self.state.policy_version,
             sampling=Sampling(
-                temperature=float(self.sampling.temperature), top_p=float(self.sampling.top_p),
-                top_k=int(self.sampling.top_k), max_new_tokens=int(self.sampling.max_new_tokens),
+                temperature=float(self.sampling.temperature),
+                top_p=float(self.sampling.top_p),
+                top_k=int(self.sampling.top_k),
+                max_new_tokens=int(self.sampling.max_new_tokens),
             ),
             round=self.state.round,
             created_at=time.time(),
@@ -212,20 +230,46 @@ class Sharing:
         for item in accepted:
             digest = item.signed.content_hash
             if digest in seen or group_known(session, digest):
-                self.rejections.note(Rejection(Reason.DUPLICATE, "already received", item.source, digest, item.group.sender, item.signed, item.group), now)
+                self.rejections.note(
+                    Rejection(
+                        Reason.DUPLICATE,
+                        "already received",
+                        item.source,
+                        digest,
+                        item.group.sender,
+                        item.signed,
+                        item.group,
+                    ),
+                    now,
+                )
                 continue
             seen.add(digest)
             try:
                 task, rewards = self.verifier.verify_content(
-                    item.group, self.config.tasks.format_reward, self.config.tasks.scoring(),
+                    item.group,
+                    self.config.tasks.format_reward,
+                    self.config.tasks.scoring(),
                     peer=blamed_peer(item.source, item.group.sender),
                 )
                 self._spot_check(item)
             except RejectedMessage as e:
-                self.rejections.note(Rejection(e.reason, e.detail, item.source, digest, item.group.sender, item.signed, item.group), now)
+                self.rejections.note(
+                    Rejection(
+                        e.reason,
+                        e.detail,
+                        item.source,
+                        digest,
+                        item.group.sender,
+                        item.signed,
+                        item.group,
+                    ),
+                    now,
+                )
                 continue
             touch_peer(session, item.group.sender, now, model=item.group.model)
-            row = self.records.group_row(item.signed, item.group, Direction.RECEIVED, Status.ACCEPTED, source=item.source)
+            row = self.records.group_row(
+                item.signed, item.group, Direction.RECEIVED, Status.ACCEPTED, source=item.source
+            )
             session.add(row)
             session.flush()  # assigns row.id, which records of its later use refer to
             self.pool.add(self._shared_group(row.id, item, task, rewards, now))
@@ -235,8 +279,17 @@ class Sharing:
             if r.sender:
                 touch_peer(session, r.sender, now)
             session.add(
-                self.records.group_row(r.signed, r.group, Direction.RECEIVED, Status.REJECTED, source=r.source, reason=r.reason,
-                                       detail=r.detail[:500], content_hash=r.content_hash, sender=r.sender)
+                self.records.group_row(
+                    r.signed,
+                    r.group,
+                    Direction.RECEIVED,
+                    Status.REJECTED,
+                    source=r.source,
+                    reason=r.reason,
+                    detail=r.detail[:500],
+                    content_hash=r.content_hash,
+                    sender=r.sender,
+                )
             )
         counted = collections.Counter(taken.counts) + collections.Counter(taken.refused)
         add_rejection_counts(session, counted, now, self.config.ledger.count_window_s)
@@ -272,21 +325,35 @@ class Sharing:
         if self.spot_checker is None or policy is None or self._spot_checks_left <= 0:
             return
         if (group.model, group.base_hash, group.policy_version) != (
-            policy.model_id, policy.base_hash, self.state.policy_version
+            policy.model_id,
+            policy.base_hash,
+            self.state.policy_version,
         ):
             return
         self._spot_checks_left -= 1
         prompt = build_prompt(policy.tokenizer, group.question, self.config.policy.system_prompt)
         self.spot_checker.check(group, item.signed.content_hash, prompt)
 
-    def _shared_group(self, row_id: int, item: Accepted, task: Task, rewards, received_at: float) -> SharedGroup:
+    def _shared_group(
+        self, row_id: int, item: Accepted, task: Task, rewards, received_at: float
+    ) -> SharedGroup:
         group = item.group
         same_model = self.policy is not None and (group.model, group.base_hash) == (
-            self.policy.model_id, self.policy.base_hash
+            self.policy.model_id,
+            self.policy.base_hash,
         )
         return SharedGroup(
-            row_id=row_id, content_hash=item.signed.content_hash, sender=group.sender, task=task,
-            completions=group.completions, finished=group.finished, rewards=rewards,
-            claimed_rewards=group.rewards, policy_version=group.policy_version, same_model=same_model,
-            received_at=received_at, round=group.round, family=group.task.dataset,
+            row_id=row_id,
+            content_hash=item.signed.content_hash,
+            sender=group.sender,
+            task=task,
+            completions=group.completions,
+            finished=group.finished,
+            rewards=rewards,
+            claimed_rewards=group.rewards,
+            policy_version=group.policy_version,
+            same_model=same_model,
+            received_at=received_at,
+            round=group.round,
+            family=group.task.dataset,
         )

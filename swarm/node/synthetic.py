@@ -73,8 +73,7 @@ class SyntheticRollouts:
         texts = tuple(self._completion(task, rng) for _ in range(shape.completions))
         rewards = tuple(self.scoring.reward(task, t) for t in texts)
         token_ids = tuple(
-            tuple(rng.randrange(32_000) for _ in range(shape.tokens_per_completion))
-            for _ in texts
+            tuple(rng.randrange(32_000) for _ in range(shape.tokens_per_completion)) for _ in texts
         )
         return SyntheticGroup(task, texts, rewards, token_ids)
 
@@ -83,7 +82,7 @@ class SyntheticRollouts:
         filler = self._filler[start : start + self.shape.completion_chars]
         draw = rng.random()
         if draw < self.shape.untagged_share:
-            return filler[: MAX_TEXT_CHARS]
+            return filler[:MAX_TEXT_CHARS]
         answer = task.answer or ""
         if draw >= self.shape.untagged_share + self.shape.correct_share:
             answer = _wrong(answer)
@@ -109,8 +108,16 @@ def _wrong(answer: str) -> str:
 
 
 def wire_group(
-    group: SyntheticGroup, *, swarm_id: str, sender: str, model: str, base_hash: str,
-    policy_version: int, round_index: int, created_at: float, format_bonus: float,
+    group: SyntheticGroup,
+    *,
+    swarm_id: str,
+    sender: str,
+    model: str,
+    base_hash: str,
+    policy_version: int,
+    round_index: int,
+    created_at: float,
+    format_bonus: float,
 ) -> RolloutGroup:
     """The wire struct of a synthetic group, as `Sharing` builds a model's."""
     return RolloutGroup(

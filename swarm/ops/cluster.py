@@ -81,11 +81,15 @@ def plan_hosts(nodes: int, hosts: list[str]) -> list[str]:
         except ValueError:
             raise SwarmError(f"--host {host!r} is not an IPv4 address") from None
         if host == "0.0.0.0":
-            raise SwarmError("--host 0.0.0.0 cannot be dialed: give each member's reachable address")
+            raise SwarmError(
+                "--host 0.0.0.0 cannot be dialed: give each member's reachable address"
+            )
     if len(hosts) == 1:
         return hosts * nodes
     if len(hosts) != nodes:
-        raise SwarmError(f"give one --host for all members or one per member ({nodes}), not {len(hosts)}")
+        raise SwarmError(
+            f"give one --host for all members or one per member ({nodes}), not {len(hosts)}"
+        )
     return hosts
 
 
@@ -93,7 +97,9 @@ def plan_ports(nodes: int, hosts: list[str], base_port: int) -> list[int]:
     """Member i listens on base_port + i (members on different hosts could share a port, but
     distinct ports keep one plan valid whether the members end up on one machine or many)."""
     if not 1024 <= base_port <= 65535 - nodes + 1:
-        raise SwarmError(f"--base-port must leave room for {nodes} ports between 1024 and 65535, not {base_port}")
+        raise SwarmError(
+            f"--base-port must leave room for {nodes} ports between 1024 and 65535, not {base_port}"
+        )
     return [base_port + i for i in range(nodes)]
 
 
@@ -104,26 +110,28 @@ def member_config(
     filled in, each commented; its paths relative to the member folder."""
     others = [m.addr for m in members if m.index != member.index]
     allow = [m.peer_id for m in [*members, *observers]]
-    return "\n".join([
-        f"# {member.name} of a private cluster written by `swarm-node cluster init`.",
-        "# Start it with: swarm-node join --config <this file>. Keys not listed take the defaults",
-        "# of `swarm-node config --keys` (see node_config/private-cluster.toml for a full annotated preset).",
-        "",
-        "[node]",
-        f"name = {json.dumps(member.name)}  # display name in tables and plots",
-        'run_dir = "."  # this folder: identity.key, ledger.sqlite and checkpoints/ live here',
-        f"seed = {member.index}  # each member samples its own questions and completions",
-        "",
-        "[p2p]",
-        f"swarm_id = {json.dumps(swarm_id)}  # groups of other swarms are rejected",
-        f"listen = {json.dumps(member.listen)}  # fixed, so the other members can bootstrap from it",
-        "# every other member: any subset can start first, the rest are dialed as they come up",
-        "bootstrap = [" + ", ".join(json.dumps(a) for a in others) + "]",
-        'psk_file = "swarm.key"  # the shared swarm key, next to this file: peers without it fail',
-        "# the members' peer IDs: connections from any other peer are closed",
-        "allow_list = [" + ", ".join(json.dumps(p) for p in allow) + "]",
-        "",
-    ])
+    return "\n".join(
+        [
+            f"# {member.name} of a private cluster written by `swarm-node cluster init`.",
+            "# Start it with: swarm-node join --config <this file>. Keys not listed take the defaults",
+            "# of `swarm-node config --keys` (see node_config/private-cluster.toml for a full annotated preset).",
+            "",
+            "[node]",
+            f"name = {json.dumps(member.name)}  # display name in tables and plots",
+            'run_dir = "."  # this folder: identity.key, ledger.sqlite and checkpoints/ live here',
+            f"seed = {member.index}  # each member samples its own questions and completions",
+            "",
+            "[p2p]",
+            f"swarm_id = {json.dumps(swarm_id)}  # groups of other swarms are rejected",
+            f"listen = {json.dumps(member.listen)}  # fixed, so the other members can bootstrap from it",
+            "# every other member: any subset can start first, the rest are dialed as they come up",
+            "bootstrap = [" + ", ".join(json.dumps(a) for a in others) + "]",
+            'psk_file = "swarm.key"  # the shared swarm key, next to this file: peers without it fail',
+            "# the members' peer IDs: connections from any other peer are closed",
+            "allow_list = [" + ", ".join(json.dumps(p) for p in allow) + "]",
+            "",
+        ]
+    )
 
 
 def observer_config(
@@ -132,27 +140,29 @@ def observer_config(
     """The TOML config of one observer: like a member's, with no model to load, every member
     as bootstrap, and Prometheus metrics on its host."""
     metrics = f"{observer.host}:{METRICS_PORT + observer.index}"
-    return "\n".join([
-        f"# {observer.name} of a private cluster written by `swarm-node cluster init`: a node",
-        "# without a model that verifies and records everything the members send (see",
-        "# node_config/observer.toml). Start it with: swarm-node join --config <this file>.",
-        "",
-        "[node]",
-        f"name = {json.dumps(observer.name)}  # display name in tables and plots",
-        'role = "observer"  # loads no model: joins, verifies, records, relays',
-        'run_dir = "."  # this folder: identity.key, ledger.sqlite, node.log, metrics.jsonl',
-        "",
-        "[p2p]",
-        f"swarm_id = {json.dumps(swarm_id)}  # groups of other swarms are rejected",
-        f"listen = {json.dumps(observer.listen)}  # fixed, like the members'",
-        "bootstrap = [" + ", ".join(json.dumps(m.addr) for m in members) + "]  # every member",
-        'psk_file = "swarm.key"  # the shared swarm key, next to this file',
-        "allow_list = [" + ", ".join(json.dumps(p) for p in allow) + "]",
-        "",
-        "[monitor]",
-        f"metrics = {json.dumps(metrics)}  # Prometheus metrics at http://{metrics}/metrics",
-        "",
-    ])
+    return "\n".join(
+        [
+            f"# {observer.name} of a private cluster written by `swarm-node cluster init`: a node",
+            "# without a model that verifies and records everything the members send (see",
+            "# node_config/observer.toml). Start it with: swarm-node join --config <this file>.",
+            "",
+            "[node]",
+            f"name = {json.dumps(observer.name)}  # display name in tables and plots",
+            'role = "observer"  # loads no model: joins, verifies, records, relays',
+            'run_dir = "."  # this folder: identity.key, ledger.sqlite, node.log, metrics.jsonl',
+            "",
+            "[p2p]",
+            f"swarm_id = {json.dumps(swarm_id)}  # groups of other swarms are rejected",
+            f"listen = {json.dumps(observer.listen)}  # fixed, like the members'",
+            "bootstrap = [" + ", ".join(json.dumps(m.addr) for m in members) + "]  # every member",
+            'psk_file = "swarm.key"  # the shared swarm key, next to this file',
+            "allow_list = [" + ", ".join(json.dumps(p) for p in allow) + "]",
+            "",
+            "[monitor]",
+            f"metrics = {json.dumps(metrics)}  # Prometheus metrics at http://{metrics}/metrics",
+            "",
+        ]
+    )
 
 
 def plan_observers(observers: int, observer_host: str | None, hosts: list[str]) -> str:
@@ -165,8 +175,13 @@ def plan_observers(observers: int, observer_host: str | None, hosts: list[str]) 
 
 
 def init_cluster(
-    out: Path, nodes: int, hosts: list[str], base_port: int, swarm_id: str,
-    observers: int = 0, observer_host: str | None = None,
+    out: Path,
+    nodes: int,
+    hosts: list[str],
+    base_port: int,
+    swarm_id: str,
+    observers: int = 0,
+    observer_host: str | None = None,
 ) -> list[Member]:
     """Create the cluster folder; refuse to overwrite an existing one (its keys would be lost).
     Returns the members, then the observers."""
@@ -180,7 +195,9 @@ def init_cluster(
         raise SwarmError("--swarm-id must be a non-empty name of at most 256 characters")
     out = out.resolve()
     if (out / "swarm.key").exists() or (out / "cluster.json").exists():
-        raise SwarmError(f"{out} already holds a cluster: choose another --out (its keys would be overwritten)")
+        raise SwarmError(
+            f"{out} already holds a cluster: choose another --out (its keys would be overwritten)"
+        )
     taken = [out / f"member-{i}" / "identity.key" for i in range(nodes)]
     taken += [out / f"observer-{j}" / "identity.key" for j in range(observers)]
     taken = [p for p in taken if p.exists()]
@@ -215,8 +232,13 @@ def init_cluster(
         (out / "allow_list.txt").write_text("".join(p + "\n" for p in allow))
 
         def entry(m: Member) -> dict:
-            return {"name": m.name, "peer_id": m.peer_id, "listen": m.listen, "addr": m.addr,
-                    "config": f"{m.name}/config.toml"}  # relative to cluster.json
+            return {
+                "name": m.name,
+                "peer_id": m.peer_id,
+                "listen": m.listen,
+                "addr": m.addr,
+                "config": f"{m.name}/config.toml",
+            }  # relative to cluster.json
 
         manifest = {
             "swarm_id": swarm_id,

@@ -113,11 +113,15 @@ SORT_KEYS = {
 
 def _use_times(session: Session) -> dict[int, float]:
     """Local round -> when it started (live rounds only): the time a group use happened."""
-    rows = session.execute(select(RoundRow.round, RoundRow.started_at).where(RoundRow.superseded.is_(False)))
+    rows = session.execute(
+        select(RoundRow.round, RoundRow.started_at).where(RoundRow.superseded.is_(False))
+    )
     return {r: t for r, t in rows}
 
 
-def peer_contributions(session: Session, window: Window = Window(), sort: str = "advantage") -> list[PeerContribution]:
+def peer_contributions(
+    session: Session, window: Window = Window(), sort: str = "advantage"
+) -> list[PeerContribution]:
     """One `PeerContribution` per peer that appears anywhere in the ledger, sorted by `sort`."""
     if sort not in SORT_KEYS:
         raise SwarmError(f"--sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
@@ -133,9 +137,14 @@ def peer_contributions(session: Session, window: Window = Window(), sort: str = 
         p.model, p.first_seen, p.last_seen = row.model, row.first_seen, row.last_seen
         p.addrs = _json_list(row.addrs)
     rewards: dict[str, list[float]] = defaultdict(list)
-    stmt = select(GroupRow.source, GroupRow.sender, GroupRow.status, GroupRow.reason, GroupRow.mean_reward, GroupRow.recorded_at).where(
-        GroupRow.direction == "received"
-    )
+    stmt = select(
+        GroupRow.source,
+        GroupRow.sender,
+        GroupRow.status,
+        GroupRow.reason,
+        GroupRow.mean_reward,
+        GroupRow.recorded_at,
+    ).where(GroupRow.direction == "received")
     for source, sender, status, reason, mean_reward, recorded_at in session.execute(stmt):
         origin = source or sender
         if not origin or not window.holds(recorded_at):
@@ -175,9 +184,15 @@ def _add_counted(session: Session, window: Window, peer) -> None:
 
 def _add_uses(session: Session, window: Window, peer) -> None:
     started = _use_times(session)
-    received_at = dict(session.execute(select(GroupRow.id, GroupRow.recorded_at).where(GroupRow.direction == "received")).all())
+    received_at = dict(
+        session.execute(
+            select(GroupRow.id, GroupRow.recorded_at).where(GroupRow.direction == "received")
+        ).all()
+    )
     used_rewards: dict[str, list[float]] = defaultdict(list)
-    uses = select(GroupUseRow).where(GroupUseRow.superseded.is_(False), GroupUseRow.skipped_update.is_(False))
+    uses = select(GroupUseRow).where(
+        GroupUseRow.superseded.is_(False), GroupUseRow.skipped_update.is_(False)
+    )
     for use in session.scalars(uses):
         when = started.get(use.round, received_at.get(use.group_id, 0.0))
         if not window.holds(when):
@@ -227,12 +242,16 @@ def own_contribution(session: Session, window: Window = Window()) -> OwnContribu
     return own
 
 
-def contribution_timeline(session: Session, window: Window = Window()) -> dict[str, list[tuple[float, float, int]]]:
+def contribution_timeline(
+    session: Session, window: Window = Window()
+) -> dict[str, list[tuple[float, float, int]]]:
     """Per peer, the running totals (time, advantage so far, accepted groups so far), in time order.
 
     One point per accepted group or use, so a plot shows when each peer's help arrived.
     """
-    events: dict[str, list[tuple[float, float, int]]] = defaultdict(list)  # (t, advantage, accepted)
+    events: dict[str, list[tuple[float, float, int]]] = defaultdict(
+        list
+    )  # (t, advantage, accepted)
     stmt = select(GroupRow.source, GroupRow.sender, GroupRow.recorded_at).where(
         GroupRow.direction == "received", GroupRow.status == "accepted"
     )
@@ -241,7 +260,9 @@ def contribution_timeline(session: Session, window: Window = Window()) -> dict[s
             events[source or sender].append((recorded_at, 0.0, 1))
     started = _use_times(session)
     received_at = dict(session.execute(select(GroupRow.id, GroupRow.recorded_at)).all())
-    uses = select(GroupUseRow).where(GroupUseRow.superseded.is_(False), GroupUseRow.skipped_update.is_(False))
+    uses = select(GroupUseRow).where(
+        GroupUseRow.superseded.is_(False), GroupUseRow.skipped_update.is_(False)
+    )
     for use in session.scalars(uses):
         when = started.get(use.round, received_at.get(use.group_id, 0.0))
         if window.holds(when):

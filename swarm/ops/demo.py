@@ -79,7 +79,9 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def prepare(out: Path, nodes: int, rounds: int, base_config: Path | None, sets: list[str]) -> list[DemoNode]:
+def prepare(
+    out: Path, nodes: int, rounds: int, base_config: Path | None, sets: list[str]
+) -> list[DemoNode]:
     """Create identities (or reuse those of an earlier demo in `out`) and per-node config files."""
     from swarm.config_load import load_config
     from swarm.p2p.identity import load_or_create_identity, peer_id_of
@@ -92,7 +94,9 @@ def prepare(out: Path, nodes: int, rounds: int, base_config: Path | None, sets: 
             (out / f"node-{i}").mkdir(exist_ok=True)
     except OSError as e:
         reason = e.strerror or e
-        raise SwarmError(f"cannot create the demo folder {out}: {reason}: choose a writable --out") from None
+        raise SwarmError(
+            f"cannot create the demo folder {out}: {reason}: choose a writable --out"
+        ) from None
     ports = free_ports(nodes)
     demo = []
     for i in range(nodes):
@@ -106,8 +110,11 @@ def prepare(out: Path, nodes: int, rounds: int, base_config: Path | None, sets: 
         overrides = [
             *DEMO_DEFAULTS,
             *sets,
-            f'node.name="{node.name}"', f'node.run_dir="{node.folder}"', f"node.rounds={rounds}",
-            f"node.seed={node.index}", f'p2p.listen="/ip4/127.0.0.1/tcp/{node.port}"',
+            f'node.name="{node.name}"',
+            f'node.run_dir="{node.folder}"',
+            f"node.rounds={rounds}",
+            f"node.seed={node.index}",
+            f'p2p.listen="/ip4/127.0.0.1/tcp/{node.port}"',
             "p2p.bootstrap=[" + ", ".join(f'"{a}"' for a in bootstrap) + "]",
         ]
         config = load_config(base_config, overrides)  # validates before anything starts
@@ -127,8 +134,20 @@ def launch(node: DemoNode) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     log = open(node.folder / "log.txt", "w")  # noqa: SIM115 - the child process owns it until it exits
     node.process = subprocess.Popen(
-        [sys.executable, "-m", "swarm.cli", "join", "--config", str(node.folder / "config.toml"), "--display", "lines"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "swarm.cli",
+            "join",
+            "--config",
+            str(node.folder / "config.toml"),
+            "--display",
+            "lines",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
     )
 
 
@@ -143,7 +162,12 @@ def read_stats(node: DemoNode) -> dict:
     ledger = Ledger(f"sqlite:///{path}", create=False)  # the node owns it: never write to it
     try:
         with ledger.reader() as s:
-            rounds = s.query(RoundRow).filter(RoundRow.superseded.is_(False)).order_by(RoundRow.round).all()
+            rounds = (
+                s.query(RoundRow)
+                .filter(RoundRow.superseded.is_(False))
+                .order_by(RoundRow.round)
+                .all()
+            )
             counts = group_counts(s)
             evals = latest_evals(s, 1000)
     except LedgerError:
@@ -165,17 +189,42 @@ def read_stats(node: DemoNode) -> dict:
 
 
 def render(demo: list[DemoNode], rounds: int, elapsed: float) -> Table:
-    table = Table(title=f"local swarm: {len(demo)} nodes, {rounds} rounds each · {elapsed:.0f}s", header_style="bold")
-    for column in ("node", "state", "round", "reward", "sent", "recv", "accept", "reject", "held-out"):
+    table = Table(
+        title=f"local swarm: {len(demo)} nodes, {rounds} rounds each · {elapsed:.0f}s",
+        header_style="bold",
+    )
+    for column in (
+        "node",
+        "state",
+        "round",
+        "reward",
+        "sent",
+        "recv",
+        "accept",
+        "reject",
+        "held-out",
+    ):
         table.add_column(column, justify="right")
     for node in demo:
         st = node.stats
-        state = "running" if node.exit_code is None else ("done" if node.exit_code == 0 else f"failed ({node.exit_code})")
-        acc = "" if st.get("eval_last") is None else f"{st['eval_first']:.0%} → {st['eval_last']:.0%}"
+        state = (
+            "running"
+            if node.exit_code is None
+            else ("done" if node.exit_code == 0 else f"failed ({node.exit_code})")
+        )
+        acc = (
+            "" if st.get("eval_last") is None else f"{st['eval_first']:.0%} → {st['eval_last']:.0%}"
+        )
         table.add_row(
-            node.name, state, "" if st.get("round") is None else f"{st['round'] + 1}/{rounds}",
+            node.name,
+            state,
+            "" if st.get("round") is None else f"{st['round'] + 1}/{rounds}",
             "" if st.get("reward") is None else f"{st['reward']:.3f}",
-            str(st.get("sent", 0)), str(st.get("received", 0)), str(st.get("accepted", 0)), str(st.get("rejected", 0)), acc,
+            str(st.get("sent", 0)),
+            str(st.get("received", 0)),
+            str(st.get("accepted", 0)),
+            str(st.get("rejected", 0)),
+            acc,
         )
     return table
 
@@ -232,7 +281,8 @@ def summarize(out: Path, demo: list[DemoNode], rounds: int, wall_s: float) -> di
         "processes": "separate swarm-node join processes over libp2p on 127.0.0.1",
         "wall_s": wall_s,
         "per_node": [
-            {"name": n.name, "peer_id": n.peer_id, "exit_code": n.exit_code, **n.stats} for n in demo
+            {"name": n.name, "peer_id": n.peer_id, "exit_code": n.exit_code, **n.stats}
+            for n in demo
         ],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -251,7 +301,13 @@ def plot_rewards(path: Path, demo: list[DemoNode]) -> None:
         rewards = node.stats.get("rewards") or []
         line = ax.plot(range(len(rewards)), rewards, linewidth=0.6, alpha=0.35)[0]
         smooth = moving_average(rewards, 5)
-        ax.plot(range(len(rewards) - len(smooth), len(rewards)), smooth, color=line.get_color(), linewidth=1.8, label=node.name)
+        ax.plot(
+            range(len(rewards) - len(smooth), len(rewards)),
+            smooth,
+            color=line.get_color(),
+            linewidth=1.8,
+            label=node.name,
+        )
     ax.set_xlabel("round")
     ax.set_ylabel("mean reward of sampled completions")
     ax.set_title("reward per node (thin: per round, thick: 5-round moving average)")
@@ -273,7 +329,14 @@ def moving_average(values: list[float], window: int) -> list[float]:
     return out
 
 
-def run_demo(nodes: int, rounds: int, out: Path, base_config: Path | None, sets: list[str], timeout: float | None) -> dict:
+def run_demo(
+    nodes: int,
+    rounds: int,
+    out: Path,
+    base_config: Path | None,
+    sets: list[str],
+    timeout: float | None,
+) -> dict:
     from swarm.config_load import load_config
     from swarm.preflight import preflight
 

@@ -53,7 +53,9 @@ class RoundReport:
     optimizer_steps: int = 0
     batch_reward: float = 0.0  # mean reward of the groups trained on (own and shared)
     tagged: float = 0.0  # share of own completions that give an <answer>-tagged answer
-    shared_families: tuple[str, ...] = ()  # the task family (dataset) of each shared group trained on
+    shared_families: tuple[
+        str, ...
+    ] = ()  # the task family (dataset) of each shared group trained on
     score_s: float = 0.0  # scoring own completions (generate, score and train are parts of total)
 
     @property
@@ -172,14 +174,21 @@ def sparkline(values: list[float], width: int = 40) -> str:
         return ""
     low, high = min(values), max(values)
     span = (high - low) or 1.0
-    return "".join(SPARKS[min(len(SPARKS) - 1, int((v - low) / span * (len(SPARKS) - 1) + 0.5))] for v in values)
+    return "".join(
+        SPARKS[min(len(SPARKS) - 1, int((v - low) / span * (len(SPARKS) - 1) + 0.5))]
+        for v in values
+    )
 
 
 def round_line(r: RoundReport) -> str:
     """One round on one line (`LineReporter`, node.log)."""
     update = "skipped (no signal)" if r.skipped else f"loss {r.loss:+.4f}"
     shared = f" shared {r.shared_groups}" if r.shared_groups else ""
-    swarm = f"  peers {r.peers} recv {r.received} ok {r.accepted} rej {r.rejected}" if (r.peers or r.received) else ""
+    swarm = (
+        f"  peers {r.peers} recv {r.received} ok {r.accepted} rej {r.rejected}"
+        if (r.peers or r.received)
+        else ""
+    )
     return (
         f"round {r.round:>5}  v{r.policy_version:<5} reward {r.mean_reward:.3f}  correct {r.accuracy:6.1%}  "
         f"groups {r.trained_groups}/{r.groups}{shared}  {update}  "
@@ -234,7 +243,10 @@ class LiveReporter(Reporter):
         self.rewards: list[float] = []
         self.evals: list[EvalReport] = []
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
             console=self.console,
         )
         self.task_id: TaskID | None = None
@@ -247,7 +259,9 @@ class LiveReporter(Reporter):
             self.console.print(line)
         total = info.target_rounds or None
         self.task_id = self.progress.add_task("rounds", total=total, completed=info.start_round)
-        self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
+        self.live = Live(
+            self._render(), console=self.console, refresh_per_second=4, transient=False
+        )
         self.live.start()
 
     def round(self, report: RoundReport) -> None:
@@ -284,19 +298,41 @@ class LiveReporter(Reporter):
 
     def _render(self):
         table = Table(expand=False, box=None, header_style="bold")
-        for column in ("round", "version", "reward", "correct", "groups", "update", "gen s", "train s", "round s"):
+        for column in (
+            "round",
+            "version",
+            "reward",
+            "correct",
+            "groups",
+            "update",
+            "gen s",
+            "train s",
+            "round s",
+        ):
             table.add_column(column, justify="right")
         for r in self.rows:
             table.add_row(
-                str(r.round), f"v{r.policy_version}", f"{r.mean_reward:.3f}", f"{r.accuracy:.1%}",
-                f"{r.trained_groups}/{r.groups}" + (f" +{r.shared_groups}" if r.shared_groups else ""),
+                str(r.round),
+                f"v{r.policy_version}",
+                f"{r.mean_reward:.3f}",
+                f"{r.accuracy:.1%}",
+                f"{r.trained_groups}/{r.groups}"
+                + (f" +{r.shared_groups}" if r.shared_groups else ""),
                 "skipped" if r.skipped else f"{r.loss:+.4f}",
-                f"{r.generate_s:.2f}", f"{r.train_s:.2f}", f"{r.total_s:.2f}",
+                f"{r.generate_s:.2f}",
+                f"{r.train_s:.2f}",
+                f"{r.total_s:.2f}",
             )
-        lines: list[RenderableType] = [self.progress, f"reward per round  {sparkline(self.rewards)}", table]
+        lines: list[RenderableType] = [
+            self.progress,
+            f"reward per round  {sparkline(self.rewards)}",
+            table,
+        ]
         if self.rows and (self.rows[-1].peers or self.rows[-1].received):
             r = self.rows[-1]
-            lines.append(f"swarm: {r.peers} peers connected · groups received {r.received}, accepted {r.accepted}, rejected {r.rejected}")
+            lines.append(
+                f"swarm: {r.peers} peers connected · groups received {r.received}, accepted {r.accepted}, rejected {r.rejected}"
+            )
         if self.evals:
             first, last = self.evals[0], self.evals[-1]
             lines.append(

@@ -77,21 +77,42 @@ def problem(check: str, message: str) -> Finding:
 def round_findings(live_rounds: list[int], live_update_rounds: list[int]) -> list[Finding]:
     """Live rounds must be 0..n-1 exactly once each, with exactly one live update per round."""
     out = []
-    duplicates = sorted({r for r in live_rounds if live_rounds.count(r) > 1}) if len(set(live_rounds)) != len(live_rounds) else []
+    duplicates = (
+        sorted({r for r in live_rounds if live_rounds.count(r) > 1})
+        if len(set(live_rounds)) != len(live_rounds)
+        else []
+    )
     if duplicates:
-        out.append(problem("rounds", f"live round numbers recorded more than once: {_few(duplicates)}"))
+        out.append(
+            problem("rounds", f"live round numbers recorded more than once: {_few(duplicates)}")
+        )
     missing = sorted(set(range(max(live_rounds) + 1)) - set(live_rounds)) if live_rounds else []
     if missing:
         out.append(problem("rounds", f"live rounds missing (history has gaps): {_few(missing)}"))
     if not duplicates and not missing:
-        out.append(ok("rounds", f"{len(live_rounds)} live rounds, numbered 0..{len(live_rounds) - 1} without gaps or duplicates"
-                      if live_rounds else "no rounds recorded yet"))
+        out.append(
+            ok(
+                "rounds",
+                f"{len(live_rounds)} live rounds, numbered 0..{len(live_rounds) - 1} without gaps or duplicates"
+                if live_rounds
+                else "no rounds recorded yet",
+            )
+        )
     extra = sorted(set(live_update_rounds) - set(live_rounds))
     lacking = sorted(set(live_rounds) - set(live_update_rounds))
-    dup = sorted({r for r in live_update_rounds if live_update_rounds.count(r) > 1}) if len(set(live_update_rounds)) != len(live_update_rounds) else []
+    dup = (
+        sorted({r for r in live_update_rounds if live_update_rounds.count(r) > 1})
+        if len(set(live_update_rounds)) != len(live_update_rounds)
+        else []
+    )
     if extra or lacking or dup:
-        out.append(problem("updates", f"live updates do not match live rounds (rounds without an update: {_few(lacking)}; "
-                                      f"updates without a round: {_few(extra)}; updates recorded twice: {_few(dup)})"))
+        out.append(
+            problem(
+                "updates",
+                f"live updates do not match live rounds (rounds without an update: {_few(lacking)}; "
+                f"updates without a round: {_few(extra)}; updates recorded twice: {_few(dup)})",
+            )
+        )
     else:
         out.append(ok("updates", "one live update per live round"))
     return out
@@ -100,11 +121,17 @@ def round_findings(live_rounds: list[int], live_update_rounds: list[int]) -> lis
 def checkpoint_vs_ledger(checkpoint_round: int | None, live_rounds: list[int]) -> Finding:
     """The newest checkpoint says `checkpoint_round` rounds were done: the ledger must hold them."""
     if checkpoint_round is None:
-        return ok("resume", "no checkpoint: a restart begins at round 0 (earlier rounds become superseded)")
+        return ok(
+            "resume",
+            "no checkpoint: a restart begins at round 0 (earlier rounds become superseded)",
+        )
     have = len(set(live_rounds) & set(range(checkpoint_round)))
     if have < checkpoint_round:
-        return problem("resume", f"the newest checkpoint is after round {checkpoint_round}, but the ledger holds only "
-                                 f"{have} of its live rounds 0..{checkpoint_round - 1}: committed records are missing")
+        return problem(
+            "resume",
+            f"the newest checkpoint is after round {checkpoint_round}, but the ledger holds only "
+            f"{have} of its live rounds 0..{checkpoint_round - 1}: committed records are missing",
+        )
     after = len([r for r in live_rounds if r >= checkpoint_round])
     note = f"; {after} later rounds will be marked superseded and run again" if after else ""
     return ok("resume", f"a restart resumes after round {checkpoint_round}{note}")
@@ -125,10 +152,10 @@ def snapshot(url: str) -> Iterator[str]:
     in one step (a single read transaction, so a writer's commit is in the copy whole or not
     at all), removed afterwards. Other URLs, and files SQLite cannot back up (not a database),
     are read where they are."""
-    if not url.startswith("sqlite:///") or not Path(url[len("sqlite:///"):]).is_file():
+    if not url.startswith("sqlite:///") or not Path(url[len("sqlite:///") :]).is_file():
         yield url
         return
-    source_path = Path(url[len("sqlite:///"):])
+    source_path = Path(url[len("sqlite:///") :])
     with tempfile.TemporaryDirectory(prefix="swarm-doctor-") as tmp:
         copy = Path(tmp) / source_path.name
         try:
@@ -163,28 +190,54 @@ def ledger_findings(
                 if result == ["ok"]:
                     out.append(ok("integrity", "SQLite integrity_check: ok"))
                 else:
-                    out.append(problem("integrity", f"SQLite integrity_check: {'; '.join(result[:5])}"))
+                    out.append(
+                        problem("integrity", f"SQLite integrity_check: {'; '.join(result[:5])}")
+                    )
             version = get_meta(session, "schema_version")
             if version != str(SCHEMA_VERSION):
-                out.append(problem("schema", f"schema version {version!r}, this node reads {SCHEMA_VERSION}"))
+                out.append(
+                    problem(
+                        "schema", f"schema version {version!r}, this node reads {SCHEMA_VERSION}"
+                    )
+                )
             later = sorted((set(Base.metadata.tables) - tables) & LATER_TABLES)
             if later:
-                out.append(ok("schema", f"tables of a newer version, made at the node's next start: {', '.join(later)}"))
+                out.append(
+                    ok(
+                        "schema",
+                        f"tables of a newer version, made at the node's next start: {', '.join(later)}",
+                    )
+                )
             missing = sorted(set(Base.metadata.tables) - tables - LATER_TABLES)
             if missing:
                 out.append(problem("schema", f"tables missing: {', '.join(missing)}"))
             elif version == str(SCHEMA_VERSION) and not later:
-                out.append(ok("schema", f"schema version {SCHEMA_VERSION}, all {len(tables & set(Base.metadata.tables))} tables present"))
+                out.append(
+                    ok(
+                        "schema",
+                        f"schema version {SCHEMA_VERSION}, all {len(tables & set(Base.metadata.tables))} tables present",
+                    )
+                )
             if missing:
                 return out, [], get_meta(session, "model")
-            rounds = list(session.scalars(select(RoundRow.round).where(RoundRow.superseded.is_(False))))
-            updates = list(session.scalars(select(UpdateRow.round).where(UpdateRow.superseded.is_(False))))
+            rounds = list(
+                session.scalars(select(RoundRow.round).where(RoundRow.superseded.is_(False)))
+            )
+            updates = list(
+                session.scalars(select(UpdateRow.round).where(UpdateRow.superseded.is_(False)))
+            )
             out += round_findings(rounds, updates)
             dangling = session.scalar(
-                select(func.count()).select_from(GroupUseRow).where(~GroupUseRow.group_id.in_(select(GroupRow.id)))
+                select(func.count())
+                .select_from(GroupUseRow)
+                .where(~GroupUseRow.group_id.in_(select(GroupRow.id)))
             )
             if dangling:
-                out.append(problem("group uses", f"{dangling} uses of shared groups point at no stored group"))
+                out.append(
+                    problem(
+                        "group uses", f"{dangling} uses of shared groups point at no stored group"
+                    )
+                )
             else:
                 out.append(ok("group uses", "every use of a shared group points at a stored group"))
             return out, rounds, get_meta(session, "model")
@@ -205,16 +258,25 @@ def size_finding(copy_url: str, url: str) -> Finding:
         ledger.close()
 
 
-def checkpoint_findings(folder: Path, model: str | None, live_rounds: list[int] | None) -> list[Finding]:
+def checkpoint_findings(
+    folder: Path, model: str | None, live_rounds: list[int] | None
+) -> list[Finding]:
     """Findings about every checkpoint under `folder` (and the newest against the ledger's rounds)."""
     from swarm.policy.checkpoint import list_checkpoints, read_state
 
     if not folder.is_dir():
-        return [ok("checkpoints", f"no checkpoint folder at {folder} (a node that never saved one)")]
+        return [
+            ok("checkpoints", f"no checkpoint folder at {folder} (a node that never saved one)")
+        ]
     out: list[Finding] = []
     temps = sorted(p.name for p in folder.glob(".tmp-*"))
     if temps:
-        out.append(warning("checkpoints", f"interrupted checkpoint writes left {len(temps)} temporary folders (removed by the next save)"))
+        out.append(
+            warning(
+                "checkpoints",
+                f"interrupted checkpoint writes left {len(temps)} temporary folders (removed by the next save)",
+            )
+        )
     complete = list_checkpoints(folder)
     newest_round = None
     for path in complete:
@@ -224,16 +286,30 @@ def checkpoint_findings(folder: Path, model: str | None, live_rounds: list[int] 
             _check_optimizer(path)
         except CheckpointError as e:
             if path == complete[-1]:  # a restart loads exactly this one
-                out.append(problem("checkpoint", f"{e} (the newest checkpoint: a restart would fail)"))
+                out.append(
+                    problem("checkpoint", f"{e} (the newest checkpoint: a restart would fail)")
+                )
                 return out
             else:
-                out.append(warning("checkpoint", f"{e} (an older checkpoint: a restart uses a newer one)"))
+                out.append(
+                    warning("checkpoint", f"{e} (an older checkpoint: a restart uses a newer one)")
+                )
             continue
         if model is not None and state.model_name != model:
-            out.append(problem("checkpoint", f"{path.name} is of model {state.model_name!r}, the ledger's node runs {model!r}"))
+            out.append(
+                problem(
+                    "checkpoint",
+                    f"{path.name} is of model {state.model_name!r}, the ledger's node runs {model!r}",
+                )
+            )
             continue
         newest_round = state.round
-        out.append(ok("checkpoint", f"{path.name}: v{state.policy_version} after round {state.round}, loadable, weights sha256 {digest[:16]}…"))
+        out.append(
+            ok(
+                "checkpoint",
+                f"{path.name}: v{state.policy_version} after round {state.round}, loadable, weights sha256 {digest[:16]}…",
+            )
+        )
     if not complete:
         out.append(ok("checkpoints", "no complete checkpoint yet"))
     if live_rounds is not None:
@@ -252,7 +328,11 @@ def _check_weights(path: Path) -> str:
         tensors = load_file(weights)
     except (OSError, SafetensorError) as e:
         raise CheckpointError(f"{path.name}: cannot load model.safetensors: {e}") from None
-    bad = [name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    bad = [
+        name
+        for name, t in tensors.items()
+        if t.is_floating_point() and not bool(torch.isfinite(t).all())
+    ]
     if bad:
         raise CheckpointError(f"{path.name}: non-finite weights in {', '.join(bad[:3])}")
     digest = hashlib.sha256()
@@ -271,7 +351,9 @@ def _check_optimizer(path: Path) -> None:
     if not optimizer.exists():
         return
     try:
-        state = torch.load(optimizer, weights_only=False)  # our own file, written by save_checkpoint
+        state = torch.load(
+            optimizer, weights_only=False
+        )  # our own file, written by save_checkpoint
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
         raise CheckpointError(f"{path.name}: cannot load optimizer.pt: {e}") from None
     if not isinstance(state, dict) or "state" not in state:

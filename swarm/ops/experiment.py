@@ -53,7 +53,9 @@ class Arm:
 
     @property
     def name(self) -> str:
-        return f"{self.local}/{self.shared}" + ("" if self.sampler == "uniform" else f"-{self.sampler}")
+        return f"{self.local}/{self.shared}" + (
+            "" if self.sampler == "uniform" else f"-{self.sampler}"
+        )
 
     @property
     def slug(self) -> str:
@@ -67,8 +69,7 @@ class Arm:
 
 
 ARMS: dict[str, Arm] = {
-    a.name: a
-    for a in (Arm(8, 0), Arm(4, 0), Arm(4, 4), Arm(6, 2), Arm(2, 6), Arm(4, 4, "need"))
+    a.name: a for a in (Arm(8, 0), Arm(4, 0), Arm(4, 4), Arm(6, 2), Arm(2, 6), Arm(4, 4, "need"))
 }
 LEARNING_RATES = (3e-5, 1e-4, 3e-4)
 TUNING_SEED = 100  # never a verdict seed
@@ -96,14 +97,32 @@ def protocol_training(protocol: Protocol) -> dict:
     """The `[training]` settings that differ between the protocols."""
     if protocol == Protocol.PAPER:
         return {
-            "optimizer": "adam", "max_grad_norm": 0.0, "signal_filter": "shared", "fresh_rounds": 1,
-            "per_peer_cap": 0, "max_version_gap": -1, "max_age_s": 0.0, "minibatch_size": 0,
-            "epochs": 1, "kl_coef": 0.0, "clip_low": 0.2, "clip_high": 0.28,
+            "optimizer": "adam",
+            "max_grad_norm": 0.0,
+            "signal_filter": "shared",
+            "fresh_rounds": 1,
+            "per_peer_cap": 0,
+            "max_version_gap": -1,
+            "max_age_s": 0.0,
+            "minibatch_size": 0,
+            "epochs": 1,
+            "kl_coef": 0.0,
+            "clip_low": 0.2,
+            "clip_high": 0.28,
         }
     return {
-        "optimizer": "adamw", "max_grad_norm": 1.0, "signal_filter": "all", "fresh_rounds": 0,
-        "per_peer_cap": 2, "max_version_gap": 1, "max_age_s": 600.0, "minibatch_size": 0,
-        "epochs": 1, "kl_coef": 0.0, "clip_low": 0.2, "clip_high": 0.28,
+        "optimizer": "adamw",
+        "max_grad_norm": 1.0,
+        "signal_filter": "all",
+        "fresh_rounds": 0,
+        "per_peer_cap": 2,
+        "max_version_gap": 1,
+        "max_age_s": 600.0,
+        "minibatch_size": 0,
+        "epochs": 1,
+        "kl_coef": 0.0,
+        "clip_low": 0.2,
+        "clip_high": 0.28,
     }
 
 
@@ -122,22 +141,48 @@ class RunShape:
 
 
 def node_config(
-    arm: Arm, protocol: Protocol, testbed_tasks: dict, model: str, *, index: int, seed: int,
-    lr: float, run_dir: str, shape: RunShape, policy: Mapping | None = None, extra: Mapping | None = None,
+    arm: Arm,
+    protocol: Protocol,
+    testbed_tasks: dict,
+    model: str,
+    *,
+    index: int,
+    seed: int,
+    lr: float,
+    run_dir: str,
+    shape: RunShape,
+    policy: Mapping | None = None,
+    extra: Mapping | None = None,
 ) -> dict:
     """The config table of node `index` of a unit (arm, seed, lr): for `swarm.config.build_config`."""
     training = {
-        **protocol_training(protocol), "lr": lr, "local_groups": arm.local,
-        "shared_groups": arm.shared, "shared_sampling": arm.sampler, "micro_batch_size": 256,
+        **protocol_training(protocol),
+        "lr": lr,
+        "local_groups": arm.local,
+        "shared_groups": arm.shared,
+        "shared_sampling": arm.sampler,
+        "micro_batch_size": 256,
     }
     table = {
-        "node": {"name": f"node-{index}", "seed": seed * 1000 + index, "run_dir": run_dir,
-                 "checkpoint_every": 1_000_000},
+        "node": {
+            "name": f"node-{index}",
+            "seed": seed * 1000 + index,
+            "run_dir": run_dir,
+            "checkpoint_every": 1_000_000,
+        },
         "policy": {"model": model, "device": "cpu", "dtype": "float32", **(policy or {})},
-        "generation": {"questions_per_round": arm.questions, "completions_per_question": shape.completions,
-                       "max_new_tokens": shape.max_new_tokens},
+        "generation": {
+            "questions_per_round": arm.questions,
+            "completions_per_question": shape.completions,
+            "max_new_tokens": shape.max_new_tokens,
+        },
         "training": training,
-        "tasks": {**testbed_tasks, **STRICT_REWARD, "eval_size": shape.eval_size, "eval_every": 1_000_000},
+        "tasks": {
+            **testbed_tasks,
+            **STRICT_REWARD,
+            "eval_size": shape.eval_size,
+            "eval_every": 1_000_000,
+        },
     }
     for section, values in (extra or {}).items():
         table.setdefault(section, {}).update(values)
@@ -159,7 +204,9 @@ class Comparison:
     mean_ratio: float
     ci_low: float
     ci_high: float
-    family_deltas: dict[str, float] = field(default_factory=dict)  # held-out accuracy, mean over seeds
+    family_deltas: dict[str, float] = field(
+        default_factory=dict
+    )  # held-out accuracy, mean over seeds
     passed: bool = False
     why: tuple[str, ...] = ()
 
@@ -175,8 +222,12 @@ def paired_ci(values: Sequence[float]) -> tuple[float, float, float]:
 
 
 def compare(
-    candidate: str, baseline: str, cumulative: Mapping[str, Mapping[int, float]],
-    held_out: Mapping[str, Mapping[int, Mapping[str, float]]], *, min_wins: int | None = None,
+    candidate: str,
+    baseline: str,
+    cumulative: Mapping[str, Mapping[int, float]],
+    held_out: Mapping[str, Mapping[int, Mapping[str, float]]],
+    *,
+    min_wins: int | None = None,
 ) -> Comparison:
     """Apply the pre-registered rule to `candidate` vs `baseline`.
 
@@ -203,15 +254,21 @@ def compare(
     worse = [f"{f} {d:+.3f}" for f, d in deltas.items() if d < 0]
     if worse:
         why.append("held-out lower on " + ", ".join(worse))
-    return Comparison(candidate, baseline, seeds, ratios, wins, mean, low, high, deltas, not why, tuple(why))
+    return Comparison(
+        candidate, baseline, seeds, ratios, wins, mean, low, high, deltas, not why, tuple(why)
+    )
 
 
 def _family_deltas(cand: Mapping, base: Mapping, seeds: Sequence[int]) -> dict[str, float]:
     """Held-out accuracy per family, candidate minus baseline, averaged over `seeds`."""
-    families = sorted({f for s in seeds for f in cand.get(s, {})} | {f for s in seeds for f in base.get(s, {})})
+    families = sorted(
+        {f for s in seeds for f in cand.get(s, {})} | {f for s in seeds for f in base.get(s, {})}
+    )
     deltas = {}
     for f in families:
-        pairs = [(cand[s][f], base[s][f]) for s in seeds if f in cand.get(s, {}) and f in base.get(s, {})]
+        pairs = [
+            (cand[s][f], base[s][f]) for s in seeds if f in cand.get(s, {}) and f in base.get(s, {})
+        ]
         if pairs:
             deltas[f] = statistics.fmean(c - b for c, b in pairs)
     return deltas

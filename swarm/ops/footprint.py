@@ -67,7 +67,9 @@ def memory_map() -> dict[str, float]:
     out = {k: v / 1024 for k, v in kinds.items() if k.startswith("[")}
     for path, kb in files.most_common(8):
         out[os.path.basename(path)] = kb / 1024
-    out["other files"] = sum(files.values()) / 1024 - sum(kb / 1024 for _, kb in files.most_common(8))
+    out["other files"] = sum(files.values()) / 1024 - sum(
+        kb / 1024 for _, kb in files.most_common(8)
+    )
     return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
 
 

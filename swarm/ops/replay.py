@@ -70,7 +70,9 @@ class StoredGroup:
     def rollout(self) -> RolloutGroup:
         """The verified group (only a group that passed has one)."""
         if self.group is None:
-            raise SwarmError(f"group {self.content_hash[:12]} did not pass verification: {self.reason}")
+            raise SwarmError(
+                f"group {self.content_hash[:12]} did not pass verification: {self.reason}"
+            )
         return self.group
 
 
@@ -81,16 +83,28 @@ class VerifyReport:
     total: int = 0
     passed: int = 0
     failed_by_reason: Counter = field(default_factory=Counter)
-    by_status: dict[str, dict[str, int]] = field(default_factory=dict)  # status -> {"passed": n, "failed": n}
+    by_status: dict[str, dict[str, int]] = field(
+        default_factory=dict
+    )  # status -> {"passed": n, "failed": n}
     trainable: int = 0  # passed, sent or accepted, distinct content
 
     def as_dict(self) -> dict:
-        return {"total": self.total, "passed": self.passed, "failed": self.total - self.passed,
-                "failed_by_reason": dict(self.failed_by_reason), "by_status": self.by_status, "trainable": self.trainable}
+        return {
+            "total": self.total,
+            "passed": self.passed,
+            "failed": self.total - self.passed,
+            "failed_by_reason": dict(self.failed_by_reason),
+            "by_status": self.by_status,
+            "trainable": self.trainable,
+        }
 
 
-def verify_row(row: GroupRow, format_weight: float, swarm_id: str | None = None,
-               tolerance: float = REWARD_TOLERANCE) -> StoredGroup:
+def verify_row(
+    row: GroupRow,
+    format_weight: float,
+    swarm_id: str | None = None,
+    tolerance: float = REWARD_TOLERANCE,
+) -> StoredGroup:
     """Re-verify one stored group from its bytes alone. Never raises for bad data.
 
     The claimed rewards are checked with the sender's declared format bonus (as a live node
@@ -98,8 +112,16 @@ def verify_row(row: GroupRow, format_weight: float, swarm_id: str | None = None,
     """
 
     def stored(reason: Reason | Literal[""], detail: str = "", **verified) -> StoredGroup:
-        return StoredGroup(row_id=row.id, direction=row.direction, status=row.status, content_hash=row.content_hash,
-                           local_round=row.local_round, reason=reason, detail=detail, **verified)
+        return StoredGroup(
+            row_id=row.id,
+            direction=row.direction,
+            status=row.status,
+            content_hash=row.content_hash,
+            local_round=row.local_round,
+            reason=reason,
+            detail=detail,
+            **verified,
+        )
 
     if row.body is None or row.signature is None:
         detail = "the ledger kept no bytes of this message"
@@ -128,7 +150,14 @@ def iter_rows(url: str, batch: int = 500) -> Iterator[GroupRow]:
         last = 0
         while True:
             with ledger.reader() as session:
-                rows = list(session.scalars(select(GroupRow).where(GroupRow.id > last).order_by(GroupRow.id).limit(batch)))
+                rows = list(
+                    session.scalars(
+                        select(GroupRow)
+                        .where(GroupRow.id > last)
+                        .order_by(GroupRow.id)
+                        .limit(batch)
+                    )
+                )
             if not rows:
                 return
             yield from rows
@@ -149,7 +178,10 @@ def count_rows(url: str) -> int:
 
 
 def verify_ledger(
-    url: str, format_weight: float, swarm_id: str | None = None, progress: Callable[[int], None] | None = None
+    url: str,
+    format_weight: float,
+    swarm_id: str | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[VerifyReport, list[StoredGroup]]:
     """Verify every stored group; return the report and the trainable groups (passed, sent or accepted, deduplicated)."""
     report, trainable, seen = VerifyReport(), [], set()
@@ -192,15 +224,27 @@ def export_records(
         advantages = group_advantages(item.rewards, scale_by_std=scale_advantages)
         for i, completion in enumerate(g.completions):
             yield {
-                "prompt": prompt, "completion": completion, "question": g.question,
+                "prompt": prompt,
+                "completion": completion,
+                "question": g.question,
                 "ground_truth": item.task.answer if item.task is not None else None,
-                "reward": item.rewards[i], "advantage": advantages[i],
-                "claimed_reward": g.rewards[i], "dataset": g.task.dataset,
-                "task_config": g.task.config_json, "task_seed": g.task.seed,
-                "task_index": g.task.index, "completion_index": i, "finished": g.finished[i],
-                "content_hash": item.content_hash, "direction": item.direction, "sender": g.sender,
-                "swarm_id": g.swarm_id, "model": g.model, "policy_version": g.policy_version,
-                "round": g.round, "created_at": g.created_at,
+                "reward": item.rewards[i],
+                "advantage": advantages[i],
+                "claimed_reward": g.rewards[i],
+                "dataset": g.task.dataset,
+                "task_config": g.task.config_json,
+                "task_seed": g.task.seed,
+                "task_index": g.task.index,
+                "completion_index": i,
+                "finished": g.finished[i],
+                "content_hash": item.content_hash,
+                "direction": item.direction,
+                "sender": g.sender,
+                "swarm_id": g.swarm_id,
+                "model": g.model,
+                "policy_version": g.policy_version,
+                "round": g.round,
+                "created_at": g.created_at,
             }
 
 
@@ -258,7 +302,9 @@ class TrainReport:
         return dict(self.__dict__)
 
 
-def plan_updates(groups: list[StoredGroup]) -> list[tuple[int, list[StoredGroup], list[StoredGroup]]]:
+def plan_updates(
+    groups: list[StoredGroup],
+) -> list[tuple[int, list[StoredGroup], list[StoredGroup]]]:
     """The recorded rounds to replay, in order: (round, local candidates, shared candidates).
 
     A round's local candidates are the groups the node sent in it, its shared candidates the
@@ -274,7 +320,9 @@ def plan_updates(groups: list[StoredGroup]) -> list[tuple[int, list[StoredGroup]
     return [(r, *rounds[r]) for r in sorted(rounds) if rounds[r][0]]
 
 
-def train_samples(tokenizer, system_prompt: str, item: StoredGroup, scale_advantages: bool, max_tokens: int):
+def train_samples(
+    tokenizer, system_prompt: str, item: StoredGroup, scale_advantages: bool, max_tokens: int
+):
     """Per-completion samples of one group, re-tokenized with our tokenizer (as the node does for shared groups)."""
     from swarm.policy.grpo import group_advantages
     from swarm.policy.prompts import build_prompt
@@ -282,11 +330,16 @@ def train_samples(tokenizer, system_prompt: str, item: StoredGroup, scale_advant
 
     prompt = build_prompt(tokenizer, item.rollout.question, system_prompt)
     advantages = group_advantages(item.rewards, scale_by_std=scale_advantages)
-    return retokenized_samples(tokenizer, prompt, item.rollout.completions, item.rollout.finished, advantages, max_tokens)
+    return retokenized_samples(
+        tokenizer, prompt, item.rollout.completions, item.rollout.finished, advantages, max_tokens
+    )
 
 
 def train_offline(
-    groups: list[StoredGroup], config, passes: int = 1, eval_size: int | None = None,
+    groups: list[StoredGroup],
+    config,
+    passes: int = 1,
+    eval_size: int | None = None,
     progress: Callable[[str, int], None] | None = None,
 ) -> TrainReport:
     """Train a fresh `config.policy.model` on `groups`, one update per recorded round, and
@@ -312,7 +365,9 @@ def train_offline(
     torch.manual_seed(config.node.seed)
     policy = load_policy(config.policy.model, config.policy.device, config.policy.dtype)
     generator = make_generator(config, policy)
-    trainer = GRPOTrainer(policy.model, policy.tokenizer.pad_token_id, trainer_settings(config, policy))
+    trainer = GRPOTrainer(
+        policy.model, policy.tokenizer.pad_token_id, trainer_settings(config, policy)
+    )
     mix = validate_mix(task_mix(config))
     size = config.tasks.eval_size if eval_size is None else eval_size
     eval_tasks = [build_task(s) for s in eval_specs(mix, config.tasks.eval_seed, size)]
@@ -327,12 +382,23 @@ def train_offline(
                 batch = choose_batch(
                     [Candidate(g, g.rewards) for g in local],
                     [Candidate(g, g.rewards, sender=g.rollout.sender) for g in shared],
-                    t.local_groups, t.shared_groups, seed=f"{config.node.seed}:batch:{round_index}",
+                    t.local_groups,
+                    t.shared_groups,
+                    seed=f"{config.node.seed}:batch:{round_index}",
                     per_peer_cap=t.per_peer_cap or None,
                 )
                 chosen = batch.local + batch.shared
-                samples = [s for g in chosen for s in train_samples(
-                    policy.tokenizer, config.policy.system_prompt, g, t.scale_advantages, max_tokens)]
+                samples = [
+                    s
+                    for g in chosen
+                    for s in train_samples(
+                        policy.tokenizer,
+                        config.policy.system_prompt,
+                        g,
+                        t.scale_advantages,
+                        max_tokens,
+                    )
+                ]
                 result = trainer.update(samples)
                 updates += 1
                 skipped += int(result.skipped)
@@ -344,7 +410,15 @@ def train_offline(
     finally:
         generator.close()
     return TrainReport(
-        model=config.policy.model, groups=len(groups), updates=updates, skipped_updates=skipped, groups_trained=trained,
-        accuracy_before=acc_before, accuracy_after=acc_after, reward_before=reward_before, reward_after=reward_after,
-        eval_questions=len(eval_tasks), seconds=time.perf_counter() - start,
+        model=config.policy.model,
+        groups=len(groups),
+        updates=updates,
+        skipped_updates=skipped,
+        groups_trained=trained,
+        accuracy_before=acc_before,
+        accuracy_after=acc_after,
+        reward_before=reward_before,
+        reward_after=reward_after,
+        eval_questions=len(eval_tasks),
+        seconds=time.perf_counter() - start,
     )

@@ -28,15 +28,28 @@ def collect_status(url: str, last: int = 10) -> dict:
                 "updates": update_totals(session),
                 "rounds": [
                     {
-                        "round": r.round, "policy_version": r.policy_version, "mean_reward": r.mean_reward,
-                        "accuracy": r.accuracy, "questions": r.questions, "completions": r.completions,
-                        "tokens_generated": r.tokens_generated, "generate_s": r.generate_s,
-                        "score_s": r.score_s, "train_s": r.train_s, "other_s": r.other_s, "total_s": r.total_s,
+                        "round": r.round,
+                        "policy_version": r.policy_version,
+                        "mean_reward": r.mean_reward,
+                        "accuracy": r.accuracy,
+                        "questions": r.questions,
+                        "completions": r.completions,
+                        "tokens_generated": r.tokens_generated,
+                        "generate_s": r.generate_s,
+                        "score_s": r.score_s,
+                        "train_s": r.train_s,
+                        "other_s": r.other_s,
+                        "total_s": r.total_s,
                     }
                     for r in rounds
                 ],
                 "evals": [
-                    {"round": e.round, "policy_version": e.policy_version, "accuracy": e.accuracy, "questions": e.questions}
+                    {
+                        "round": e.round,
+                        "policy_version": e.policy_version,
+                        "accuracy": e.accuracy,
+                        "questions": e.questions,
+                    }
                     for e in evals
                 ],
             }
@@ -44,7 +57,9 @@ def collect_status(url: str, last: int = 10) -> dict:
         ledger.close()
 
 
-def show_status(url: str, last: int = 10, as_json: bool = False, console: Console | None = None) -> None:
+def show_status(
+    url: str, last: int = 10, as_json: bool = False, console: Console | None = None
+) -> None:
     data = collect_status(url, last)
     console = console or Console()
     if as_json:
@@ -54,14 +69,32 @@ def show_status(url: str, last: int = 10, as_json: bool = False, console: Consol
         console.print(f"ledger {url}: no rounds recorded yet")
         return
     updates = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(data["updates"].items()))
-    console.print(f"node {data['node_name']} · model {data['model']} · last round {data['last_round']} · updates: {updates}")
+    console.print(
+        f"node {data['node_name']} · model {data['model']} · last round {data['last_round']} · updates: {updates}"
+    )
     table = Table(title="latest rounds", header_style="bold")
-    for column in ("round", "version", "reward", "correct", "tokens", "gen s", "score s", "train s", "other s"):
+    for column in (
+        "round",
+        "version",
+        "reward",
+        "correct",
+        "tokens",
+        "gen s",
+        "score s",
+        "train s",
+        "other s",
+    ):
         table.add_column(column, justify="right")
     for r in data["rounds"]:
         table.add_row(
-            str(r["round"]), f"v{r['policy_version']}", f"{r['mean_reward']:.3f}", f"{r['accuracy']:.1%}",
-            str(r["tokens_generated"]), f"{r['generate_s']:.2f}", f"{r['score_s']:.2f}", f"{r['train_s']:.2f}",
+            str(r["round"]),
+            f"v{r['policy_version']}",
+            f"{r['mean_reward']:.3f}",
+            f"{r['accuracy']:.1%}",
+            str(r["tokens_generated"]),
+            f"{r['generate_s']:.2f}",
+            f"{r['score_s']:.2f}",
+            f"{r['train_s']:.2f}",
             f"{r['other_s']:.2f}",
         )
     console.print(table)
@@ -70,5 +103,10 @@ def show_status(url: str, last: int = 10, as_json: bool = False, console: Consol
         for column in ("after round", "version", "accuracy", "questions"):
             evals.add_column(column, justify="right")
         for e in data["evals"]:
-            evals.add_row(str(e["round"]), f"v{e['policy_version']}", f"{e['accuracy']:.1%}", str(e["questions"]))
+            evals.add_row(
+                str(e["round"]),
+                f"v{e['policy_version']}",
+                f"{e['accuracy']:.1%}",
+                str(e["questions"]),
+            )
         console.print(evals)

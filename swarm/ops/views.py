@@ -69,21 +69,54 @@ def show_peers(data: dict, as_json: bool, console: Console | None = None) -> Non
     """The peers view: who this node has heard from, when, and how their groups fared."""
     console = console or _console()
     if as_json:
-        keys = ("peer_id", "model", "first_seen", "last_seen", "addrs", "banned", "received", "accepted", "rejected", "used")
-        console.print_json(json.dumps({**data, "peers": [{k: p[k] for k in keys} for p in data["peers"]]}))
+        keys = (
+            "peer_id",
+            "model",
+            "first_seen",
+            "last_seen",
+            "addrs",
+            "banned",
+            "received",
+            "accepted",
+            "rejected",
+            "used",
+        )
+        console.print_json(
+            json.dumps({**data, "peers": [{k: p[k] for k in keys} for p in data["peers"]]})
+        )
         return
     console.print(_header(data))
     if not data["peers"]:
         console.print("no peers recorded")
         return
     table = Table(title="peers", header_style="bold")
-    for column in ("peer", "model", "first seen", "last seen", "recv", "accept", "reject", "used", "banned"):
-        table.add_column(column, justify="left" if column in ("peer", "model", "banned") else "right",
-                         no_wrap=column not in ("model", "banned"))
+    for column in (
+        "peer",
+        "model",
+        "first seen",
+        "last seen",
+        "recv",
+        "accept",
+        "reject",
+        "used",
+        "banned",
+    ):
+        table.add_column(
+            column,
+            justify="left" if column in ("peer", "model", "banned") else "right",
+            no_wrap=column not in ("model", "banned"),
+        )
     for p in data["peers"]:
         table.add_row(
-            _short(p["peer_id"]), p["model"], _when(p["first_seen"]), _when(p["last_seen"]), str(p["received"]),
-            str(p["accepted"]), str(p["rejected"]), str(p["used"]), p["banned"],
+            _short(p["peer_id"]),
+            p["model"],
+            _when(p["first_seen"]),
+            _when(p["last_seen"]),
+            str(p["received"]),
+            str(p["accepted"]),
+            str(p["rejected"]),
+            str(p["used"]),
+            p["banned"],
         )
     console.print(table)
 
@@ -96,18 +129,41 @@ def show_contributions(data: dict, as_json: bool, console: Console | None = None
         return
     console.print(_header(data))
     table = Table(title="contributions of peers to this node", header_style="bold")
-    columns = ("peer", "recv", "accept", "rejected (by reason)", "used", "adv Σ", "adv mean", "reward",
-               "used reward", "deltas in/out", "last seen")
+    columns = (
+        "peer",
+        "recv",
+        "accept",
+        "rejected (by reason)",
+        "used",
+        "adv Σ",
+        "adv mean",
+        "reward",
+        "used reward",
+        "deltas in/out",
+        "last seen",
+    )
     for column in columns:
-        table.add_column(column, justify="left" if column in ("peer", "rejected (by reason)") else "right",
-                         no_wrap=column != "rejected (by reason)")
+        table.add_column(
+            column,
+            justify="left" if column in ("peer", "rejected (by reason)") else "right",
+            no_wrap=column != "rejected (by reason)",
+        )
     for p in data["peers"]:
-        reasons = ", ".join(f"{r} {n}" for r, n in sorted(p["rejected_by_reason"].items(), key=lambda x: -x[1]))
+        reasons = ", ".join(
+            f"{r} {n}" for r, n in sorted(p["rejected_by_reason"].items(), key=lambda x: -x[1])
+        )
         table.add_row(
-            _short(p["peer_id"]) + (" [red](banned)[/red]" if p["banned"] else ""), str(p["received"]),
-            str(p["accepted"]), f"{p['rejected']}" + (f" ({reasons})" if reasons else ""), str(p["used"]),
-            f"{p['advantage_total']:.1f}", f"{p['advantage_mean']:.2f}", _reward(p["mean_reward"]),
-            _reward(p["used_reward"]), f"{p['deltas_from']}/{p['deltas_to']}", _when(p["last_seen"]),
+            _short(p["peer_id"]) + (" [red](banned)[/red]" if p["banned"] else ""),
+            str(p["received"]),
+            str(p["accepted"]),
+            f"{p['rejected']}" + (f" ({reasons})" if reasons else ""),
+            str(p["used"]),
+            f"{p['advantage_total']:.1f}",
+            f"{p['advantage_mean']:.2f}",
+            _reward(p["mean_reward"]),
+            _reward(p["used_reward"]),
+            f"{p['deltas_from']}/{p['deltas_to']}",
+            _when(p["last_seen"]),
         )
     if data["peers"]:
         console.print(table)
@@ -168,4 +224,3 @@ def plot_contributions(url: str, window: Window, path: Path) -> int:
     finally:
         plt.close(fig)
     return len(timeline)
-

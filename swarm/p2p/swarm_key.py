@@ -108,7 +108,9 @@ def read_key_file(path: str | os.PathLike[str]) -> SwarmKey:
     try:
         text = Path(path).read_bytes()
     except OSError as exc:
-        raise SwarmKeyError(f"cannot read private-network key {path}: {exc.strerror or exc}") from None
+        raise SwarmKeyError(
+            f"cannot read private-network key {path}: {exc.strerror or exc}"
+        ) from None
     try:
         swarm_key = parse_key_text(text)
     except SwarmKeyError as exc:
@@ -137,4 +139,6 @@ def write_key_file(path: str | os.PathLike[str], key: bytes) -> None:
             Path(tmp).unlink(missing_ok=True)
             raise
     except OSError as exc:
-        raise SwarmKeyError(f"cannot write private-network key {path}: {exc.strerror or exc}") from None
+        raise SwarmKeyError(
+            f"cannot write private-network key {path}: {exc.strerror or exc}"
+        ) from None

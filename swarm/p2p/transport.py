@@ -249,7 +249,9 @@ class Transport(ABC):
         """Send `data` to every subscriber of `topic`. May block briefly for back-pressure."""
 
     @abstractmethod
-    def receive(self, max_messages: int | None = None, timeout: float = 0.0) -> list[InboundMessage]:
+    def receive(
+        self, max_messages: int | None = None, timeout: float = 0.0
+    ) -> list[InboundMessage]:
         """Drain validated inbound messages, waiting up to `timeout` s for the first."""
 
     @abstractmethod
@@ -386,7 +388,9 @@ class MemoryTransport(Transport):
         self._stats.received += 1
         self._inbox.put(message)
 
-    def receive(self, max_messages: int | None = None, timeout: float = 0.0) -> list[InboundMessage]:
+    def receive(
+        self, max_messages: int | None = None, timeout: float = 0.0
+    ) -> list[InboundMessage]:
         return self._inbox.drain(max_messages, timeout)
 
     def peers(self) -> list[PeerInfo]:

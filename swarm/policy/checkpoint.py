@@ -50,7 +50,10 @@ def save_checkpoint(folder: Path, model, optimizer, state: CheckpointState, keep
     final = folder / f"v{state.policy_version:06d}-r{state.round:06d}"
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder))
     try:
-        weights = {k: v.detach().to("cpu").contiguous() for k, v in _unique_tensors(model.state_dict()).items()}
+        weights = {
+            k: v.detach().to("cpu").contiguous()
+            for k, v in _unique_tensors(model.state_dict()).items()
+        }
         save_file(weights, tmp / "model.safetensors")
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
@@ -156,7 +159,11 @@ def _is_tied(model, name: str) -> bool:
 
 
 def _rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
 
 
 def _set_rng_state(state: dict) -> None:

@@ -44,7 +44,9 @@ class Generator(ABC):
     """What the node needs from a sampler."""
 
     @abstractmethod
-    def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self, prompts: list[str], n: int, params: SamplingParams
+    ) -> list[list[Completion]]:
         """`n` completions for each prompt, in prompt order."""
 
     def sync_weights(self, model: torch.nn.Module) -> None:  # noqa: B027 - optional hook
@@ -73,7 +75,9 @@ class TransformersGenerator(Generator):
         self.stop_ids = set(stop_ids)
         self.batch_size = batch_size
 
-    def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self, prompts: list[str], n: int, params: SamplingParams
+    ) -> list[list[Completion]]:
         flat = [p for p in prompts for _ in range(n)]
         out: list[Completion] = []
         for start in range(0, len(flat), self.batch_size):
@@ -108,7 +112,9 @@ class TransformersGenerator(Generator):
         new_tokens = result.sequences[:, input_ids.shape[1] :]
         # Raw logits, not the sampler's warped scores: log-probs of the model itself.
         logits = torch.stack(result.logits, dim=1).float()
-        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+        logprobs = (
+            torch.log_softmax(logits, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+        )
         return [
             self._completion(input_ids[row], attention[row], new_tokens[row], logprobs[row])
             for row in range(len(prompts))

@@ -16,7 +16,9 @@ if TYPE_CHECKING:  # the pure advantage functions (used without a model) need no
     import torch
 
 
-def group_advantages(rewards: Sequence[float], scale_by_std: bool = True, eps: float = 1e-6) -> list[float]:
+def group_advantages(
+    rewards: Sequence[float], scale_by_std: bool = True, eps: float = 1e-6
+) -> list[float]:
     """Each completion's reward minus its group's mean, optionally divided by the group's std.
 
     Sums to zero over a group (up to float rounding); a group whose rewards are all equal
@@ -86,5 +88,7 @@ def clipped_policy_loss(
     loss = (per_token * mask).sum() / tokens
     with torch.no_grad():
         was_clipped = ((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)).to(mask.dtype)
-        clip_fraction = float((was_clipped * mask).sum().item() / max(float(mask.sum().item()), 1.0))
+        clip_fraction = float(
+            (was_clipped * mask).sum().item() / max(float(mask.sum().item()), 1.0)
+        )
     return LossParts(loss=loss, clip_fraction=clip_fraction, kl=kl_value)

@@ -45,7 +45,9 @@ def pick_device(preference: str) -> torch.device:
     if preference == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if preference.startswith("cuda") and not torch.cuda.is_available():
-        raise ModelError(f"device {preference!r} requested but CUDA is not available on this machine")
+        raise ModelError(
+            f"device {preference!r} requested but CUDA is not available on this machine"
+        )
     try:
         return torch.device(preference)
     except RuntimeError as e:
@@ -111,7 +113,12 @@ def load_policy(name: str, device: str = "auto", dtype: str = "auto") -> Policy:
     model.eval()
     base_hash = weights_hash(model)
     return Policy(
-        name=name, model=model, tokenizer=tokenizer, device=dev, dtype=dt, base_hash=base_hash,
+        name=name,
+        model=model,
+        tokenizer=tokenizer,
+        device=dev,
+        dtype=dt,
+        base_hash=base_hash,
         model_id=model_identity(name, base_hash),
     )
 

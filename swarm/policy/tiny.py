@@ -72,7 +72,9 @@ BUILDER_VERSION = 2  # bump when the recipe below changes, so caches rebuild
 class TinyRecipe:
     """Everything that determines the built model's weights."""
 
-    tokenizer: str = "char"  # "char": one token per character; "bpe": byte-level BPE trained on task text
+    tokenizer: str = (
+        "char"  # "char": one token per character; "bpe": byte-level BPE trained on task text
+    )
     hidden_size: int = 128
     intermediate_size: int = 384
     num_layers: int = 4
@@ -100,7 +102,9 @@ _LATER_FIELDS = ("answer_format", "format_slip", "vocab_mix", "family_bias")
 # heterogeneous swarm (peers re-tokenizing each other's completions) can run anywhere.
 TINY_MODELS: dict[str, TinyRecipe] = {
     "swarm-tiny": TinyRecipe(),
-    "swarm-tiny-bpe": TinyRecipe(tokenizer="bpe", hidden_size=96, intermediate_size=288, num_layers=3),
+    "swarm-tiny-bpe": TinyRecipe(
+        tokenizer="bpe", hidden_size=96, intermediate_size=288, num_layers=3
+    ),
 }
 _ARCHS = {Arch.CHAR: TINY_MODELS["swarm-tiny"], Arch.BPE: TINY_MODELS["swarm-tiny-bpe"]}
 
@@ -149,7 +153,9 @@ def ensure_tiny_model(
     name = recipe if isinstance(recipe, str) else (name or "swarm-tiny")
     if isinstance(recipe, str):
         if recipe not in TINY_MODELS:
-            raise ModelError(f"unknown built-in model {recipe!r}; built-in models: {', '.join(TINY_MODELS)}")
+            raise ModelError(
+                f"unknown built-in model {recipe!r}; built-in models: {', '.join(TINY_MODELS)}"
+            )
         recipe = TINY_MODELS[recipe]
     target = cache_root() / "models" / f"{name}-{tiny_model_key(recipe)}"
     if (target / "model.safetensors").exists():
@@ -208,13 +214,17 @@ def _bpe_tokenizer(recipe: TinyRecipe):
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=320, special_tokens=list(SPECIAL_TOKENS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=320,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     mix = recipe.vocab_mix or recipe.families
     specs = sample_specs(mix, seed=recipe.data_seed, round_index=0, count=2000)
     tasks = [build_task(s) for s in specs]
-    core.train_from_iterator([f"{t.question}\n{ANSWER_OPEN}{t.answer}{ANSWER_CLOSE}" for t in tasks], trainer)
+    core.train_from_iterator(
+        [f"{t.question}\n{ANSWER_OPEN}{t.answer}{ANSWER_CLOSE}" for t in tasks], trainer
+    )
     return core
 
 

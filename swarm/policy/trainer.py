@@ -36,7 +36,9 @@ class TrainSample:
 MAX_CHARS_PER_TOKEN = 32
 
 
-def retokenized_samples(tokenizer, prompt: str, completions, finished, advantages, max_tokens: int) -> list[TrainSample]:
+def retokenized_samples(
+    tokenizer, prompt: str, completions, finished, advantages, max_tokens: int
+) -> list[TrainSample]:
     """Samples for completions known only as text (a peer's, or a stored group's), in our ids.
 
     The stop token is appended where a completion finished. Empty completions and ones longer
@@ -52,7 +54,9 @@ def retokenized_samples(tokenizer, prompt: str, completions, finished, advantage
     for text, done, advantage in zip(completions, finished, advantages, strict=True):
         if len(text) > MAX_CHARS_PER_TOKEN * max_tokens:
             continue
-        ids = tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) + ((eos,) if done and eos is not None else ())
+        ids = tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) + (
+            (eos,) if done and eos is not None else ()
+        )
         if 0 < len(ids) <= max_tokens:
             samples.append(TrainSample(prompt_ids, ids, advantage))
     return samples
@@ -122,13 +126,23 @@ class GRPOTrainer:
         start = time.perf_counter()
         useful = [s for s in samples if s.advantage != 0.0 and s.completion_ids]
         if not useful:
-            return UpdateResult(skipped=True, skip_reason="zero_advantage" if samples else "empty_batch")
+            return UpdateResult(
+                skipped=True, skip_reason="zero_advantage" if samples else "empty_batch"
+            )
         size = self.settings.minibatch_size or len(useful)
         minibatches = [useful[i : i + size] for i in range(0, len(useful), size)]
         multi_step = self.settings.epochs > 1 or len(minibatches) > 1
-        old = [self._old_logprobs(mb) for mb in minibatches] if multi_step else [None] * len(minibatches)
+        old = (
+            [self._old_logprobs(mb) for mb in minibatches]
+            if multi_step
+            else [None] * len(minibatches)
+        )
         self.model.train()
-        steps = [self._step(mb, mb_old) for _ in range(self.settings.epochs) for mb, mb_old in zip(minibatches, old, strict=True)]
+        steps = [
+            self._step(mb, mb_old)
+            for _ in range(self.settings.epochs)
+            for mb, mb_old in zip(minibatches, old, strict=True)
+        ]
         self.model.eval()
         tokens = sum(len(s.completion_ids) for s in useful)
         last = steps[-1]
@@ -175,7 +189,14 @@ class GRPOTrainer:
             kl_sum += parts.kl * weight
         grad_norm = clip_gradients(self.model, self.settings.max_grad_norm)
         self.optimizer.step()
-        return UpdateResult(skipped=False, loss=loss_sum, grad_norm=float(grad_norm), clip_fraction=clip_sum, kl=kl_sum, tokens=tokens)
+        return UpdateResult(
+            skipped=False,
+            loss=loss_sum,
+            grad_norm=float(grad_norm),
+            clip_fraction=clip_sum,
+            kl=kl_sum,
+            tokens=tokens,
+        )
 
     def _batch_loss(self, batch: list[TrainSample], old_logprobs, total_tokens: int):
         logprobs, mask, input_ids, attention = self._logprobs(batch, grad=True)
@@ -187,14 +208,22 @@ class GRPOTrainer:
                 ref = self._token_logprobs(self.reference, input_ids, attention, mask.shape[1])
         advantages = torch.tensor([s.advantage for s in batch], device=logprobs.device)
         return clipped_policy_loss(
-            logprobs, old, advantages, mask,
-            clip_low=self.settings.clip_low, clip_high=self.settings.clip_high,
-            ref_logprobs=ref, kl_coef=self.settings.kl_coef, normalizer=total_tokens,
+            logprobs,
+            old,
+            advantages,
+            mask,
+            clip_low=self.settings.clip_low,
+            clip_high=self.settings.clip_high,
+            ref_logprobs=ref,
+            kl_coef=self.settings.kl_coef,
+            normalizer=total_tokens,
         )
 
     def _logprobs(self, batch: list[TrainSample], grad: bool):
         """Per-token log-probs of each completion under the current model, plus its mask."""
-        input_ids, attention, mask = pack_batch(batch, self.pad_id, next(self.model.parameters()).device)
+        input_ids, attention, mask = pack_batch(
+            batch, self.pad_id, next(self.model.parameters()).device
+        )
         with torch.set_grad_enabled(grad):
             logprobs = self._token_logprobs(self.model, input_ids, attention, mask.shape[1])
         return logprobs, mask, input_ids, attention
@@ -204,7 +233,9 @@ class GRPOTrainer:
         # Positions count real tokens only, exactly as `generate` numbers left-padded prompts.
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         with torch.autocast(device_type, dtype=torch.bfloat16, enabled=self.settings.autocast_bf16):
-            logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions).logits
+            logits = model(
+                input_ids=input_ids, attention_mask=attention, position_ids=positions
+            ).logits
         # Logits at position t predict token t+1: keep those that predict completion tokens.
         logits = logits[:, -completion_len - 1 : -1, :].float()
         targets = input_ids[:, -completion_len:]
@@ -243,6 +274,8 @@ def pack_batch(batch: list[TrainSample], pad_id: int, device):
         input_ids[row, prompt_len - p : prompt_len] = torch.tensor(s.prompt_ids, dtype=torch.long)
         attention[row, prompt_len - p : prompt_len + c] = 1
         if c:
-            input_ids[row, prompt_len : prompt_len + c] = torch.tensor(s.completion_ids, dtype=torch.long)
+            input_ids[row, prompt_len : prompt_len + c] = torch.tensor(
+                s.completion_ids, dtype=torch.long
+            )
             mask[row, :c] = 1.0
     return input_ids.to(device), attention.to(device), mask.to(device)

@@ -26,9 +26,13 @@ def _load_weights_on_worker(worker, weights):
 class VLLMGenerator(Generator):
     """Samples with a vLLM engine built from the same model as the policy."""
 
-    def __init__(self, policy: Policy, gpu_memory_utilization: float = 0.5, max_model_len: int = 4096):
+    def __init__(
+        self, policy: Policy, gpu_memory_utilization: float = 0.5, max_model_len: int = 4096
+    ):
         if not torch.cuda.is_available():
-            raise GeneratorError("generation.backend = 'vllm' needs a CUDA GPU; use 'transformers' on this machine")
+            raise GeneratorError(
+                "generation.backend = 'vllm' needs a CUDA GPU; use 'transformers' on this machine"
+            )
         # In-process engine: lets sync_weights reach the model directly where vLLM allows it.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
@@ -49,9 +53,13 @@ class VLLMGenerator(Generator):
                 seed=0,
             )
         except Exception as e:  # noqa: BLE001 - vLLM raises many kinds; all mean "cannot start"
-            raise GeneratorError(f"vLLM could not start {policy.name!r}: {e.__class__.__name__}: {e}") from None
+            raise GeneratorError(
+                f"vLLM could not start {policy.name!r}: {e.__class__.__name__}: {e}"
+            ) from None
 
-    def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self, prompts: list[str], n: int, params: SamplingParams
+    ) -> list[list[Completion]]:
         greedy = params.temperature <= 0
         sampling = self._vllm.SamplingParams(
             n=n,
@@ -105,7 +113,9 @@ class VLLMGenerator(Generator):
                 cpu = [(name, t.to("cpu")) for name, t in weights]
                 self.llm.collective_rpc(_load_weights_on_worker, args=(cpu,))
         except Exception as e:  # noqa: BLE001 - translate any engine failure at this boundary
-            raise GeneratorError(f"vLLM weight update failed: {e.__class__.__name__}: {e}") from None
+            raise GeneratorError(
+                f"vLLM weight update failed: {e.__class__.__name__}: {e}"
+            ) from None
         if hasattr(self.llm, "reset_prefix_cache"):
             self.llm.reset_prefix_cache()  # cached KV of old weights must not be reused
 

@@ -22,7 +22,9 @@ def check_peer_id(peer_id: str) -> str:
     try:
         public_key_from_peer_id(peer_id)
     except IdentityError:
-        raise SwarmError(f"{peer_id!r} is not a peer ID (expected 12D3KooW... as `swarm-node init` prints)") from None
+        raise SwarmError(
+            f"{peer_id!r} is not a peer ID (expected 12D3KooW... as `swarm-node init` prints)"
+        ) from None
     return peer_id
 
 
@@ -32,7 +34,13 @@ def ban(ledger_url: str, peer_id: str, reason: str = "", now: float | None = Non
     ledger = Ledger(ledger_url)
     try:
         with ledger.transaction() as session:
-            added = add_ban(session, peer_id, "user", reason or "banned by the user", time.time() if now is None else now)
+            added = add_ban(
+                session,
+                peer_id,
+                "user",
+                reason or "banned by the user",
+                time.time() if now is None else now,
+            )
     finally:
         ledger.close()
     return f"banned {peer_id}" if added else f"{peer_id} was already banned"

@@ -152,15 +152,30 @@ class RescoreWorker:
     def _spawn(self) -> None:
         s = self.settings
         root = str(Path(__file__).resolve().parents[2])  # the folder holding the swarm package
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+        )
         self._stderr = tempfile.TemporaryFile()
         command = [
-            self.python, "-m", "swarm.verify.worker", "--memory-mb", str(s.memory_mb),
-            "--cache-mb", str(s.cache_mb), "--deadline-s", repr(s.deadline_s),
+            self.python,
+            "-m",
+            "swarm.verify.worker",
+            "--memory-mb",
+            str(s.memory_mb),
+            "--cache-mb",
+            str(s.cache_mb),
+            "--deadline-s",
+            repr(s.deadline_s),
         ]
         popen = functools.partial(
-            subprocess.Popen, command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, env=env, start_new_session=True,  # a Ctrl-C for the node is not its
+            subprocess.Popen,
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            start_new_session=True,  # a Ctrl-C for the node is not its
         )
         try:
             # Started from a thread of its own that lives until `close`: Linux kills the worker
@@ -264,7 +279,9 @@ class RescoreWorker:
             why = "did not start in time" if body is _TIMED_OUT else "exited while starting"
             tail = self._stderr_tail()
             self._kill()
-            raise VerifyWorkerError(f"the verification worker {why}" + (f": {tail[-500:]}" if tail else ""))
+            raise VerifyWorkerError(
+                f"the verification worker {why}" + (f": {tail[-500:]}" if tail else "")
+            )
         self._ready = True
 
     # -- one group ---------------------------------------------------------------------------------
@@ -344,11 +361,14 @@ class RescoreWorker:
         if reply is _TIMED_OUT:
             self.stats.timeouts += 1
             raise RejectedMessage(
-                Reason.VERIFY_TIMEOUT, f"no answer within {s.deadline_s + s.grace_s:g} s (worker killed)"
+                Reason.VERIFY_TIMEOUT,
+                f"no answer within {s.deadline_s + s.grace_s:g} s (worker killed)",
             )
         if reply is None:
             self.stats.crashes += 1
-            raise RejectedMessage(Reason.VERIFY_CRASHED, "the verification worker died on this group")
+            raise RejectedMessage(
+                Reason.VERIFY_CRASHED, "the verification worker died on this group"
+            )
         self.stats.round_trip_s += seconds
         self.stats.worker_s += reply.seconds
         self.stats.peak_rss_mb = max(self.stats.peak_rss_mb, reply.peak_rss_mb)
@@ -374,7 +394,9 @@ class RescoreWorker:
         if not sane:
             self.stats.crashes += 1
             self._restart()
-            raise RejectedMessage(Reason.VERIFY_CRASHED, "the verification worker answered nonsense")
+            raise RejectedMessage(
+                Reason.VERIFY_CRASHED, "the verification worker answered nonsense"
+            )
         # The node needs the rebuilt question (for prompts), never the raw entry: not sent back.
         task = Task(spec=group.task, question=reply.question, answer=reply.answer, entry={})
         return Rescored(task, reply.correctness, reply.tagged, reply.formatted)

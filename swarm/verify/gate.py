@@ -100,7 +100,9 @@ def task_catalogue(config) -> frozenset[tuple[str, str]]:
     from swarm.config import task_mix
 
     entries = [(e.dataset, dict(e.config)) for e in task_mix(config)]
-    entries += [(str(e["dataset"]), dict(e.get("config", {}))) for e in config.verify.task_catalogue]
+    entries += [
+        (str(e["dataset"]), dict(e.get("config", {}))) for e in config.verify.task_catalogue
+    ]
     return frozenset((dataset, canonical_config(cfg)) for dataset, cfg in entries)
 
 
@@ -351,7 +353,9 @@ class Verifier:
         `counted` by (blamed peer, reason). Return (peer, reason) of peers to ban now (already
         refused)."""
         to_ban: dict[str, str] = {}
-        penalties = collections.Counter((blamed_peer(r.source, r.sender, r.reason), r.reason) for r in rejected)
+        penalties = collections.Counter(
+            (blamed_peer(r.source, r.sender, r.reason), r.reason) for r in rejected
+        )
         penalties.update(counted or {})
         with self._lock:
             for item in accepted:

@@ -39,7 +39,10 @@ class Rescored:
     well_formatted: tuple[bool, ...]  # whether it ends with its tagged answer (earns the bonus)
 
     def rewards(
-        self, format_weight: float, rule: AnswerRule = AnswerRule.LENIENT, partial_credit: bool = True
+        self,
+        format_weight: float,
+        rule: AnswerRule = AnswerRule.LENIENT,
+        partial_credit: bool = True,
     ) -> tuple[float, ...]:
         """The rewards under a scoring (ours for training, the sender's for its claims)."""
         return self.scored(Scoring(format_weight, rule, partial_credit))

@@ -34,9 +34,15 @@ from swarm.wire import RolloutGroup, Sampling
 @dataclass(frozen=True)
 class SpotCheckSettings:
     completions: int = 1  # completions checked per group (0: off)
-    min_prob: float = 1e-6  # a token less likely than this under the declared sampler is implausible
-    nucleus_slack: float = 0.02  # extra top-p mass allowed, for numeric differences between backends
-    greedy_slack: float = 0.05  # logit margin within which a greedy token may differ from the argmax
+    min_prob: float = (
+        1e-6  # a token less likely than this under the declared sampler is implausible
+    )
+    nucleus_slack: float = (
+        0.02  # extra top-p mass allowed, for numeric differences between backends
+    )
+    greedy_slack: float = (
+        0.05  # logit margin within which a greedy token may differ from the argmax
+    )
 
 
 def implausible_tokens(
@@ -74,7 +80,12 @@ def implausible_tokens(
         if sampling.top_p < 1.0:
             mass_before = float(probs[probs > p].sum())
             if mass_before > sampling.top_p + settings.nucleus_slack:
-                out.append((t, f"outside the top_p={sampling.top_p} nucleus ({mass_before:.3f} of the mass ranks above it)"))
+                out.append(
+                    (
+                        t,
+                        f"outside the top_p={sampling.top_p} nucleus ({mass_before:.3f} of the mass ranks above it)",
+                    )
+                )
                 continue
         if p < settings.min_prob:
             out.append((t, f"probability {p:.2e} below {settings.min_prob:.0e}"))
@@ -131,7 +142,9 @@ class SpotChecker:
         """Our model's logits that predict each of `tokens` after the prompt ([T, V])."""
         device = next(self.model.parameters()).device
         vocab = self.model.get_input_embeddings().num_embeddings
-        safe = [t if 0 <= t < vocab else 0 for t in tokens]  # out-of-range ids are flagged, not embedded
+        safe = [
+            t if 0 <= t < vocab else 0 for t in tokens
+        ]  # out-of-range ids are flagged, not embedded
         ids = torch.tensor([prompt_ids + safe], device=device)
         was_training = self.model.training
         self.model.eval()

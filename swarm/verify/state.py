@@ -32,7 +32,9 @@ class NonceCache:
     def __init__(self, ttl_s: float, capacity: int = NONCE_MEMORY):
         self.ttl_s = ttl_s
         self.capacity = capacity
-        self._seen: collections.OrderedDict[tuple[str, bytes], tuple[str, float]] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[tuple[str, bytes], tuple[str, float]] = (
+            collections.OrderedDict()
+        )
 
     def lookup(self, sender: str, nonce: bytes) -> str | None:
         """The content hash first seen with this sender and nonce, or None."""
@@ -46,7 +48,9 @@ class NonceCache:
     def expire(self, now: float) -> None:
         while self._seen:
             _, (_, seen_at) = next(iter(self._seen.items()))
-            if len(self._seen) <= self.capacity and (self.ttl_s <= 0 or seen_at >= now - self.ttl_s):
+            if len(self._seen) <= self.capacity and (
+                self.ttl_s <= 0 or seen_at >= now - self.ttl_s
+            ):
                 break
             self._seen.popitem(last=False)
 
@@ -64,7 +68,9 @@ class TokenBucket:
     updated: float
 
     def refill(self, now: float, rate_factor: float = 1.0) -> None:
-        self.tokens = min(self.capacity, self.tokens + max(0.0, now - self.updated) * self.rate * rate_factor)
+        self.tokens = min(
+            self.capacity, self.tokens + max(0.0, now - self.updated) * self.rate * rate_factor
+        )
         self.updated = max(self.updated, now)
 
     def take(self, n: float) -> bool:
@@ -102,7 +108,9 @@ class RecentGroups:
 
     def __init__(self, capacity: int = 50_000):
         self.capacity = capacity
-        self._by_spec: collections.OrderedDict[TaskSpec, list[tuple[str, tuple[bytes, ...]]]] = collections.OrderedDict()
+        self._by_spec: collections.OrderedDict[TaskSpec, list[tuple[str, tuple[bytes, ...]]]] = (
+            collections.OrderedDict()
+        )
 
     def get(self, spec: TaskSpec) -> list[tuple[str, tuple[bytes, ...]]]:
         return list(self._by_spec.get(spec, ()))

@@ -181,7 +181,9 @@ def handle(request: Request, deadline_s: float, memory_mb: int) -> Reply:
         signal.setitimer(signal.ITIMER_REAL, 0)
     peak = peak_rss_mb()
     if reply.status != Outcome.MEMORY and peak > memory_mb / 2:
-        reply = Reply(Outcome.MEMORY, detail=f"resident memory reached {peak:.0f} MB of {memory_mb}")
+        reply = Reply(
+            Outcome.MEMORY, detail=f"resident memory reached {peak:.0f} MB of {memory_mb}"
+        )
     return msgspec.structs.replace(reply, seconds=time.perf_counter() - started, peak_rss_mb=peak)
 
 

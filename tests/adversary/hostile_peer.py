@@ -30,7 +30,10 @@ from tests.integration.libp2p_peer import emit, read_commands
 def handle(transport: Libp2pTransport, topic: str, seen: list[bytes], cmd: dict) -> dict:
     name = cmd["cmd"]
     if name == "wait_mesh":
-        return {"mesh": transport.wait_for_topic_peers(topic, cmd["n"], cmd.get("timeout", 30.0)) >= cmd["n"]}
+        return {
+            "mesh": transport.wait_for_topic_peers(topic, cmd["n"], cmd.get("timeout", 30.0))
+            >= cmd["n"]
+        }
     if name == "publish":
         for data in cmd["hex"]:
             transport.publish(topic, bytes.fromhex(data))
@@ -50,7 +53,9 @@ def main() -> int:
     parser.add_argument("--max-lifetime", type=float, default=120.0)
     args = parser.parse_args()
 
-    transport = Libp2pTransport(identity_path=args.identity, listen_addr="/ip4/127.0.0.1/tcp/0", bootstrap=args.bootstrap)
+    transport = Libp2pTransport(
+        identity_path=args.identity, listen_addr="/ip4/127.0.0.1/tcp/0", bootstrap=args.bootstrap
+    )
     transport.start()
     transport.subscribe(args.topic, None)  # a hostile node checks nothing
     emit({"event": "ready", "peer_id": transport.peer_id})
@@ -67,7 +72,11 @@ def main() -> int:
             if cmd is None or cmd["cmd"] == "exit":
                 break
             try:
-                reply = {"id": cmd.get("id"), "ok": True, **handle(transport, args.topic, seen, cmd)}
+                reply = {
+                    "id": cmd.get("id"),
+                    "ok": True,
+                    **handle(transport, args.topic, seen, cmd),
+                }
             except (TransportError, ValueError, KeyError) as exc:
                 reply = {"id": cmd.get("id"), "ok": False, "error": f"{type(exc).__name__}: {exc}"}
             emit(reply)

@@ -70,18 +70,36 @@ class Attacker:
         self.process = Hostile(path, victim.addrs, TOPIC)
         assert self.process.call(cmd="wait_mesh", n=1, timeout=30)["mesh"]
 
-    def group(self, dataset: str, config: dict, index: int, completions: tuple[str, ...], *,
-              seed: int = 11, claims: tuple[float, ...] | None = None, question: str | None = None) -> RolloutGroup:
+    def group(
+        self,
+        dataset: str,
+        config: dict,
+        index: int,
+        completions: tuple[str, ...],
+        *,
+        seed: int = 11,
+        claims: tuple[float, ...] | None = None,
+        question: str | None = None,
+    ) -> RolloutGroup:
         """A group of this attacker's; honest claims unless `claims` are given."""
         spec = TaskSpec.make(dataset, config, seed=seed, index=index)
         n = len(completions)
         group = RolloutGroup(
-            swarm_id="swarm-local", sender=self.peer_id, task=spec,
+            swarm_id="swarm-local",
+            sender=self.peer_id,
+            task=spec,
             question=question if question is not None else build_task(spec).question,
-            completions=completions, rewards=claims or (0.0,) * n, finished=(True,) * n,
-            model="swarm-tiny", base_hash="00" * 16, policy_version=0,
-            sampling=Sampling(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8), round=index,
-            created_at=time.time(), nonce=os.urandom(16), format_bonus=0.1,
+            completions=completions,
+            rewards=claims or (0.0,) * n,
+            finished=(True,) * n,
+            model="swarm-tiny",
+            base_hash="00" * 16,
+            policy_version=0,
+            sampling=Sampling(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
+            round=index,
+            created_at=time.time(),
+            nonce=os.urandom(16),
+            format_bonus=0.1,
         )
         if claims is None:
             group = msgspec.structs.replace(group, rewards=rescore(group, 0.1)[1])
@@ -120,7 +138,9 @@ def baseline(victim: VictimNode) -> Before:
     start, at_start = victim.round, victim.ledger_bytes()
     end = victim.wait_rounds(BASELINE_ROUNDS)
     used = victim.ledger_bytes()
-    return Before(end, victim.median_round(start, end), rss_mb(), used, (used - at_start) / (end - start))
+    return Before(
+        end, victim.median_round(start, end), rss_mb(), used, (used - at_start) / (end - start)
+    )
 
 
 def under_attack(victim: VictimNode, before: Before, what: str) -> int:
@@ -130,10 +150,16 @@ def under_attack(victim: VictimNode, before: Before, what: str) -> int:
     during = victim.round_seconds(before.first, last)
     median = sorted(during)[len(during) // 2]
     grown = rss_mb() - before.rss_mb
-    extra = victim.ledger_bytes() - before.ledger_bytes - before.ledger_per_round * (last - before.first)
-    print(f"\n{what}: median round {before.round_s:.2f} s before, {median:.2f} s under attack "
-          f"(x{median / before.round_s:.2f}, slowest {max(during):.2f} s); RSS {grown:+.0f} MB; "
-          f"ledger {extra / 1024:+.0f} KB beyond the victim's own rounds")
+    extra = (
+        victim.ledger_bytes()
+        - before.ledger_bytes
+        - before.ledger_per_round * (last - before.first)
+    )
+    print(
+        f"\n{what}: median round {before.round_s:.2f} s before, {median:.2f} s under attack "
+        f"(x{median / before.round_s:.2f}, slowest {max(during):.2f} s); RSS {grown:+.0f} MB; "
+        f"ledger {extra / 1024:+.0f} KB beyond the victim's own rounds"
+    )
     assert median <= 2 * before.round_s, during
     assert grown < RSS_BOUND_MB
     return int(extra)
@@ -151,22 +177,41 @@ def test_costly_task_specs(victim, attacker, tmp_path):
     a = attacker
     # Listed datasets with configs outside the catalogue: refused on the spec, nothing built.
     unlisted = [
-        a.group("chain_sum", {**EASY_MIX[0].config, "max_terms": 1_000_000}, 1, ("1",), question="?", claims=(0.0,)),
+        a.group(
+            "chain_sum",
+            {**EASY_MIX[0].config, "max_terms": 1_000_000},
+            1,
+            ("1",),
+            question="?",
+            claims=(0.0,),
+        ),
         a.group("count_primes", {"max_n": 100_000_000}, 2, ("1",), question="?", claims=(0.0,)),
         a.group("countdown", {"max_numbers": 500}, 3, ("1",), question="?", claims=(0.0,)),
     ]
     # A listed dataset whose datasets weigh ~10 MB a seed, a new seed per group (rebuilt in the
     # worker, whose cache is bounded in bytes; the question is the attacker's, so each fails).
-    heavy = [a.group("spell_backward", {}, i, ("x",), seed=1000 + i, question="?", claims=(0.0,)) for i in range(30)]
+    heavy = [
+        a.group("spell_backward", {}, i, ("x",), seed=1000 + i, question="?", claims=(0.0,))
+        for i in range(30)
+    ]
     # Within the catalogue, but slow: sympy computes 9**43046721 (a minute of CPU unbounded);
     # from a second attacker, whose share of verification time the first did not spend.
     b = Attacker(victim, tmp_path, 0x31)
     try:
-        slow = [b.group("countdown", {}, 100 + i, ("<answer>9**9**8</answer>",), claims=(0.0,)) for i in range(3)]
+        slow = [
+            b.group("countdown", {}, 100 + i, ("<answer>9**9**8</answer>",), claims=(0.0,))
+            for i in range(3)
+        ]
         a.send(unlisted + heavy)
         b.send(slow)
-        wait_for(lambda: sum(outcomes(victim, a.peer_id).values()) >= 33, 120, "the first attacker's outcomes")
-        wait_for(lambda: sum(outcomes(victim, b.peer_id).values()) >= 3, 120, "the slow groups' outcomes")
+        wait_for(
+            lambda: sum(outcomes(victim, a.peer_id).values()) >= 33,
+            120,
+            "the first attacker's outcomes",
+        )
+        wait_for(
+            lambda: sum(outcomes(victim, b.peer_id).values()) >= 3, 120, "the slow groups' outcomes"
+        )
         under_attack(victim, before, "costly task specs")
     finally:
         b.close()
@@ -197,8 +242,12 @@ def test_crafted_answer_tags(victim, attacker):
     false = [a.group("chain_sum", config, 300 + i, crafted, claims=(1.1,) * 4) for i in range(10)]
     started = time.perf_counter()
     a.send(honest + false)
-    wait_for(lambda: sum(outcomes(victim, a.peer_id).values()) >= 20, 120, "the crafted groups' outcomes")
-    print(f"\n20 crafted groups of {len(''.join(crafted)) // 1024} KB recorded in {time.perf_counter() - started:.1f} s")
+    wait_for(
+        lambda: sum(outcomes(victim, a.peer_id).values()) >= 20, 120, "the crafted groups' outcomes"
+    )
+    print(
+        f"\n20 crafted groups of {len(''.join(crafted)) // 1024} KB recorded in {time.perf_counter() - started:.1f} s"
+    )
     under_attack(victim, before, "crafted answer tags")
 
     got = outcomes(victim, a.peer_id)
@@ -210,12 +259,16 @@ def test_duplicate_flood_of_a_valid_group(victim, attacker):
     before = baseline(victim)
     a = attacker
     task = build_task(TaskSpec.make("chain_sum", dict(EASY_MIX[0].config), seed=11, index=400))
-    good = a.group("chain_sum", dict(EASY_MIX[0].config), 400, (f"<answer>{task.answer}</answer>", "0"))
+    good = a.group(
+        "chain_sum", dict(EASY_MIX[0].config), 400, (f"<answer>{task.answer}</answer>", "0")
+    )
     copies = 400
     a.send([good], copies=copies)
     # Each copy is counted: as a duplicate, or, once the copies brought the attacker's
     # GossipSub score under the publish threshold, as refused by the transport.
-    wait_for(lambda: sum(outcomes(victim, a.peer_id).values()) >= copies, 120, "every copy to be counted")
+    wait_for(
+        lambda: sum(outcomes(victim, a.peer_id).values()) >= copies, 120, "every copy to be counted"
+    )
     extra = under_attack(victim, before, "duplicate flood")
 
     got = outcomes(victim, a.peer_id)
@@ -235,7 +288,11 @@ def test_a_banned_peer_that_keeps_sending(victim, attacker):
     config = dict(EASY_MIX[0].config)
     valid = [a.group("chain_sum", config, 500 + i, ("<answer>1</answer>", "2")) for i in range(300)]
     a.send(valid)
-    wait_for(lambda: sum(outcomes(victim, a.peer_id).values()) >= len(valid), 120, "every group to be counted")
+    wait_for(
+        lambda: sum(outcomes(victim, a.peer_id).values()) >= len(valid),
+        120,
+        "every group to be counted",
+    )
     extra = under_attack(victim, before, "banned peer")
 
     got = outcomes(victim, a.peer_id)
@@ -253,7 +310,9 @@ def test_what_the_transport_refuses_is_recorded_and_penalised(victim, tmp_path):
     before = baseline(victim)
     key = create_identity(b"\x66" * 32)
     peer = peer_id_of(key)
-    host = Libp2pTransport(key_pair=key, topics=[TOPIC], bootstrap=victim.addrs, peer_exchange=False)
+    host = Libp2pTransport(
+        key_pair=key, topics=[TOPIC], bootstrap=victim.addrs, peer_exchange=False
+    )
     host.start()
     try:
         assert host.wait_for_topic_peers(TOPIC, 1, timeout=30) == 1
@@ -270,7 +329,10 @@ def test_what_the_transport_refuses_is_recorded_and_penalised(victim, tmp_path):
         host.close()
     assert victim.rows_from(peer) == []
     record = victim.node.verifier.reputation.record(peer)
-    assert record.rejected[Reason.UNSIGNED_MESSAGE] == 20 and record.rejected[Reason.OVERSIZE_MESSAGE] == 3
+    assert (
+        record.rejected[Reason.UNSIGNED_MESSAGE] == 20
+        and record.rejected[Reason.OVERSIZE_MESSAGE] == 3
+    )
     assert record.score < 0.1
     refused = victim.node.sharing.stats.refused_by_reason  # this run's totals, all attackers'
     assert refused[Reason.UNSIGNED_MESSAGE] >= 20 and refused[Reason.OVERSIZE_MESSAGE] >= 3

@@ -115,7 +115,9 @@ def _control(**parts: object) -> bytes:
 @pytest.mark.timeout(120)
 def test_an_iwant_flood_is_answered_within_a_small_budget(attacked: Scene) -> None:
     s = attacked
-    cached = [signed_message(s.attacker_key, TOPIC, b"cached:%d:" % i + b"c" * 20_000) for i in range(5)]
+    cached = [
+        signed_message(s.attacker_key, TOPIC, b"cached:%d:" % i + b"c" * 20_000) for i in range(5)
+    ]
     stream = s.attacker.open_raw_stream(s.victim.peer_id, GOSSIP_PROTOCOL)
     stream.write(b"".join(rpc_frame(rpc_pb2.RPC(publish=[m])) for m in cached))
     assert wait_until(lambda: s.victim.delivered("cached") == 5, 10)
@@ -169,8 +171,10 @@ def test_an_ihave_flood_does_not_stall_delivery(attacked: Scene) -> None:
     attack_thread.join(60)
     stats = s.victim.stats()
     ratio = (stats["bytes_written"] - written_before) / sent
-    print(f"IHAVE flood: {sent} bytes in, all {LEGIT} delivered after {delivered_after:.1f} s, "
-          f"victim wrote {ratio:.3f} bytes per byte in")
+    print(
+        f"IHAVE flood: {sent} bytes in, all {LEGIT} delivered after {delivered_after:.1f} s, "
+        f"victim wrote {ratio:.3f} bytes per byte in"
+    )
     assert delivered_after < LEGIT * 0.02 + 5.0
     assert ratio < 0.1  # at most 5000 IDs asked for per heartbeat
     assert stats["stats"]["ihave_ignored"] > 0

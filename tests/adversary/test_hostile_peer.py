@@ -53,9 +53,20 @@ class Hostile:
 
     def __init__(self, identity: Path, bootstrap: list[str], topic: str):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.adversary.hostile_peer", "--identity", str(identity), "--topic", topic,
-             *[a for addr in bootstrap for a in ("--bootstrap", addr)]],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "tests.adversary.hostile_peer",
+                "--identity",
+                str(identity),
+                "--topic",
+                topic,
+                *[a for addr in bootstrap for a in ("--bootstrap", addr)],
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
         )
         assert json.loads(self.proc.stdout.readline())["event"] == "ready"
 
@@ -82,11 +93,20 @@ def mallory_group(index: int, **changes) -> RolloutGroup:
     spec = TaskSpec.make("chain_sum", dict(EASY_MIX[0].config), seed=77, index=index)
     task = build_task(spec)
     group = RolloutGroup(
-        swarm_id="swarm-local", sender=ME, task=spec, question=task.question,
-        completions=(f"<answer>{task.answer}</answer>", "<answer>0</answer>", task.answer, "?"), rewards=(0.0,) * 4,
-        finished=(True,) * 4, model="swarm-tiny", base_hash="00" * 16, policy_version=0,
+        swarm_id="swarm-local",
+        sender=ME,
+        task=spec,
+        question=task.question,
+        completions=(f"<answer>{task.answer}</answer>", "<answer>0</answer>", task.answer, "?"),
+        rewards=(0.0,) * 4,
+        finished=(True,) * 4,
+        model="swarm-tiny",
+        base_hash="00" * 16,
+        policy_version=0,
         sampling=Sampling(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
-        round=index, created_at=START + index, nonce=index.to_bytes(16, "big"),
+        round=index,
+        created_at=START + index,
+        nonce=index.to_bytes(16, "big"),
         format_bonus=0.1,
     )
     group = msgspec.structs.replace(group, rewards=rescore(group, 0.1)[1])
@@ -115,31 +135,75 @@ def attacks(honest: RolloutGroup) -> tuple[list[bytes], collections.Counter, int
     wrong = mallory_group(2)
     wrong_answer = f"<answer>{int(build_task(wrong.task).answer) + 1}</answer>"
     tampered = bytearray(one(mallory_group(3)))
-    tampered[bytes(tampered).index(b"chain_sum")] ^= 0x01  # still canonical: only the signature catches it
+    tampered[bytes(tampered).index(b"chain_sum")] ^= (
+        0x01  # still canonical: only the signature catches it
+    )
     copy = msgspec.structs.replace(honest, sender=ME, nonce=b"c" * 16, created_at=time.time())
     plan = [
         (b"\x93garbage", "undecodable", 0),
         (one(mallory_group(4))[:200], "undecodable", 0),  # truncated
         (b"\x00" * (MAX_MESSAGE_BYTES + 1024), "oversize", 0),
-        (signed_body(mallory_group(5), lambda r: r.update(policy_version="7")), "malformed", 0),  # wrong type
-        (signed_body(mallory_group(6), lambda r: r.update(rewards=[float("nan")] * 4)), "bad_reward", 0),
+        (
+            signed_body(mallory_group(5), lambda r: r.update(policy_version="7")),
+            "malformed",
+            0,
+        ),  # wrong type
+        (
+            signed_body(mallory_group(6), lambda r: r.update(rewards=[float("nan")] * 4)),
+            "bad_reward",
+            0,
+        ),
         (signed_body(mallory_group(7), lambda r: r.update(rewards=[1e12] * 4)), "bad_reward", 0),
-        (pack_messages([SignedGroup(encode_group(mallory_group(8)), b"\x01" * 64)])[0], "bad_signature", 0),  # forged
-        (pack_messages([SignedGroup(encode_group(mallory_group(9, sender=peer_id_of(VICTIM))),
-                                    sign(MALLORY, SIGNING_DOMAIN + encode_group(mallory_group(9, sender=peer_id_of(VICTIM)))))])[0],
-         "bad_signature", 0),  # signed by mallory, claiming the victim sent it
+        (
+            pack_messages([SignedGroup(encode_group(mallory_group(8)), b"\x01" * 64)])[0],
+            "bad_signature",
+            0,
+        ),  # forged
+        (
+            pack_messages(
+                [
+                    SignedGroup(
+                        encode_group(mallory_group(9, sender=peer_id_of(VICTIM))),
+                        sign(
+                            MALLORY,
+                            SIGNING_DOMAIN
+                            + encode_group(mallory_group(9, sender=peer_id_of(VICTIM))),
+                        ),
+                    )
+                ]
+            )[0],
+            "bad_signature",
+            0,
+        ),  # signed by mallory, claiming the victim sent it
         (bytes(tampered), "bad_signature", 0),  # valid signature over a tampered body
-        (one(mallory_group(10, sender=peer_id_of(VICTIM)), VICTIM), "sender_mismatch", 0),  # relayed
+        (
+            one(mallory_group(10, sender=peer_id_of(VICTIM)), VICTIM),
+            "sender_mismatch",
+            0,
+        ),  # relayed
         (one(mallory_group(11, swarm_id="elsewhere")), "wrong_swarm", 0),
         (one(mallory_group(12, created_at=time.time() + 3600)), "from_future", 0),
         (one(mallory_group(13, created_at=time.time() - 7200)), "stale", 0),
         (one(control), None, 1),  # accepted: the pipeline does accept mallory's honest work
         (one(mallory_group(14, rewards=(1.1,) * 4)), "reward_mismatch", 1),  # inflated
-        (one(msgspec.structs.replace(wrong, completions=(wrong_answer,) * 2 + ("a", "b"), rewards=(1.1, 1.1, 0.0, 0.0))),
-         "reward_mismatch", 1),  # claims a wrong answer is right
+        (
+            one(
+                msgspec.structs.replace(
+                    wrong,
+                    completions=(wrong_answer,) * 2 + ("a", "b"),
+                    rewards=(1.1, 1.1, 0.0, 0.0),
+                )
+            ),
+            "reward_mismatch",
+            1,
+        ),  # claims a wrong answer is right
         (one(mallory_group(15, question="What is 1 + 1?")), "question_mismatch", 1),
         # refused on its spec alone, before any rebuild and before the rate limit
-        (one(mallory_group(16, task=TaskSpec.make("no_such_dataset", {}, 0, 0))), "unlisted_task", 0),
+        (
+            one(mallory_group(16, task=TaskSpec.make("no_such_dataset", {}, 0, 0))),
+            "unlisted_task",
+            0,
+        ),
         (one(copy), "copycat", 1),  # the honest node's own group, re-signed as mallory's
     ]
     expected = collections.Counter(reason for _, reason, _ in plan if reason)
@@ -148,7 +212,9 @@ def attacks(honest: RolloutGroup) -> tuple[list[bytes], collections.Counter, int
 
 def replays() -> tuple[list[bytes], collections.Counter]:
     """The accepted control group sent again, and its nonce reused for another group."""
-    return [one(mallory_group(1)), one(mallory_group(1, round=999))], collections.Counter({"duplicate": 1, "replayed_nonce": 1})
+    return [one(mallory_group(1)), one(mallory_group(1, round=999))], collections.Counter(
+        {"duplicate": 1, "replayed_nonce": 1}
+    )
 
 
 def rows(url: str, model=GroupRow) -> list:
@@ -176,7 +242,9 @@ def _summary(url: str) -> dict:
 
 def from_mallory(url: str) -> collections.Counter:
     """Mallory's rejected groups by reason: stored as rows, or counted (duplicates, bans)."""
-    out = collections.Counter(r.reason for r in rows(url) if r.source == ME and r.status == "rejected")
+    out = collections.Counter(
+        r.reason for r in rows(url) if r.source == ME and r.status == "rejected"
+    )
     ledger = Ledger(url, create=False)
     try:
         with ledger.reader() as s:
@@ -213,8 +281,14 @@ def test_hostile_peer_is_refused_with_one_recorded_reason_per_bad_group(tmp_path
     save_identity(MALLORY, identity)
     hostile = None
     try:
-        info = wait_for(lambda: (config.run_dir / "node.json").exists() and json.loads((config.run_dir / "node.json").read_text()),
-                        60, "the honest node to listen")
+        info = wait_for(
+            lambda: (
+                (config.run_dir / "node.json").exists()
+                and json.loads((config.run_dir / "node.json").read_text())
+            ),
+            60,
+            "the honest node to listen",
+        )
         hostile = Hostile(identity, info["addrs"], rollout_topic("swarm-local"))
         assert hostile.call(cmd="wait_mesh", n=1, timeout=30)["mesh"]
 
@@ -230,12 +304,20 @@ def test_hostile_peer_is_refused_with_one_recorded_reason_per_bad_group(tmp_path
         messages, expected, used = attacks(honest)
         assert used == burst - FLOOD_ALLOWED
         hostile.publish(messages)
-        wait_for(lambda: from_mallory(url) == expected, 60, lambda: f"rejections {dict(expected)}; ledger {_summary(url)}")
+        wait_for(
+            lambda: from_mallory(url) == expected,
+            60,
+            lambda: f"rejections {dict(expected)}; ledger {_summary(url)}",
+        )
         round_at_attack = node.state.round
         again, more = replays()
         hostile.publish(again)
         expected += more
-        wait_for(lambda: from_mallory(url) == expected, 60, lambda: f"replays refused; ledger {_summary(url)}")
+        wait_for(
+            lambda: from_mallory(url) == expected,
+            60,
+            lambda: f"replays refused; ledger {_summary(url)}",
+        )
 
         flood = [mallory_group(100 + i) for i in range(FLOOD)]
         hostile.publish([one(g) for g in flood])
@@ -260,15 +342,21 @@ def test_hostile_peer_is_refused_with_one_recorded_reason_per_bad_group(tmp_path
 
     all_rows = rows(url)
     assert from_mallory(url) == expected  # exactly one record per bad group, nothing else
-    stored = collections.Counter(r.reason for r in all_rows if r.source == ME and r.status == "rejected")
-    assert stored == expected - collections.Counter({"duplicate": 1, "banned": 1})  # those are counted
+    stored = collections.Counter(
+        r.reason for r in all_rows if r.source == ME and r.status == "rejected"
+    )
+    assert stored == expected - collections.Counter(
+        {"duplicate": 1, "banned": 1}
+    )  # those are counted
     accepted = {r.content_hash for r in all_rows if r.status == "accepted"}
     taken = {r.content_hash for r in all_rows if r.status == "accepted" and r.source == ME}
     control = sign_group(mallory_group(1), MALLORY).content_hash
     flooded = {sign_group(g, MALLORY).content_hash for g in flood}
     # the control group and as many flood groups as the rate limit allowed (gossip validates concurrently: any of them)
     assert control in taken and len(taken) == 1 + FLOOD_ALLOWED and taken - {control} <= flooded
-    assert all(r.source == ME for r in all_rows if r.status == "rejected")  # blamed on the real publisher
+    assert all(
+        r.source == ME for r in all_rows if r.status == "rejected"
+    )  # blamed on the real publisher
     uses = rows(url, GroupUseRow)
     assert {u.content_hash for u in uses} <= accepted  # nothing rejected was ever trained on
     assert node.state.round > round_at_attack and node.state.policy_version > 0

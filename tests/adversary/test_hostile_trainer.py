@@ -41,11 +41,18 @@ GIB = 1 << 30
 
 def _manifest(base: str, blob: bytes, kind="delta", a=0, b=1, **changes) -> DeltaManifest:
     m = DeltaManifest(
-        swarm_id=SWARM, provider=TRAINER, model="m", base_hash=base, kind=kind,
-        from_version=a if kind == "delta" else -1, to_version=b, size=len(blob),
+        swarm_id=SWARM,
+        provider=TRAINER,
+        model="m",
+        base_hash=base,
+        kind=kind,
+        from_version=a if kind == "delta" else -1,
+        to_version=b,
+        size=len(blob),
         payload_hash=blake3.blake3(blob).hexdigest(),
         result_hash=read_header(blob).result_hash.hex(),
-        key=payload_key(base, kind, a if kind == "delta" else -1, b), created_at=time.time(),
+        key=payload_key(base, kind, a if kind == "delta" else -1, b),
+        created_at=time.time(),
     )
     return msgspec.structs.replace(m, **changes)
 
@@ -104,9 +111,21 @@ def hostile(tmp_path_factory) -> Iterator[dict]:
         scenarios[name] = s
     (folder / "plan.json").write_text(json.dumps(plan))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.adversary.hostile_trainer", "--seed", SEED,
-         "--plan", str(folder / "plan.json"), "--max-lifetime", "240"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "tests.adversary.hostile_trainer",
+            "--seed",
+            SEED,
+            "--plan",
+            str(folder / "plan.json"),
+            "--max-lifetime",
+            "240",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     )
     ready = json.loads(proc.stdout.readline())
     transport = Libp2pTransport(listen_addr="/ip4/127.0.0.1/tcp/0", bootstrap=ready["addrs"])
@@ -153,8 +172,10 @@ def test_a_1_gib_answer_to_a_small_manifest_is_refused_before_it_is_read(hostile
     peak = _rss_mb("VmHWM") - rss_before
     key = hostile["scenarios"]["lie"].manifests[0].key
     sent = hostile["sent"]()[key]
-    print(f"1 GiB answer to a 1,300-byte manifest: refused in {seconds:.2f} s, "
-          f"peak RSS +{peak:.0f} MB, {sent / 1e6:.1f} MB sent by the trainer")
+    print(
+        f"1 GiB answer to a 1,300-byte manifest: refused in {seconds:.2f} s, "
+        f"peak RSS +{peak:.0f} MB, {sent / 1e6:.1f} MB sent by the trainer"
+    )
     assert [(e.status, e.reason) for e in result.events] == [("rejected", "bad_size")]
     assert follower.version == 0 and seconds < 5 and peak < 64 and sent < 32e6
 

@@ -103,7 +103,9 @@ class VictimNode:
     def rows_from(self, peer: str) -> list[tuple[str, str]]:
         """(status, reason) of every group row the ledger holds from `peer`."""
         return self._read(
-            lambda s: [(r.status, r.reason) for r in s.query(GroupRow).filter(GroupRow.source == peer)]
+            lambda s: [
+                (r.status, r.reason) for r in s.query(GroupRow).filter(GroupRow.source == peer)
+            ]
         )
 
     def banned(self) -> set[str]:

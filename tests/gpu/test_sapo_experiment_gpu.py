@@ -23,10 +23,33 @@ def test_a_unit_runs_on_cuda_with_vllm_and_shares(tmp_path, tiny_model_path):
     pytest.importorskip("vllm")
     sys.path.insert(0, str(SCRIPTS))
     try:
-        args = ["run", "--testbed", "tiny", "--device", "cuda", "--backend", "vllm", "--nodes", "2",
-                "--arms", "2/2", "--seeds", "0", "--rounds", "3", "--completions", "4",
-                "--max-new-tokens", "16", "--eval-size", "8", "--checkpoint-every", "1",
-                "--results", str(tmp_path)]
+        args = [
+            "run",
+            "--testbed",
+            "tiny",
+            "--device",
+            "cuda",
+            "--backend",
+            "vllm",
+            "--nodes",
+            "2",
+            "--arms",
+            "2/2",
+            "--seeds",
+            "0",
+            "--rounds",
+            "3",
+            "--completions",
+            "4",
+            "--max-new-tokens",
+            "16",
+            "--eval-size",
+            "8",
+            "--checkpoint-every",
+            "1",
+            "--results",
+            str(tmp_path),
+        ]
         assert _experiment().main(args) == 0
     finally:
         sys.path.remove(str(SCRIPTS))

@@ -42,7 +42,9 @@ def test_vllm_greedy_matches_transformers(gpu_policy, vllm_generator):
 
 
 def test_vllm_samples_groups_with_logprobs(gpu_policy, vllm_generator):
-    groups = vllm_generator.generate(_prompts(gpu_policy, 4), 4, SamplingParams(temperature=1.0, max_new_tokens=8))
+    groups = vllm_generator.generate(
+        _prompts(gpu_policy, 4), 4, SamplingParams(temperature=1.0, max_new_tokens=8)
+    )
     assert [len(g) for g in groups] == [4, 4, 4, 4]
     for c in (c for g in groups for c in g):
         assert len(c.logprobs) == len(c.token_ids) and all(lp <= 0 for lp in c.logprobs)

@@ -29,9 +29,18 @@ def make_group(key, swarm_id: str) -> RolloutGroup:
     task = build_task(spec)
     completions = (f"<answer>{task.answer}</answer>", "<answer>0</answer>")
     return RolloutGroup(
-        swarm_id=swarm_id, sender=peer_id_of(key), task=spec, question=task.question, completions=completions,
-        rewards=tuple(score_completion(task, c, 0.1) for c in completions), finished=(True, True), model="swarm-tiny",
-        base_hash="", policy_version=0, round=0, created_at=time.time(),
+        swarm_id=swarm_id,
+        sender=peer_id_of(key),
+        task=spec,
+        question=task.question,
+        completions=completions,
+        rewards=tuple(score_completion(task, c, 0.1) for c in completions),
+        finished=(True, True),
+        model="swarm-tiny",
+        base_hash="",
+        policy_version=0,
+        round=0,
+        created_at=time.time(),
         sampling=Sampling(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
         format_bonus=0.1,
     )
@@ -46,9 +55,13 @@ def main() -> None:
     parser.add_argument("--dial-timeout", type=float, default=3.0)
     args = parser.parse_args()
     key = create_identity()
-    template = make_group(key, args.swarm_id)  # builds the task (slow imports) before the clock starts
+    template = make_group(
+        key, args.swarm_id
+    )  # builds the task (slow imports) before the clock starts
     topic = f"swarm/{args.swarm_id}/rollouts/v1"
-    transport = Libp2pTransport(key_pair=key, bootstrap=args.bootstrap, psk=args.psk, dial_timeout=args.dial_timeout)
+    transport = Libp2pTransport(
+        key_pair=key, bootstrap=args.bootstrap, psk=args.psk, dial_timeout=args.dial_timeout
+    )
     transport.start()
     transport.subscribe(topic)
     published, most_peers, index = 0, 0, 0
@@ -63,8 +76,17 @@ def main() -> None:
         time.sleep(0.3)
     t = time.monotonic()
     transport.close()
-    print(json.dumps({"peer_id": peer_id_of(key), "published": published, "most_peers": most_peers,
-                      "close_s": time.monotonic() - t}), flush=True)
+    print(
+        json.dumps(
+            {
+                "peer_id": peer_id_of(key),
+                "published": published,
+                "most_peers": most_peers,
+                "close_s": time.monotonic() - t,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ from tests.conftest import small_config
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "swarm.cli", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "swarm.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.parametrize("command", [[], ["join"], ["status"], ["config"]])
@@ -26,7 +28,9 @@ def test_help_is_instant_and_does_not_import_torch(command):
         "assert r.exit_code == 0, r.output; assert 'Usage' in r.output, r.output; "
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; print('ok')"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr
     assert time.perf_counter() - start < 5.0
 
@@ -35,10 +39,19 @@ def test_help_is_instant_and_does_not_import_torch(command):
     "args, message",
     [
         (["join", "--config", "no/such/file.toml"], "no/such/file.toml: config file not found"),
-        (["join", "--set", "training.lrr=1"], "--set: unknown key training.lrr (did you mean 'lr'?)"),
-        (["join", "--set", "generation.temperature=hot"], "generation.temperature: expected a number, got 'hot'"),
+        (
+            ["join", "--set", "training.lrr=1"],
+            "--set: unknown key training.lrr (did you mean 'lr'?)",
+        ),
+        (
+            ["join", "--set", "generation.temperature=hot"],
+            "generation.temperature: expected a number, got 'hot'",
+        ),
         (["join", "--display", "fancy"], "--display must be auto, live, lines or none"),
-        (["status", "--ledger", "no/such/ledger.sqlite"], "ledger file no/such/ledger.sqlite does not exist"),
+        (
+            ["status", "--ledger", "no/such/ledger.sqlite"],
+            "ledger file no/such/ledger.sqlite does not exist",
+        ),
     ],
 )
 def test_user_mistakes_are_one_line_errors(args, message):
@@ -83,11 +96,15 @@ def test_init_creates_a_private_identity_once(tmp_path):
     assert first.returncode == 0, first.stderr
     key = tmp_path / "me" / "identity.key"
     assert key.stat().st_mode & 0o777 == 0o600
-    peer_id = next(line.split()[-1] for line in first.stdout.splitlines() if line.startswith("peer ID:"))
+    peer_id = next(
+        line.split()[-1] for line in first.stdout.splitlines() if line.startswith("peer ID:")
+    )
     assert peer_id.startswith("12D3KooW") and "new identity" in first.stdout
     again = _cli("init", "--run-dir", str(tmp_path / "me"))
     assert "existing identity" in again.stdout and f"peer ID: {peer_id}" in again.stdout
-    fixed = _cli("init", "--run-dir", str(tmp_path / "me"), "--set", 'p2p.listen="/ip4/127.0.0.1/tcp/4001"')
+    fixed = _cli(
+        "init", "--run-dir", str(tmp_path / "me"), "--set", 'p2p.listen="/ip4/127.0.0.1/tcp/4001"'
+    )
     assert f"listen address: /ip4/127.0.0.1/tcp/4001/p2p/{peer_id}" in fixed.stdout
 
 

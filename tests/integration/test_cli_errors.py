@@ -22,7 +22,9 @@ import pytest
 
 from swarm.p2p.identity import create_identity, peer_id_of, save_identity
 
-FAST_FAIL_S = 5.0  # CPU s: `join` refuses a bad config before loading anything (measured: 0.2-1.5 s)
+FAST_FAIL_S = (
+    5.0  # CPU s: `join` refuses a bad config before loading anything (measured: 0.2-1.5 s)
+)
 PEER = "12D3KooWLp6Fy6k9RjqjvRL2FaZg1x1A1uvBmUuUxsyDAzDzE7oa"
 
 
@@ -116,9 +118,7 @@ def test_shell_completion(tmp_path):
         }
     )
     assert options.stdout.split() == ["--rounds"]
-    installed = _cli(
-        "--install-completion", "bash", env={"HOME": str(tmp_path), **EXPLICIT_SHELL}
-    )
+    installed = _cli("--install-completion", "bash", env={"HOME": str(tmp_path), **EXPLICIT_SHELL})
     assert installed.returncode == 0 and (tmp_path / ".bash_completions" / "swarm-node.sh").exists()
 
 

@@ -36,21 +36,39 @@ LAUNCHER = Path(__file__).with_name("crash_node.py")
 
 def _write_config(path: Path, run_dir: Path, rounds: int) -> None:
     path.write_text(
-        "\n".join([
-            "[node]", f'run_dir = "{run_dir}"', f"rounds = {rounds}", "checkpoint_every = 1", "keep_checkpoints = 2",
-            "[policy]", 'device = "cpu"', 'dtype = "float32"',
-            "[generation]", "questions_per_round = 2", "completions_per_question = 4", "max_new_tokens = 4",
-            "[training]", "local_groups = 2",
-            "[tasks]", "eval_size = 4", "eval_every = 3",
-        ]) + "\n"
+        "\n".join(
+            [
+                "[node]",
+                f'run_dir = "{run_dir}"',
+                f"rounds = {rounds}",
+                "checkpoint_every = 1",
+                "keep_checkpoints = 2",
+                "[policy]",
+                'device = "cpu"',
+                'dtype = "float32"',
+                "[generation]",
+                "questions_per_round = 2",
+                "completions_per_question = 4",
+                "max_new_tokens = 4",
+                "[training]",
+                "local_groups = 2",
+                "[tasks]",
+                "eval_size = 4",
+                "eval_every = 3",
+            ]
+        )
+        + "\n"
     )
 
 
 class Launcher:
     def __init__(self):
         self.proc = subprocess.Popen(
-            [sys.executable, str(LAUNCHER), "--max-lifetime", "400"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"},
+            [sys.executable, str(LAUNCHER), "--max-lifetime", "400"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"},
         )
         self.ready = self._read()
 
@@ -80,7 +98,11 @@ def _snapshot(url: str) -> dict:
                     fields = {c.name: getattr(r, c.name) for c in model.__table__.columns}
                     rows[(model.__tablename__, r.id)] = fields
             for r in s.query(GroupRow.id, GroupRow.content_hash, GroupRow.status, GroupRow.body):
-                rows[("rollout_groups", r.id)] = {"hash": r.content_hash, "status": r.status, "body": r.body}
+                rows[("rollout_groups", r.id)] = {
+                    "hash": r.content_hash,
+                    "status": r.status,
+                    "body": r.body,
+                }
     finally:
         ledger.close()
     return rows
@@ -102,7 +124,11 @@ def _wait_for_round(path: Path, live_before: int, timeout: float) -> None:
 
 
 def _live_rounds(snapshot: dict) -> list[int]:
-    return sorted(f["round"] for (table, _), f in snapshot.items() if table == "rounds" and not f["superseded"])
+    return sorted(
+        f["round"]
+        for (table, _), f in snapshot.items()
+        if table == "rounds" and not f["superseded"]
+    )
 
 
 @pytest.mark.slow  # ~75 s of CPU; 155 s wall measured on a busy 2-core machine
@@ -110,7 +136,9 @@ def _live_rounds(snapshot: dict) -> list[int]:
 def test_kill_9_at_random_moments_loses_nothing_committed(tmp_path, tiny_model_path):
     run_dir = tmp_path / "node"
     config = tmp_path / "node.toml"
-    _write_config(config, run_dir, rounds=400)  # never reached in a trial: every trial ends by SIGKILL
+    _write_config(
+        config, run_dir, rounds=400
+    )  # never reached in a trial: every trial ends by SIGKILL
     url = f"sqlite:///{run_dir / 'ledger.sqlite'}"
     rng = random.Random(SEED)
     launcher = Launcher()
@@ -120,7 +148,9 @@ def test_kill_9_at_random_moments_loses_nothing_committed(tmp_path, tiny_model_p
     try:
         assert launcher.ready["threads"] == 1  # nothing running in the launcher to fork mid-way
         for trial in range(TRIALS):
-            pid = launcher.send(cmd="run", config=str(config), log=str(tmp_path / "node.log"))["pid"]
+            pid = launcher.send(cmd="run", config=str(config), log=str(tmp_path / "node.log"))[
+                "pid"
+            ]
             if rng.random() < 0.5:  # any moment: often while starting, loading or resuming
                 time.sleep(rng.uniform(0.1, 4.0))
             else:  # a moment in the middle of round work: after this run committed a new round
@@ -128,7 +158,9 @@ def test_kill_9_at_random_moments_loses_nothing_committed(tmp_path, tiny_model_p
                 time.sleep(rng.uniform(0.0, 0.6))
             os.kill(pid, signal.SIGKILL)
             exit_code = launcher.send(cmd="reap", pid=pid)["exit"]
-            assert exit_code == -signal.SIGKILL, f"trial {trial}: node ended by itself ({exit_code}); see node.log"
+            assert exit_code == -signal.SIGKILL, (
+                f"trial {trial}: node ended by itself ({exit_code}); see node.log"
+            )
             if not (run_dir / "ledger.sqlite").exists():
                 continue  # killed before it opened its ledger
             after = _snapshot(url)
@@ -136,7 +168,9 @@ def test_kill_9_at_random_moments_loses_nothing_committed(tmp_path, tiny_model_p
                 assert key in after, f"trial {trial}: committed row {key} is gone"
                 now = after[key]
                 if "superseded" in fields:
-                    assert not (fields["superseded"] and not now["superseded"]), f"trial {trial}: {key} came back to life"
+                    assert not (fields["superseded"] and not now["superseded"]), (
+                        f"trial {trial}: {key} came back to life"
+                    )
                     fields, now = {**fields, "superseded": None}, {**now, "superseded": None}
                 assert now == fields, f"trial {trial}: committed row {key} changed"
             live = _live_rounds(after)
@@ -149,7 +183,9 @@ def test_kill_9_at_random_moments_loses_nothing_committed(tmp_path, tiny_model_p
         target = (progress[-1] if progress else 0) + 3
         _write_config(config, run_dir, rounds=target)
         pid = launcher.send(cmd="run", config=str(config), log=str(tmp_path / "node.log"))["pid"]
-        assert launcher.send(cmd="reap", pid=pid)["exit"] == 0, (tmp_path / "node.log").read_text()[-3000:]
+        assert launcher.send(cmd="reap", pid=pid)["exit"] == 0, (tmp_path / "node.log").read_text()[
+            -3000:
+        ]
     finally:
         launcher.close()
     elapsed = time.monotonic() - started
@@ -157,6 +193,10 @@ def test_kill_9_at_random_moments_loses_nothing_committed(tmp_path, tiny_model_p
     assert _live_rounds(final) == list(range(target))
     assert healthy(diagnose(url, run_dir / "checkpoints"))
     superseded = sum(1 for (t, _), f in final.items() if t == "rounds" and f["superseded"])
-    print(f"{TRIALS} kills in {elapsed:.1f}s; live rounds after each kill {progress}; "
-          f"{superseded} rounds superseded by resumes")
-    assert sum(1 for a, b in zip(progress, progress[1:]) if b > a) >= 5  # the node did make progress between kills
+    print(
+        f"{TRIALS} kills in {elapsed:.1f}s; live rounds after each kill {progress}; "
+        f"{superseded} rounds superseded by resumes"
+    )
+    assert (
+        sum(1 for a, b in zip(progress, progress[1:]) if b > a) >= 5
+    )  # the node did make progress between kills

@@ -61,8 +61,13 @@ def _trainer(hub, node_config, tiny_model_path):
     transport = MemoryTransport(TRAINER, hub)
     transport.start()
     publisher = DeltaPublisher(
-        transport, TRAINER_KEY, peer_id=TRAINER, swarm_id=node_config.p2p.swarm_id,
-        model=policy.model_id, base_hash=policy.base_hash, anchor_every=100,
+        transport,
+        TRAINER_KEY,
+        peer_id=TRAINER,
+        swarm_id=node_config.p2p.swarm_id,
+        model=policy.model_id,
+        base_hash=policy.base_hash,
+        anchor_every=100,
         keep_deltas=100,
     )
     weights = bf16_state_dict(policy.model)
@@ -131,9 +136,7 @@ def test_a_nan_delta_is_refused_and_not_fetched_again_after_a_restart(tmp_path, 
     node.close()
 
 
-def test_a_delta_that_makes_the_logits_overflow_is_undone_and_remembered(
-    tmp_path, tiny_model_path
-):
+def test_a_delta_that_makes_the_logits_overflow_is_undone_and_remembered(tmp_path, tiny_model_path):
     hub = MemoryHub()
     node = _generator(tmp_path, tiny_model_path, hub)
     publisher, weights = _trainer(hub, node.config, tiny_model_path)
@@ -143,8 +146,10 @@ def test_a_delta_that_makes_the_logits_overflow_is_undone_and_remembered(
     calm = statistics.median(_round_s(node, 3))
     publisher.publish(huge, 1)
     attacked = _round_s(node, 2)
-    print(f"overflowing delta: rounds {attacked[0]:.2f} s then {attacked[1]:.2f} s, "
-          f"{calm:.2f} s before")
+    print(
+        f"overflowing delta: rounds {attacked[0]:.2f} s then {attacked[1]:.2f} s, "
+        f"{calm:.2f} s before"
+    )
     rows = [(r.status, r.reason) for r in _deltas(node)]
     assert rows == [("rejected", "broken_model")]
     assert node.state.policy_version == 0
@@ -168,9 +173,17 @@ def test_a_flood_of_manifests_from_a_peer_not_followed_costs_rows_and_lines_once
     manifests = [
         sign_manifest(
             DeltaManifest(
-                swarm_id=node.config.p2p.swarm_id, provider=MALLORY, model=node.policy.model_id,
-                base_hash=node.policy.base_hash, kind="delta", from_version=i, to_version=i + 1,
-                size=1000, payload_hash="ab" * 32, result_hash="cd" * 32, key=f"k{i}",
+                swarm_id=node.config.p2p.swarm_id,
+                provider=MALLORY,
+                model=node.policy.model_id,
+                base_hash=node.policy.base_hash,
+                kind="delta",
+                from_version=i,
+                to_version=i + 1,
+                size=1000,
+                payload_hash="ab" * 32,
+                result_hash="cd" * 32,
+                key=f"k{i}",
                 created_at=1.0,
             ),
             MALLORY_KEY,
@@ -183,8 +196,10 @@ def test_a_flood_of_manifests_from_a_peer_not_followed_costs_rows_and_lines_once
     attacked = _round_s(node, 2)
     rows = [(r.peer, r.reason) for r in _deltas(node)]
     lines = [line for line in messages.lines if "not_followed" in line]
-    print(f"20,000 manifests not followed: {len(rows)} ledger rows, {len(lines)} log lines; "
-          f"rounds {attacked[0]:.2f} s then {attacked[1]:.2f} s, {calm:.2f} s before")
+    print(
+        f"20,000 manifests not followed: {len(rows)} ledger rows, {len(lines)} log lines; "
+        f"rounds {attacked[0]:.2f} s then {attacked[1]:.2f} s, {calm:.2f} s before"
+    )
     assert rows == [(MALLORY, "not_followed")]  # was ~20,000 rows
     assert len(lines) == 1
     assert node.follower.limiter.totals()[(MALLORY, "not_followed")] == 20_000

@@ -103,7 +103,9 @@ def test_generator_follows_a_trainer_bit_for_bit(tmp_path, tiny_model_path):
 
     # What the generator applied, the trainer's ledger counts as served to it (fetches after
     # the trainer's last update are recorded when it closes).
-    served = {(r.peer, r.kind, r.to_version) for r in _rows(trainer, DeltaRow) if r.status == "served"}
+    served = {
+        (r.peer, r.kind, r.to_version) for r in _rows(trainer, DeltaRow) if r.status == "served"
+    }
     assert served >= {(peer_id_of(GEN_KEY), r.kind, r.to_version) for r in applied}
 
 

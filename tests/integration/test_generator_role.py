@@ -132,7 +132,11 @@ def test_generator_process_follows_trainer_process_bit_for_bit(tmp_path, tiny_mo
     applied = [r for r in rows if r.status == "applied"]
     assert applied and all(r.peer == trainer_id and r.bytes > 0 for r in applied)
     # Every delta and anchor the generator applied, the trainer recorded as served to it.
-    served = {(r.peer, r.kind, r.to_version, r.bytes) for r in _deltas(trainer_dir) if r.status == "served"}
+    served = {
+        (r.peer, r.kind, r.to_version, r.bytes)
+        for r in _deltas(trainer_dir)
+        if r.status == "served"
+    }
     assert served >= {(peer_id_of(keys[gen_dir]), r.kind, r.to_version, r.bytes) for r in applied}
     followed = read_state(list_checkpoints(gen_dir / "checkpoints")[-1]).policy_version
     assert followed == applied[-1].to_version >= 3  # several trainer updates were followed

@@ -24,9 +24,20 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_fifty_kills_lose_nothing_committed_and_every_restart_resumes(tmp_path, tiny_model_path):
     out = tmp_path / "kill_loop.json"
     proc = subprocess.run(
-        [sys.executable, "scripts/kill_loop.py", "--kills", "50", "--json", str(out),
-         "--work", str(tmp_path / "work")],
-        cwd=ROOT, capture_output=True, text=True, timeout=850,
+        [
+            sys.executable,
+            "scripts/kill_loop.py",
+            "--kills",
+            "50",
+            "--json",
+            str(out),
+            "--work",
+            str(tmp_path / "work"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=850,
     )
     print(proc.stdout[-3000:])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -22,22 +22,44 @@ ROUNDS = 6
 QUESTIONS = 16
 EVAL = 16  # held-out questions: the node evaluates before round 0 and after its last round
 SETTINGS = [
-    "--set", f"generation.questions_per_round={QUESTIONS}", "--set", f"training.local_groups={QUESTIONS}",
-    "--set", "training.shared_groups=8", "--set", f"tasks.eval_size={EVAL}", "--set", f"tasks.eval_every={ROUNDS}",
-    "--set", f"node.checkpoint_every={ROUNDS // 2}",
+    "--set",
+    f"generation.questions_per_round={QUESTIONS}",
+    "--set",
+    f"training.local_groups={QUESTIONS}",
+    "--set",
+    "training.shared_groups=8",
+    "--set",
+    f"tasks.eval_size={EVAL}",
+    "--set",
+    f"tasks.eval_every={ROUNDS}",
+    "--set",
+    f"node.checkpoint_every={ROUNDS // 2}",
 ]
 
 
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "swarm.cli", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "swarm.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
 def swarm_run(tmp_path_factory, tiny_model_path) -> Path:
     """A finished 2-node demo run: node-0/ and node-1/ with identity, ledger, checkpoints, config."""
     out = tmp_path_factory.mktemp("ops") / "demo"
-    result = _cli("demo", "--nodes", "2", "--rounds", str(ROUNDS), "--out", str(out), *SETTINGS, "--timeout", "900",
-                  timeout=1000)
+    result = _cli(
+        "demo",
+        "--nodes",
+        "2",
+        "--rounds",
+        str(ROUNDS),
+        "--out",
+        str(out),
+        *SETTINGS,
+        "--timeout",
+        "900",
+        timeout=1000,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (out / "demo-output.txt").write_text(result.stdout + result.stderr)  # what the user saw
     return out
@@ -47,7 +69,9 @@ def test_demo_output_is_clean(swarm_run):
     seen = (swarm_run / "demo-output.txt").read_text()
     assert "Writing model shards" not in seen and "Traceback" not in seen
     table_end = next(i for i, line in enumerate(seen.splitlines()) if line.startswith("└"))
-    assert seen.splitlines()[table_end + 1].startswith("wrote "), seen[-800:]  # the table's line ended
+    assert seen.splitlines()[table_end + 1].startswith("wrote "), seen[
+        -800:
+    ]  # the table's line ended
 
 
 def _peer_id(run: Path, node: str) -> str:
@@ -59,10 +83,17 @@ def _counts(ledger_path: Path) -> dict:
     try:
         with ledger.reader() as s:
             groups = s.query(GroupRow).all()
-            uses = s.query(GroupUseRow).filter(GroupUseRow.superseded.is_(False), GroupUseRow.skipped_update.is_(False)).all()
+            uses = (
+                s.query(GroupUseRow)
+                .filter(GroupUseRow.superseded.is_(False), GroupUseRow.skipped_update.is_(False))
+                .all()
+            )
             return {
-                "sent": sum(g.status == "sent" for g in groups), "accepted": sum(g.status == "accepted" for g in groups),
-                "rows": len(groups), "uses": len(uses), "advantage": sum(u.advantage_abs_sum for u in uses),
+                "sent": sum(g.status == "sent" for g in groups),
+                "accepted": sum(g.status == "accepted" for g in groups),
+                "rows": len(groups),
+                "uses": len(uses),
+                "advantage": sum(u.advantage_abs_sum for u in uses),
             }
     finally:
         ledger.close()
@@ -80,17 +111,24 @@ def test_peers_and_contributions(swarm_run, tmp_path):
     assert listed[0]["accepted"] == counts["accepted"] and listed[0]["model"] == "swarm-tiny"
     assert listed[0]["first_seen"] <= listed[0]["last_seen"]
 
-    result = _cli("contributions", "--run-dir", str(swarm_run / "node-0"), "--json", "--sort", "used")
+    result = _cli(
+        "contributions", "--run-dir", str(swarm_run / "node-0"), "--json", "--sort", "used"
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     (peer,) = data["peers"]
     assert peer["peer_id"] == other and peer["used"] == counts["uses"] and peer["rejected"] == 0
-    assert peer["advantage_total"] == pytest.approx(counts["advantage"]) and peer["advantage_total"] > 0
+    assert (
+        peer["advantage_total"] == pytest.approx(counts["advantage"])
+        and peer["advantage_total"] > 0
+    )
     assert 0 < peer["mean_reward"] < 1.2 and peer["used_reward"] is not None
     assert data["own"]["groups_published"] == counts["sent"] == ROUNDS * QUESTIONS
 
     before_start = _cli("contributions", "--ledger", str(ledger), "--until", "2000-01-01", "--json")
-    assert json.loads(before_start.stdout)["peers"][0]["accepted"] == 0  # known peer, nothing in that window
+    assert (
+        json.loads(before_start.stdout)["peers"][0]["accepted"] == 0
+    )  # known peer, nothing in that window
 
     plot = tmp_path / "contrib.png"
     table = _cli("contributions", "--ledger", str(ledger), "--since", "1d", "--plot", str(plot))
@@ -111,13 +149,19 @@ def test_ops_commands_refuse_user_mistakes_in_one_line(swarm_run, tmp_path):
         (["replay", "--ledger", str(empty)], "is not a swarm-node ledger"),
         (["contributions", "--ledger", ledger, "--sort", "karma"], "--sort must be one of"),
         (["peers", "--ledger", ledger, "--since", "yesterday"], "cannot read time 'yesterday'"),
-        (["cluster", "init", "--nodes", "0", "--out", str(tmp_path / "c")], "--nodes must be between 1 and 256"),
+        (
+            ["cluster", "init", "--nodes", "0", "--out", str(tmp_path / "c")],
+            "--nodes must be between 1 and 256",
+        ),
         (["doctor", "--run-dir", str(tmp_path / "nowhere")], "no ledger at"),
     ]
     for args, message in cases:
         result = _cli(*args, timeout=120)
         assert result.returncode == 2, (args, result.stdout, result.stderr)
-        assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)
+        assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, (
+            args,
+            result.stderr,
+        )
 
 
 def test_replay_verifies_a_copied_ledger_and_exports(swarm_run, tmp_path):
@@ -130,7 +174,10 @@ def test_replay_verifies_a_copied_ledger_and_exports(swarm_run, tmp_path):
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     verify = report["verify"]
-    assert verify["total"] == counts["rows"] and verify["passed"] == counts["sent"] + counts["accepted"]
+    assert (
+        verify["total"] == counts["rows"]
+        and verify["passed"] == counts["sent"] + counts["accepted"]
+    )
     assert verify["trainable"] == counts["sent"] + counts["accepted"]
     records = [json.loads(line) for line in export.read_text().splitlines()]
     assert len(records) == report["export"]["records"] == 8 * verify["trainable"]
@@ -140,16 +187,30 @@ def test_replay_verifies_a_copied_ledger_and_exports(swarm_run, tmp_path):
 
     # tamper with two stored groups: one completion's bytes, one signature
     with sqlite3.connect(copy) as db:
-        (row_id, body), (other_id, sig) = db.execute(
-            "SELECT id, body FROM rollout_groups WHERE status='accepted' ORDER BY id LIMIT 1").fetchone(), db.execute(
-            "SELECT id, signature FROM rollout_groups WHERE status='sent' ORDER BY id LIMIT 1").fetchone()
+        (row_id, body), (other_id, sig) = (
+            db.execute(
+                "SELECT id, body FROM rollout_groups WHERE status='accepted' ORDER BY id LIMIT 1"
+            ).fetchone(),
+            db.execute(
+                "SELECT id, signature FROM rollout_groups WHERE status='sent' ORDER BY id LIMIT 1"
+            ).fetchone(),
+        )
         at = bytes(body).index(b"<answer>")
-        db.execute("UPDATE rollout_groups SET body=? WHERE id=?", (body[:at] + b"<answe?>" + body[at + 8:], row_id))
-        db.execute("UPDATE rollout_groups SET signature=? WHERE id=?", (bytes(64 - len(sig)) + bytes(b ^ 1 for b in sig), other_id))
+        db.execute(
+            "UPDATE rollout_groups SET body=? WHERE id=?",
+            (body[:at] + b"<answe?>" + body[at + 8 :], row_id),
+        )
+        db.execute(
+            "UPDATE rollout_groups SET signature=? WHERE id=?",
+            (bytes(64 - len(sig)) + bytes(b ^ 1 for b in sig), other_id),
+        )
     tampered = json.loads(_cli("replay", "--ledger", str(copy), "--json").stdout)["verify"]
     assert tampered["passed"] == verify["passed"] - 2
     assert sum(tampered["failed_by_reason"].values()) == tampered["total"] - tampered["passed"]
-    assert set(tampered["failed_by_reason"]) <= {"hash_mismatch", "bad_signature"} and tampered["failed_by_reason"]
+    assert (
+        set(tampered["failed_by_reason"]) <= {"hash_mismatch", "bad_signature"}
+        and tampered["failed_by_reason"]
+    )
 
 
 def _check_training_columns(export: Path, records: list[dict]) -> None:
@@ -160,7 +221,15 @@ def _check_training_columns(export: Path, records: list[dict]) -> None:
     assert first["prompt"] == first["question"] + "\n" and first["ground_truth"]
     assert first["dataset"] == "chain_sum" and json.loads(first["task_config"])["min_terms"] == 2
     assert first["reward"] == pytest.approx(first["claimed_reward"])
-    for column in ("prompt", "completion", "ground_truth", "reward", "advantage", "sender", "policy_version"):
+    for column in (
+        "prompt",
+        "completion",
+        "ground_truth",
+        "reward",
+        "advantage",
+        "sender",
+        "policy_version",
+    ):
         assert len({type(r[column]) for r in records}) == 1, column
     by_group: dict[str, float] = {}
     for r in records:
@@ -171,7 +240,9 @@ def _check_training_columns(export: Path, records: list[dict]) -> None:
     except ImportError:  # not a dependency: the columns were checked above with json
         return
     table = datasets.load_dataset("json", data_files=str(export), split="train")
-    assert {"prompt", "completion", "ground_truth", "reward", "advantage"} <= set(table.column_names)
+    assert {"prompt", "completion", "ground_truth", "reward", "advantage"} <= set(
+        table.column_names
+    )
     assert len(table) == len(records)
 
 
@@ -186,9 +257,16 @@ def test_ban_takes_a_unique_prefix_or_the_short_form_peers_prints(swarm_run, tmp
     assert banned.returncode == 0 and banned.stdout.strip() == f"banned {other}", banned.stderr
     lifted = _cli("unban", other[:14], "--run-dir", str(node))
     assert lifted.returncode == 0 and lifted.stdout.startswith(f"unbanned {other}"), lifted.stderr
-    for text, message in [("12D3KooW", "matches 2 peers"), ("12D3KooWzzzzzz", "no peer this ledger knows")]:
+    for text, message in [
+        ("12D3KooW", "matches 2 peers"),
+        ("12D3KooWzzzzzz", "no peer this ledger knows"),
+    ]:
         result = _cli("ban", text, "--run-dir", str(node))
-        assert result.returncode == 2 and message in result.stderr and len(result.stderr.splitlines()) == 1
+        assert (
+            result.returncode == 2
+            and message in result.stderr
+            and len(result.stderr.splitlines()) == 1
+        )
     assert own in _cli("ban", "12D3KooW", "--run-dir", str(node)).stderr  # the candidates are named
 
 
@@ -214,7 +292,13 @@ def sharing_run(tmp_path_factory, tiny_model_path) -> Path:
     for i in range(2):
         key = create_identity(bytes([i + 1]) * 32)
         config = small_config(
-            root / f"node-{i}", node={"name": f"node-{i}", "seed": i, "rounds": REPLAY_ROUNDS, "checkpoint_every": 1000},
+            root / f"node-{i}",
+            node={
+                "name": f"node-{i}",
+                "seed": i,
+                "rounds": REPLAY_ROUNDS,
+                "checkpoint_every": 1000,
+            },
             generation={"questions_per_round": 32, "completions_per_question": 8},
             training={"local_groups": 32, "shared_groups": 8, "micro_batch_size": 256},
             tasks={"eval_size": REPLAY_EVAL, "eval_every": 1000},
@@ -230,7 +314,9 @@ def sharing_run(tmp_path_factory, tiny_model_path) -> Path:
     for node in nodes:
         node.evaluate()
         node.close()
-        write_toml(Path(node.config.run_dir) / "config.toml", node.config.to_dict())  # what replay --config reads
+        write_toml(
+            Path(node.config.run_dir) / "config.toml", node.config.to_dict()
+        )  # what replay --config reads
     return root
 
 
@@ -239,8 +325,17 @@ def test_replay_training_raises_held_out_accuracy(sharing_run):
     """A fresh tiny model trained offline from node-0's ledger, with node-0's settings: one update
     per recorded round, the same batch rules and GRPO step as the node."""
     node = sharing_run / "node-0"
-    result = _cli("replay", "--ledger", str(node / "ledger.sqlite"), "--config", str(node / "config.toml"),
-                  "--train", "--eval-size", str(REPLAY_EVAL), "--json")
+    result = _cli(
+        "replay",
+        "--ledger",
+        str(node / "ledger.sqlite"),
+        "--config",
+        str(node / "config.toml"),
+        "--train",
+        "--eval-size",
+        str(REPLAY_EVAL),
+        "--json",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     train = json.loads(result.stdout)["train"]
     ledger = Ledger(f"sqlite:///{node / 'ledger.sqlite'}", create=False)
@@ -268,17 +363,28 @@ def test_doctor_passes_on_real_nodes_and_finds_damage(swarm_run, tmp_path):
     shutil.copytree(swarm_run / "node-1", broken)
     with sqlite3.connect(broken / "ledger.sqlite") as db:  # a second live row for round 3
         columns = [c[1] for c in db.execute("PRAGMA table_info(rounds)") if c[1] != "id"]
-        db.execute(f"INSERT INTO rounds ({', '.join(columns)}) SELECT {', '.join(columns)} FROM rounds WHERE round = 3")
+        db.execute(
+            f"INSERT INTO rounds ({', '.join(columns)}) SELECT {', '.join(columns)} FROM rounds WHERE round = 3"
+        )
     newest = sorted((broken / "checkpoints").iterdir())[-1]
     weights = newest / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     result = _cli("doctor", "--run-dir", str(broken), "--json")
     assert result.returncode == 1, result.stdout + result.stderr
-    problems = {f["check"]: f["message"] for f in json.loads(result.stdout)["findings"] if f["level"] == "problem"}
+    problems = {
+        f["check"]: f["message"]
+        for f in json.loads(result.stdout)["findings"]
+        if f["level"] == "problem"
+    }
     assert "more than once: 3" in problems["rounds"]
-    assert "model.safetensors" in problems["checkpoint"] and "restart would fail" in problems["checkpoint"]
+    assert (
+        "model.safetensors" in problems["checkpoint"]
+        and "restart would fail" in problems["checkpoint"]
+    )
 
     garbage = tmp_path / "garbage.sqlite"
     garbage.write_bytes(b"\x00garbage" * 1000)
     result = _cli("doctor", "--ledger", str(garbage))
-    assert result.returncode == 1 and "PROBLEM" in result.stdout and "Traceback" not in result.stderr
+    assert (
+        result.returncode == 1 and "PROBLEM" in result.stdout and "Traceback" not in result.stderr
+    )

@@ -32,18 +32,30 @@ def peer_group(index: int, created_at: float) -> RolloutGroup:
     spec = TaskSpec.make("chain_sum", dict(EASY_MIX[0].config), seed=5, index=index)
     task = build_task(spec)
     group = RolloutGroup(
-        swarm_id="swarm-local", sender=peer_id_of(PEER_KEY), task=spec, question=task.question,
-        completions=(f"<answer>{task.answer}</answer>", "<answer>0</answer>"), rewards=(0.0, 0.0),
-        finished=(True, True), model="swarm-tiny", base_hash="00" * 16, policy_version=0,
-        sampling=Sampling(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8), round=index,
-        created_at=created_at, nonce=index.to_bytes(16, "big"), format_bonus=0.1,
+        swarm_id="swarm-local",
+        sender=peer_id_of(PEER_KEY),
+        task=spec,
+        question=task.question,
+        completions=(f"<answer>{task.answer}</answer>", "<answer>0</answer>"),
+        rewards=(0.0, 0.0),
+        finished=(True, True),
+        model="swarm-tiny",
+        base_hash="00" * 16,
+        policy_version=0,
+        sampling=Sampling(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
+        round=index,
+        created_at=created_at,
+        nonce=index.to_bytes(16, "big"),
+        format_bonus=0.1,
     )
     return msgspec.structs.replace(group, rewards=rescore(group, 0.1)[1])
 
 
 def false_claims(group: RolloutGroup) -> RolloutGroup:
     """Wrong answers claimed right: passes the gossip validator, fails re-scoring."""
-    return msgspec.structs.replace(group, completions=("<answer>x</answer>", "<answer>y</answer>"), rewards=(1.1, 1.1))
+    return msgspec.structs.replace(
+        group, completions=("<answer>x</answer>", "<answer>y</answer>"), rewards=(1.1, 1.1)
+    )
 
 
 def test_a_group_failing_a_round_loop_check_is_received_once(tmp_path):

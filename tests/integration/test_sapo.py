@@ -52,9 +52,13 @@ def test_shared_groups_are_used_within_cap_and_only_with_signal(tmp_path, tiny_m
             assert all(count <= 1 for count in senders.values())  # per-peer cap
         for use in uses:
             advantages = json.loads(use.advantages)
-            assert use.advantage_abs_sum > 0 and abs(sum(advantages)) < 1e-4  # stored to 6 decimals; zero-advantage groups never used
+            assert (
+                use.advantage_abs_sum > 0 and abs(sum(advantages)) < 1e-4
+            )  # stored to 6 decimals; zero-advantage groups never used
             assert rows[use.group_id].sender == use.sender != node.peer_id
-        assert len({u.content_hash for u in uses}) == len(uses)  # each shared group learned from once
+        assert len({u.content_hash for u in uses}) == len(
+            uses
+        )  # each shared group learned from once
         assert sum(u.shared_groups for u in updates) == len(uses)
     for node in nodes:
         node.close()
@@ -79,9 +83,12 @@ def test_heterogeneous_models_use_each_others_groups(tmp_path, tiny_model_path):
     for i, model in enumerate(("swarm-tiny", "swarm-tiny-bpe")):
         key = create_identity(bytes([i + 11]) * 32)
         config = small_config(
-            tmp_path / model, node={"name": model, "seed": i}, policy={"model": model},
+            tmp_path / model,
+            node={"name": model, "seed": i},
+            policy={"model": model},
             generation={"questions_per_round": 4, "completions_per_question": 6},
-            training={"local_groups": 4, "shared_groups": 4, "per_peer_cap": 4}, tasks={"eval_size": 0},
+            training={"local_groups": 4, "shared_groups": 4, "per_peer_cap": 4},
+            tasks={"eval_size": 0},
         )
         node = Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)
         node.start()
@@ -128,15 +135,22 @@ def test_experiment_runs_units_and_reports(tmp_path, tiny_model_path):
         assert experiment.main(["report", *common]) == 0
     finally:
         sys.path.remove(str(scripts))
-    units = {p.name: json.loads(p.read_text()) for p in (tmp_path / "paper-tiny" / "units").glob("*.json")}
+    units = {
+        p.name: json.loads(p.read_text())
+        for p in (tmp_path / "paper-tiny" / "units").glob("*.json")
+    }
     solo, sharing = units["4-0_s0_lr0.0001.json"], units["2-2_s0_lr0.0001.json"]
     assert solo["rounds"] == sharing["rounds"] == 3 and solo["nodes"] == 3
     assert solo["shared_groups"] == [0, 0, 0] and sum(sharing["shared_groups"]) > 0
     assert all(n <= 2 * 3 for n in sharing["shared_groups"])  # J = 2 per update, 3 rounds
-    assert solo["local_groups"] == [4 * 3] * 3  # the paper's protocol: every own group kept, I = 4 generated
+    assert (
+        solo["local_groups"] == [4 * 3] * 3
+    )  # the paper's protocol: every own group kept, I = 4 generated
     assert sharing["local_groups"] == [2 * 3] * 3
     assert all(len(curve) == 3 for curve in solo["own_reward"] + solo["batch_reward"])
-    assert solo["cumulative_own_reward"] == solo["cumulative_batch_reward"]  # no sharing, no filter: same groups
+    assert (
+        solo["cumulative_own_reward"] == solo["cumulative_batch_reward"]
+    )  # no sharing, no filter: same groups
     report = json.loads((tmp_path / "paper-tiny" / "report.json").read_text())
     assert set(report["per_seed"]) == {"4/0", "2/2"}
     assert (tmp_path / "paper-tiny" / "cumulative.png").stat().st_size > 0

@@ -96,7 +96,9 @@ def test_a_restarted_node_still_refuses_replayed_nonces(tmp_path, tiny_model_pat
     b.close()
 
     again = _node(tmp_path, MemoryHub(), "b", 2)  # same run folder: a restart
-    reused = msgspec.structs.replace(decode_group(accepted[0].body), round=999)  # a's own nonce, new content
+    reused = msgspec.structs.replace(
+        decode_group(accepted[0].body), round=999
+    )  # a's own nonce, new content
     data = pack_messages([sign_group(reused, a.key_pair)])[0]
     replay = accepted[0]
     same = pack_messages([SignedGroup(replay.body, replay.signature)])[0]

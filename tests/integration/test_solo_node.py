@@ -47,15 +47,42 @@ def test_solo_node_raises_held_out_accuracy(tmp_path, tiny_model_path):
 
 def _join(run_dir: Path, rounds: int, *extra: str) -> subprocess.Popen:
     cmd = [
-        sys.executable, "-m", "swarm.cli", "join", "--run-dir", str(run_dir), "--rounds", str(rounds),
-        "--display", "lines", "--set", "generation.questions_per_round=4", "--set", "generation.completions_per_question=4",
-        "--set", "generation.max_new_tokens=8", "--set", "tasks.eval_size=8", "--set", "node.checkpoint_every=2",
-        "--set", "policy.device='cpu'", *extra,
+        sys.executable,
+        "-m",
+        "swarm.cli",
+        "join",
+        "--run-dir",
+        str(run_dir),
+        "--rounds",
+        str(rounds),
+        "--display",
+        "lines",
+        "--set",
+        "generation.questions_per_round=4",
+        "--set",
+        "generation.completions_per_question=4",
+        "--set",
+        "generation.max_new_tokens=8",
+        "--set",
+        "tasks.eval_size=8",
+        "--set",
+        "node.checkpoint_every=2",
+        "--set",
+        "policy.device='cpu'",
+        *extra,
     ]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
 
-def _wait_for_checkpoint(run_dir: Path, min_round: int, proc: subprocess.Popen, timeout: float = 240.0) -> Path:
+def _wait_for_checkpoint(
+    run_dir: Path, min_round: int, proc: subprocess.Popen, timeout: float = 240.0
+) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         path = latest_checkpoint(run_dir / "checkpoints")
@@ -71,7 +98,12 @@ def _live_rounds(run_dir: Path) -> list[RoundRow]:
     ledger = Ledger(f"sqlite:///{run_dir / 'ledger.sqlite'}", create=False)
     try:
         with ledger.reader() as s:
-            return s.query(RoundRow).filter(RoundRow.superseded.is_(False)).order_by(RoundRow.round).all()
+            return (
+                s.query(RoundRow)
+                .filter(RoundRow.superseded.is_(False))
+                .order_by(RoundRow.round)
+                .all()
+            )
     except LedgerError:
         return []  # the node has not created its tables yet
     finally:
@@ -115,7 +147,10 @@ def test_ctrl_c_stops_cleanly_with_ledger_and_checkpoint(tmp_path, tiny_model_pa
     proc = _join(run_dir, 1000, "--set", "node.checkpoint_every=1000")
     try:
         deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and len(_live_rounds(run_dir) if (run_dir / "ledger.sqlite").exists() else []) < 2:
+        while (
+            time.monotonic() < deadline
+            and len(_live_rounds(run_dir) if (run_dir / "ledger.sqlite").exists() else []) < 2
+        ):
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=120)

@@ -23,11 +23,20 @@ def group(dataset: str, completions: tuple[str, ...], index: int = 2) -> Rollout
     spec = TaskSpec.make(dataset, {}, seed=1, index=index)
     n = len(completions)
     return RolloutGroup(
-        swarm_id="swarm-local", sender=SENDER, task=spec, question=build_task(spec).question,
-        completions=completions, rewards=(0.0,) * n, finished=(True,) * n, model="m",
-        base_hash="00" * 16, policy_version=0,
-        sampling=Sampling(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8), round=0,
-        created_at=0.0, nonce=b"\x00" * 16,
+        swarm_id="swarm-local",
+        sender=SENDER,
+        task=spec,
+        question=build_task(spec).question,
+        completions=completions,
+        rewards=(0.0,) * n,
+        finished=(True,) * n,
+        model="m",
+        base_hash="00" * 16,
+        policy_version=0,
+        sampling=Sampling(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
+        round=0,
+        created_at=0.0,
+        nonce=b"\x00" * 16,
     )
 
 
@@ -41,14 +50,18 @@ def worker():
 
 def test_the_worker_scores_as_this_process_does(worker):
     task = build_task(TaskSpec.make("basic_arithmetic", {}, seed=1, index=2))
-    honest = group("basic_arithmetic", (f"<answer>{task.answer}</answer>", "<answer>0</answer>", task.answer))
+    honest = group(
+        "basic_arithmetic", (f"<answer>{task.answer}</answer>", "<answer>0</answer>", task.answer)
+    )
     mine = InProcess()(honest).result()
     theirs = worker(honest)
     assert theirs.error is None and theirs.seconds > 0
     got = theirs.result()
     assert got.task.question == mine.task.question and got.task.answer == mine.task.answer
     assert (got.correctness, got.tagged, got.well_formatted) == (
-        mine.correctness, mine.tagged, mine.well_formatted
+        mine.correctness,
+        mine.tagged,
+        mine.well_formatted,
     )
 
 
@@ -124,7 +137,9 @@ def test_the_worker_outlives_the_thread_that_started_it():
     worker = RescoreWorker(WorkerSettings())
     try:
         first = []
-        starter = threading.Thread(target=lambda: first.append(worker(group("basic_arithmetic", ("1",)))))
+        starter = threading.Thread(
+            target=lambda: first.append(worker(group("basic_arithmetic", ("1",))))
+        )
         starter.start()  # starts the worker and has it answer once, then ends
         starter.join()
         pid = worker.pid

@@ -60,7 +60,10 @@ def js_folder() -> Path:
         try:
             proc = subprocess.run(
                 ["npm", "ci", "--no-audit", "--no-fund"],
-                cwd=folder, capture_output=True, text=True, timeout=600,
+                cwd=folder,
+                capture_output=True,
+                text=True,
+                timeout=600,
             )
         except subprocess.TimeoutExpired:
             pytest.skip("npm ci timed out (no network?)")
@@ -78,7 +81,10 @@ class JsPeer:
     def __init__(self, folder: Path, key_file: Path) -> None:
         self.proc = subprocess.Popen(
             ["node", "js_peer.mjs", str(key_file), TOPIC, "120"],
-            cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=folder,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         ready = json.loads(self.proc.stdout.readline())
         self.peer_id: str = ready["peer_id"]
@@ -215,8 +221,11 @@ def test_a_message_reaching_a_node_by_two_paths_through_js_is_delivered_once(net
     assert _until(lambda: set(_js_deliveries(js)) == want_js)
     time.sleep(2.0)  # copies by the second path arrive after the first: give them time
     seen_js = _js_deliveries(js)
-    for name, seen in (("A", ours.update()[a.peer_id]), ("B", ours.seen[b.peer_id]),
-                       ("js", seen_js)):
+    for name, seen in (
+        ("A", ours.update()[a.peer_id]),
+        ("B", ours.seen[b.peer_id]),
+        ("js", seen_js),
+    ):
         assert max(seen.values()) == 1, (name, [k for k, n in seen.items() if n > 1])
 
     # What js computes as the ID of our messages: its own default, the protobuf public key

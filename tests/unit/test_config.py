@@ -53,17 +53,35 @@ def _write(tmp_path, text):
         ("[trainig]\nlr = 1e-5\n", "unknown section [trainig] (did you mean 'training'?)"),
         ("[training]\nlr = 'fast'\n", "training.lr: expected a number, got 'fast'"),
         ("[training]\nlr = -1.0\n", "training.lr: -1.0 is below the minimum 0.0"),
-        ("[generation]\ncompletions_per_question = 1\n", "generation.completions_per_question: 1 is below the minimum 2"),
-        ("[generation]\nbackend = 'tgi'\n", "generation.backend: 'tgi' is not one of transformers, vllm"),
+        (
+            "[generation]\ncompletions_per_question = 1\n",
+            "generation.completions_per_question: 1 is below the minimum 2",
+        ),
+        (
+            "[generation]\nbackend = 'tgi'\n",
+            "generation.backend: 'tgi' is not one of transformers, vllm",
+        ),
         ("[node]\nrounds = 2.5\n", "node.rounds: expected an integer, got 2.5"),
         ("[node]\nrounds = true\n", "node.rounds: expected an integer, got True"),
-        ("[training]\nscale_advantages = 1\n", "training.scale_advantages: expected true or false, got 1"),
+        (
+            "[training]\nscale_advantages = 1\n",
+            "training.scale_advantages: expected true or false, got 1",
+        ),
         ("[training\nlr = 1\n", "invalid TOML"),
         ("node = 3\n", "[node] must be a table"),
         ("[tasks]\npreset = 'custom'\n", "tasks.mix must list datasets"),
-        ("[tasks]\npreset = 'custom'\nmix = [{weight = 1.0}]\n", "tasks.mix[0] must be a table with a 'dataset' key"),
-        ("[tasks]\npreset = 'custom'\nmix = [{dataset = 'chain_sum', weight = -2}]\n", "tasks.mix[0].weight must be a positive number"),
-        ("[p2p]\nbootstrap = ['/ip4/1.2.3.4/tcp/1']\n", "p2p.bootstrap[0] must be a multiaddr ending in /p2p/"),
+        (
+            "[tasks]\npreset = 'custom'\nmix = [{weight = 1.0}]\n",
+            "tasks.mix[0] must be a table with a 'dataset' key",
+        ),
+        (
+            "[tasks]\npreset = 'custom'\nmix = [{dataset = 'chain_sum', weight = -2}]\n",
+            "tasks.mix[0].weight must be a positive number",
+        ),
+        (
+            "[p2p]\nbootstrap = ['/ip4/1.2.3.4/tcp/1']\n",
+            "p2p.bootstrap[0] must be a multiaddr ending in /p2p/",
+        ),
         ("[generation]\ntemperature = 0.0\n", "generation.temperature = 0"),
     ],
 )
@@ -86,12 +104,19 @@ def test_overrides_apply_in_order_file_env_cli(tmp_path):
     path = _write(tmp_path, "[training]\nlr = 1e-3\n[node]\nname = 'a'\n")
     assert load_config(path, env={}).training.lr == 1e-3
     assert load_config(path, env={"SWARM__TRAINING__LR": "2e-3"}).training.lr == 2e-3
-    config = load_config(path, ["training.lr=3e-3", "node.name=b", "p2p.bootstrap=['/ip4/1.2.3.4/tcp/1/p2p/x']"], env={"SWARM__TRAINING__LR": "2e-3"})
+    config = load_config(
+        path,
+        ["training.lr=3e-3", "node.name=b", "p2p.bootstrap=['/ip4/1.2.3.4/tcp/1/p2p/x']"],
+        env={"SWARM__TRAINING__LR": "2e-3"},
+    )
     assert config.training.lr == 3e-3 and config.node.name == "b"
     assert config.p2p.bootstrap == ["/ip4/1.2.3.4/tcp/1/p2p/x"]
     with pytest.raises(ConfigError, match="^--set: unknown key training.nope"):
         load_config(path, ["training.nope=1"], env={})
-    with pytest.raises(ConfigError, match="^environment variable SWARM__TRAINING__LR: training.lr: expected a number"):
+    with pytest.raises(
+        ConfigError,
+        match="^environment variable SWARM__TRAINING__LR: training.lr: expected a number",
+    ):
         load_config(path, env={"SWARM__TRAINING__LR": "fast"})
     # other SWARM_ variables are not config
     assert load_config(path, env={"SWARM_NODE_CACHE": "/tmp/x"}).node.name == "a"
@@ -102,7 +127,14 @@ def test_overrides_apply_in_order_file_env_cli(tmp_path):
 
 
 def test_custom_mix_builds_entries():
-    config = build_config({"tasks": {"preset": "custom", "mix": [{"dataset": "chain_sum", "weight": 2, "config": {"min_terms": 2}}]}})
+    config = build_config(
+        {
+            "tasks": {
+                "preset": "custom",
+                "mix": [{"dataset": "chain_sum", "weight": 2, "config": {"min_terms": 2}}],
+            }
+        }
+    )
     (entry,) = task_mix(config)
     assert entry.dataset == "chain_sum" and entry.weight == 2.0 and entry.config == {"min_terms": 2}
 

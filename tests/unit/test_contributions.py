@@ -25,52 +25,128 @@ MALLORY = "12D3KooWMallory"
 
 
 def _group(id, status, sender, t, source=None, reason="", reward=0.5, direction="received"):
-    return GroupRow(id=id, content_hash=f"h{id}", direction=direction, status=status, reason=reason, sender=sender,
-                    source=sender if source is None else source, mean_reward=reward, recorded_at=t)
+    return GroupRow(
+        id=id,
+        content_hash=f"h{id}",
+        direction=direction,
+        status=status,
+        reason=reason,
+        sender=sender,
+        source=sender if source is None else source,
+        mean_reward=reward,
+        recorded_at=t,
+    )
 
 
 def _round(r, t, superseded=False):
-    return RoundRow(round=r, policy_version=r, started_at=t, questions=1, completions=1, mean_reward=0, accuracy=0,
-                    tokens_generated=0, generate_s=0, score_s=0, train_s=0, other_s=0, total_s=0, superseded=superseded)
+    return RoundRow(
+        round=r,
+        policy_version=r,
+        started_at=t,
+        questions=1,
+        completions=1,
+        mean_reward=0,
+        accuracy=0,
+        tokens_generated=0,
+        generate_s=0,
+        score_s=0,
+        train_s=0,
+        other_s=0,
+        total_s=0,
+        superseded=superseded,
+    )
 
 
 def _use(group_id, sender, r, adv, reward=0.5, skipped=False, superseded=False):
-    return GroupUseRow(group_id=group_id, content_hash=f"h{group_id}", sender=sender, round=r, version_after=r + 1,
-                       skipped_update=skipped, advantages="[]", advantage_abs_sum=adv, mean_reward=reward,
-                       superseded=superseded)
+    return GroupUseRow(
+        group_id=group_id,
+        content_hash=f"h{group_id}",
+        sender=sender,
+        round=r,
+        version_after=r + 1,
+        skipped_update=skipped,
+        advantages="[]",
+        advantage_abs_sum=adv,
+        mean_reward=reward,
+        superseded=superseded,
+    )
 
 
 @pytest.fixture
 def ledger(tmp_path):
     led = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
     with led.transaction() as s:
-        s.add_all([
-            PeerRow(peer_id=ALICE, first_seen=100.0, last_seen=400.0, model="m-a", addrs=json.dumps(["/ip4/1.2.3.4/tcp/1"])),
-            PeerRow(peer_id=BOB, first_seen=150.0, last_seen=300.0, model="m-b"),
-            _round(0, 110.0), _round(1, 210.0), _round(2, 310.0), _round(2, 290.0, superseded=True),
-            _group(1, "accepted", ALICE, 105.0, reward=0.4),
-            _group(2, "accepted", ALICE, 205.0, reward=0.8),
-            _group(3, "rejected", ALICE, 206.0, reason="reward_mismatch"),
-            _group(4, "accepted", BOB, 160.0, reward=1.0),
-            _group(5, "rejected", BOB, 161.0, reason="duplicate"),
-            _group(6, "rejected", BOB, 162.0, reason="duplicate"),
-            # a forgery claiming to be Alice, delivered by Mallory: it counts against Mallory
-            _group(7, "rejected", ALICE, 170.0, source=MALLORY, reason="bad_signature"),
-            _group(8, "sent", "12D3KooWMe", 120.0, source="", reward=0.3, direction="sent"),
-            _group(9, "sent", "12D3KooWMe", 220.0, source="", reward=0.5, direction="sent"),
-            _use(1, ALICE, 0, 2.0, reward=0.5),
-            _use(2, ALICE, 1, 3.0, reward=0.75),
-            _use(4, BOB, 1, 1.0, skipped=True),  # in a skipped update: no contribution
-            _use(4, BOB, 2, 5.0, superseded=True),  # lost to a restart: no contribution
-            DeltaRow(direction="received", peer=ALICE, kind="delta", from_version=1, to_version=2, bytes=1000,
-                     status="applied", recorded_at=230.0),
-            DeltaRow(direction="received", peer=ALICE, kind="delta", from_version=2, to_version=3, bytes=500,
-                     status="rejected", reason="bad_hash", recorded_at=240.0),
-            DeltaRow(direction="sent", peer=BOB, kind="anchor", to_version=3, bytes=7000, status="served", recorded_at=250.0),
-            DeltaRow(direction="sent", peer="", kind="delta", from_version=2, to_version=3, bytes=900, status="published",
-                     recorded_at=249.0),
-            BanRow(peer_id=MALLORY, source="auto", reason="bad signatures", banned_at=180.0),
-        ])
+        s.add_all(
+            [
+                PeerRow(
+                    peer_id=ALICE,
+                    first_seen=100.0,
+                    last_seen=400.0,
+                    model="m-a",
+                    addrs=json.dumps(["/ip4/1.2.3.4/tcp/1"]),
+                ),
+                PeerRow(peer_id=BOB, first_seen=150.0, last_seen=300.0, model="m-b"),
+                _round(0, 110.0),
+                _round(1, 210.0),
+                _round(2, 310.0),
+                _round(2, 290.0, superseded=True),
+                _group(1, "accepted", ALICE, 105.0, reward=0.4),
+                _group(2, "accepted", ALICE, 205.0, reward=0.8),
+                _group(3, "rejected", ALICE, 206.0, reason="reward_mismatch"),
+                _group(4, "accepted", BOB, 160.0, reward=1.0),
+                _group(5, "rejected", BOB, 161.0, reason="duplicate"),
+                _group(6, "rejected", BOB, 162.0, reason="duplicate"),
+                # a forgery claiming to be Alice, delivered by Mallory: it counts against Mallory
+                _group(7, "rejected", ALICE, 170.0, source=MALLORY, reason="bad_signature"),
+                _group(8, "sent", "12D3KooWMe", 120.0, source="", reward=0.3, direction="sent"),
+                _group(9, "sent", "12D3KooWMe", 220.0, source="", reward=0.5, direction="sent"),
+                _use(1, ALICE, 0, 2.0, reward=0.5),
+                _use(2, ALICE, 1, 3.0, reward=0.75),
+                _use(4, BOB, 1, 1.0, skipped=True),  # in a skipped update: no contribution
+                _use(4, BOB, 2, 5.0, superseded=True),  # lost to a restart: no contribution
+                DeltaRow(
+                    direction="received",
+                    peer=ALICE,
+                    kind="delta",
+                    from_version=1,
+                    to_version=2,
+                    bytes=1000,
+                    status="applied",
+                    recorded_at=230.0,
+                ),
+                DeltaRow(
+                    direction="received",
+                    peer=ALICE,
+                    kind="delta",
+                    from_version=2,
+                    to_version=3,
+                    bytes=500,
+                    status="rejected",
+                    reason="bad_hash",
+                    recorded_at=240.0,
+                ),
+                DeltaRow(
+                    direction="sent",
+                    peer=BOB,
+                    kind="anchor",
+                    to_version=3,
+                    bytes=7000,
+                    status="served",
+                    recorded_at=250.0,
+                ),
+                DeltaRow(
+                    direction="sent",
+                    peer="",
+                    kind="delta",
+                    from_version=2,
+                    to_version=3,
+                    bytes=900,
+                    status="published",
+                    recorded_at=249.0,
+                ),
+                BanRow(peer_id=MALLORY, source="auto", reason="bad signatures", banned_at=180.0),
+            ]
+        )
     yield led
     led.close()
 
@@ -85,11 +161,20 @@ def test_per_peer_figures(ledger):
     assert (alice.used, alice.advantage_total, alice.advantage_mean) == (2, 5.0, 2.5)
     assert alice.used_reward == pytest.approx(0.625)
     assert (alice.deltas_from, alice.delta_bytes_from, alice.deltas_to) == (1, 1000, 0)
-    assert (alice.model, alice.first_seen, alice.last_seen, alice.addrs) == ("m-a", 100.0, 400.0, ["/ip4/1.2.3.4/tcp/1"])
+    assert (alice.model, alice.first_seen, alice.last_seen, alice.addrs) == (
+        "m-a",
+        100.0,
+        400.0,
+        ["/ip4/1.2.3.4/tcp/1"],
+    )
     assert (bob.received, bob.accepted, bob.rejected_by_reason) == (3, 1, {"duplicate": 2})
     assert (bob.used, bob.advantage_total, bob.used_reward) == (0, 0.0, None)
     assert (bob.deltas_to, bob.delta_bytes_to) == (1, 7000)
-    assert (mallory.received, mallory.rejected_by_reason, mallory.accepted) == (1, {"bad_signature": 1}, 0)
+    assert (mallory.received, mallory.rejected_by_reason, mallory.accepted) == (
+        1,
+        {"bad_signature": 1},
+        0,
+    )
     assert mallory.banned == "auto: bad signatures" and alice.banned == ""
     assert mallory.first_seen is None  # never in the peers table: known only from what it sent
 
@@ -98,7 +183,9 @@ def test_sorting_and_time_window(ledger):
     with ledger.reader() as s:
         assert [p.peer_id for p in peer_contributions(s, sort="advantage")][0] == ALICE
         assert [p.peer_id for p in peer_contributions(s, sort="rejected")][0] == BOB
-        assert [p.peer_id for p in peer_contributions(s, sort="peer")] == sorted([ALICE, BOB, MALLORY])
+        assert [p.peer_id for p in peer_contributions(s, sort="peer")] == sorted(
+            [ALICE, BOB, MALLORY]
+        )
         early = {p.peer_id: p for p in peer_contributions(s, Window(until=200.0))}
         late = {p.peer_id: p for p in peer_contributions(s, Window(since=200.0))}
         with pytest.raises(SwarmError, match="--sort must be one of"):
@@ -113,7 +200,12 @@ def test_own_contribution(ledger):
     with ledger.reader() as s:
         own = own_contribution(s)
         late = own_contribution(s, Window(since=200.0))
-    assert (own.groups_published, own.deltas_published, own.deltas_served, own.delta_bytes_served) == (2, 1, 1, 7000)
+    assert (
+        own.groups_published,
+        own.deltas_published,
+        own.deltas_served,
+        own.delta_bytes_served,
+    ) == (2, 1, 1, 7000)
     assert own.mean_reward == pytest.approx(0.4) and own.served_to == {BOB: 1}
     assert late.groups_published == 1 and late.mean_reward == pytest.approx(0.5)
 
@@ -144,7 +236,8 @@ def test_doctor_round_rules():
     twice = round_findings([0, 1, 2], [0, 1, 1, 2])
     assert [f.message for f in twice if f.level == "problem"] == [
         "live updates do not match live rounds (rounds without an update: none; updates without a round: none; "
-        "updates recorded twice: 1)"]
+        "updates recorded twice: 1)"
+    ]
     lacking = round_findings([0, 1, 2], [0, 2])
     assert "rounds without an update: 1" in lacking[-1].message
     gap = round_findings([0, 2], [0, 2])
@@ -159,14 +252,20 @@ def test_doctor_round_rules():
 def test_cluster_plan_and_member_config(tmp_path):
     assert plan_hosts(3, []) == ["127.0.0.1"] * 3
     assert plan_hosts(2, ["10.0.0.1", "10.0.0.2"]) == ["10.0.0.1", "10.0.0.2"]
-    for nodes, hosts, message in [(0, [], "--nodes must be between"), (2, ["a.b"], "not an IPv4 address"),
-                                  (3, ["10.0.0.1", "10.0.0.2"], r"one per member \(3\), not 2"),
-                                  (1, ["0.0.0.0"], "cannot be dialed")]:
+    for nodes, hosts, message in [
+        (0, [], "--nodes must be between"),
+        (2, ["a.b"], "not an IPv4 address"),
+        (3, ["10.0.0.1", "10.0.0.2"], r"one per member \(3\), not 2"),
+        (1, ["0.0.0.0"], "cannot be dialed"),
+    ]:
         with pytest.raises(SwarmError, match=message):
             plan_hosts(nodes, hosts)
     with pytest.raises(SwarmError, match="--base-port"):
         plan_ports(3, ["127.0.0.1"] * 3, 65534)
-    ids = ["12D3KooWEyoppNCUx8Yx66oV9fJnriXwCcXwDDUA2kj6vnc6iDEp", "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"]
+    ids = [
+        "12D3KooWEyoppNCUx8Yx66oV9fJnriXwCcXwDDUA2kj6vnc6iDEp",
+        "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN",
+    ]
     members = [Member(i, ids[i], "127.0.0.1", 4100 + i) for i in range(2)]
     path = tmp_path / "m0" / "config.toml"  # a member's config lives in its member folder
     path.parent.mkdir()

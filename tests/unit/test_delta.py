@@ -707,7 +707,11 @@ def test_nan_inf_and_signed_zero_patterns_survive_a_delta_exactly():
 def _finite_weights(seed: int) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     emb = (0.02 * torch.randn(64, 16, generator=gen)).to(torch.bfloat16)
-    return {"emb": emb, "head": emb, "w": (0.02 * torch.randn(300, 300, generator=gen)).to(torch.bfloat16)}
+    return {
+        "emb": emb,
+        "head": emb,
+        "w": (0.02 * torch.randn(300, 300, generator=gen)).to(torch.bfloat16),
+    }
 
 
 @pytest.mark.parametrize("pattern", [0x7FC0, 0x7F80, 0xFF80, 0xFFFF])

@@ -17,13 +17,32 @@ from swarm.ops.display import (
 
 def _report(i, reward):
     return RoundReport(
-        round=i, policy_version=i + 1, mean_reward=reward, accuracy=reward / 2, groups=8, trained_groups=6,
-        shared_groups=0, skipped=False, loss=0.01, generate_s=0.5, train_s=0.4, total_s=1.0, tokens_generated=100,
+        round=i,
+        policy_version=i + 1,
+        mean_reward=reward,
+        accuracy=reward / 2,
+        groups=8,
+        trained_groups=6,
+        shared_groups=0,
+        skipped=False,
+        loss=0.01,
+        generate_s=0.5,
+        train_s=0.4,
+        total_s=1.0,
+        tokens_generated=100,
     )
 
 
 def _info():
-    return RunInfo(name="n", model="swarm-tiny", device="cpu", run_dir="runs/n", peer_id="p", start_round=0, target_rounds=3)
+    return RunInfo(
+        name="n",
+        model="swarm-tiny",
+        device="cpu",
+        run_dir="runs/n",
+        peer_id="p",
+        start_round=0,
+        target_rounds=3,
+    )
 
 
 def test_sparkline_scales_between_min_and_max():

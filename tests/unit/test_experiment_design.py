@@ -25,10 +25,24 @@ from swarm.policy.trainer import OptimizerKind
 
 def test_a_node_generates_one_question_per_own_group():
     assert {name: arm.questions for name, arm in ARMS.items()} == {
-        "8/0": 8, "4/0": 4, "4/4": 4, "6/2": 6, "2/6": 2, "4/4-need": 4,
+        "8/0": 8,
+        "4/0": 4,
+        "4/4": 4,
+        "6/2": 6,
+        "2/6": 2,
+        "4/4-need": 4,
     }
-    table = node_config(ARMS["4/4"], Protocol.PAPER, {"preset": "easy"}, "swarm-tiny", index=2, seed=1,
-                        lr=1e-4, run_dir="r", shape=RunShape())
+    table = node_config(
+        ARMS["4/4"],
+        Protocol.PAPER,
+        {"preset": "easy"},
+        "swarm-tiny",
+        index=2,
+        seed=1,
+        lr=1e-4,
+        run_dir="r",
+        shape=RunShape(),
+    )
     cfg = build_config(table, "test")
     assert cfg.generation.questions_per_round == cfg.training.local_groups == 4
     assert cfg.training.shared_groups == 4 and cfg.node.seed == 1002
@@ -36,14 +50,32 @@ def test_a_node_generates_one_question_per_own_group():
 
 @pytest.mark.parametrize("protocol", list(Protocol))
 def test_protocol_settings_reach_the_config_and_the_trainer(protocol, tiny_model_path):
-    cfg = build_config(node_config(ARMS["4/4-need"], protocol, {"preset": "easy"}, "swarm-tiny", index=0,
-                                   seed=0, lr=3e-4, run_dir="r", shape=RunShape()), "test")
+    cfg = build_config(
+        node_config(
+            ARMS["4/4-need"],
+            protocol,
+            {"preset": "easy"},
+            "swarm-tiny",
+            index=0,
+            seed=0,
+            lr=3e-4,
+            run_dir="r",
+            shape=RunShape(),
+        ),
+        "test",
+    )
     t = cfg.training
     assert t.shared_sampling == "need" and t.lr == 3e-4
     # the same reward in both protocols: the tagged answer's correctness, 1 or 0, no bonus
-    assert (cfg.tasks.format_reward, cfg.tasks.answer_rule, cfg.tasks.partial_credit) == (0.0, "tagged", False)
+    assert (cfg.tasks.format_reward, cfg.tasks.answer_rule, cfg.tasks.partial_credit) == (
+        0.0,
+        "tagged",
+        False,
+    )
     paper = protocol == Protocol.PAPER
-    assert (t.signal_filter, t.fresh_rounds, t.optimizer) == (("shared", 1, "adam") if paper else ("all", 0, "adamw"))
+    assert (t.signal_filter, t.fresh_rounds, t.optimizer) == (
+        ("shared", 1, "adam") if paper else ("all", 0, "adamw")
+    )
 
     class FakePolicy:  # trainer_settings reads the device and dtype only
         import torch
@@ -55,7 +87,9 @@ def test_protocol_settings_reach_the_config_and_the_trainer(protocol, tiny_model
     assert settings.max_grad_norm == (0.0 if paper else 1.0) and settings.minibatch_size == 0
 
 
-@pytest.mark.parametrize("text, arm", [("4/4", Arm(4, 4)), ("4/4-need", Arm(4, 4, "need")), (" 8/0 ", Arm(8, 0))])
+@pytest.mark.parametrize(
+    "text, arm", [("4/4", Arm(4, 4)), ("4/4-need", Arm(4, 4, "need")), (" 8/0 ", Arm(8, 0))]
+)
 def test_parse_arm(text, arm):
     assert parse_arm(text) == arm and parse_arm(arm.name) == arm
 

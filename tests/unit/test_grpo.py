@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 
 from swarm.policy.grpo import clipped_policy_loss, group_advantages, has_signal
 
-rewards_lists = st.lists(st.floats(min_value=-10, max_value=10, allow_nan=False), min_size=1, max_size=64)
+rewards_lists = st.lists(
+    st.floats(min_value=-10, max_value=10, allow_nan=False), min_size=1, max_size=64
+)
 
 
 @given(rewards_lists, st.booleans())
@@ -19,7 +21,11 @@ def test_advantages_sum_to_zero_per_group(rewards, scale):
     assert abs(math.fsum(adv)) <= 1e-6 * max(1.0, max(abs(a) for a in adv) * len(adv))
 
 
-@given(st.floats(min_value=-5, max_value=5, allow_nan=False), st.integers(min_value=1, max_value=32), st.booleans())
+@given(
+    st.floats(min_value=-5, max_value=5, allow_nan=False),
+    st.integers(min_value=1, max_value=32),
+    st.booleans(),
+)
 def test_equal_rewards_give_zero_advantages(value, n, scale):
     assert group_advantages([value] * n, scale_by_std=scale) == [0.0] * n
     assert not has_signal([value] * n)
@@ -65,7 +71,9 @@ def test_asymmetric_clip_stops_gradient_beyond_the_bounds():
     assert parts.clip_fraction == pytest.approx(0.5)
     # ratio 0.7 with negative advantage: clipped at 0.8, no gradient
     new2 = torch.tensor([[math.log(0.7), 0.0]], requires_grad=True)
-    parts2 = clipped_policy_loss(new2, old, torch.tensor([-1.0]), mask, clip_low=0.2, clip_high=0.28)
+    parts2 = clipped_policy_loss(
+        new2, old, torch.tensor([-1.0]), mask, clip_low=0.2, clip_high=0.28
+    )
     parts2.loss.backward()
     assert new2.grad[0, 0] == 0.0 and new2.grad[0, 1] != 0.0
 
@@ -76,7 +84,9 @@ def test_kl_penalty_is_zero_at_the_reference_and_positive_away_from_it():
     adv = torch.zeros(1)
     same = clipped_policy_loss(logprobs, logprobs, adv, mask, ref_logprobs=logprobs, kl_coef=0.1)
     assert same.kl == pytest.approx(0.0, abs=1e-7)
-    away = clipped_policy_loss(logprobs, logprobs, adv, mask, ref_logprobs=logprobs - 0.5, kl_coef=0.1)
+    away = clipped_policy_loss(
+        logprobs, logprobs, adv, mask, ref_logprobs=logprobs - 0.5, kl_coef=0.1
+    )
     assert away.kl > 0 and away.loss.item() > 0
 
 
@@ -87,5 +97,10 @@ def test_shared_normalizer_makes_micro_batches_add_up():
     adv = torch.randn(4)
     whole = clipped_policy_loss(lp, lp, adv, mask).loss
     total = mask.sum().item()
-    parts = sum(clipped_policy_loss(lp[i : i + 2], lp[i : i + 2], adv[i : i + 2], mask[i : i + 2], normalizer=total).loss for i in (0, 2))
+    parts = sum(
+        clipped_policy_loss(
+            lp[i : i + 2], lp[i : i + 2], adv[i : i + 2], mask[i : i + 2], normalizer=total
+        ).loss
+        for i in (0, 2)
+    )
     assert parts.item() == pytest.approx(whole.item(), rel=1e-6)

@@ -20,8 +20,14 @@ NOW = 100 * DAY_S
 
 def _group(i: int, direction: str, status: str, at: float, body: int = 20_000) -> GroupRow:
     return GroupRow(
-        content_hash=f"h{i}", direction=direction, status=status, reason="x" if status == "rejected" else "",
-        recorded_at=at, body=os.urandom(body), sender="peer", source="peer",
+        content_hash=f"h{i}",
+        direction=direction,
+        status=status,
+        reason="x" if status == "rejected" else "",
+        recorded_at=at,
+        body=os.urandom(body),
+        sender="peer",
+        source="peer",
     )
 
 
@@ -37,11 +43,35 @@ def _filled(tmp_path, n: int = 60) -> Ledger:
             add_rejection_counts(s, {("peer", "duplicate"): 5}, at, 3600.0)
         s.flush()
         accepted = s.query(GroupRow).filter(GroupRow.status == "accepted").first()
-        s.add(GroupUseRow(group_id=accepted.id, content_hash=accepted.content_hash, sender="peer", round=0,
-                          version_after=1, advantages="[]", advantage_abs_sum=0.0, mean_reward=0.0))
-        s.add(RoundRow(round=0, policy_version=1, started_at=0.0, questions=1, completions=1, mean_reward=0.0,
-                       accuracy=0.0, tokens_generated=0, generate_s=0.0, score_s=0.0, train_s=0.0, other_s=0.0,
-                       total_s=0.0))
+        s.add(
+            GroupUseRow(
+                group_id=accepted.id,
+                content_hash=accepted.content_hash,
+                sender="peer",
+                round=0,
+                version_after=1,
+                advantages="[]",
+                advantage_abs_sum=0.0,
+                mean_reward=0.0,
+            )
+        )
+        s.add(
+            RoundRow(
+                round=0,
+                policy_version=1,
+                started_at=0.0,
+                questions=1,
+                completions=1,
+                mean_reward=0.0,
+                accuracy=0.0,
+                tokens_generated=0,
+                generate_s=0.0,
+                score_s=0.0,
+                train_s=0.0,
+                other_s=0.0,
+                total_s=0.0,
+            )
+        )
     return ledger
 
 
@@ -60,7 +90,11 @@ def test_keep_days_prunes_old_rejected_counted_and_sent_rows_only(tmp_path):
     ledger = _filled(tmp_path)
     pruned = prune(ledger, Retention(keep_days=10), NOW)
     assert pruned.rows == {"rejected groups": 49, "rejection counters": 49, "sent groups": 49}
-    assert (_count(ledger, "rejected"), _count(ledger, "sent"), _count(ledger, "accepted")) == (11, 11, 60)
+    assert (_count(ledger, "rejected"), _count(ledger, "sent"), _count(ledger, "accepted")) == (
+        11,
+        11,
+        60,
+    )
     with ledger.reader() as s:
         assert s.query(RejectionCountRow).count() == 11
         assert s.query(GroupUseRow).count() == 1 and s.query(RoundRow).count() == 1
@@ -76,7 +110,12 @@ def test_max_mb_prunes_oldest_first_in_order_and_says_when_it_cannot_reach_the_c
     assert _count(ledger, "rejected") == 0 and _count(ledger, "accepted") == 60
     assert 0 < _count(ledger, "sent") < 60
     with ledger.reader() as s:
-        newest_sent = s.query(GroupRow).filter(GroupRow.status == "sent").order_by(GroupRow.recorded_at).first()
+        newest_sent = (
+            s.query(GroupRow)
+            .filter(GroupRow.status == "sent")
+            .order_by(GroupRow.recorded_at)
+            .first()
+        )
     assert newest_sent.recorded_at > NOW - 60 * DAY_S  # the oldest went first
     size = ledger_size(ledger)
     assert size.file_bytes < before  # pages given back to the file system
@@ -91,4 +130,8 @@ def test_the_doctor_reports_the_ledgers_size(tmp_path):
     ledger.close()
     findings = diagnose(f"sqlite:///{tmp_path / 'ledger.sqlite'}", None)
     size = next(f for f in findings if f.check == "size")
-    assert size.level == "ok" and "MB on disk" in size.message and "15 group rows, 5 rejection counters" in size.message
+    assert (
+        size.level == "ok"
+        and "MB on disk" in size.message
+        and "15 group rows, 5 rejection counters" in size.message
+    )

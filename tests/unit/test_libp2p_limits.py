@@ -60,7 +60,10 @@ def test_refusals_are_all_counted_and_reported_once_a_second_with_a_count() -> N
     for _ in range(100):
         recorder.note("p", PeerRejectReason.CONTROL_FLOOD, "IHAVE over budget")
     recorder.note("q", PeerRejectReason.OVERSIZE, "big", source="s", topic="t")
-    assert counters.snapshot(0).peer_rejections == {"gossip_control_flood": 100, "oversize_message": 1}
+    assert counters.snapshot(0).peer_rejections == {
+        "gossip_control_flood": 100,
+        "oversize_message": 1,
+    }
     assert [(r.peer_id, r.count) for r in reports] == [("p", 1), ("q", 1)]
     assert reports[1].source == "s" and reports[1].topic == "t"
     recorder.flush()

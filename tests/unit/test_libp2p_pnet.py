@@ -55,7 +55,10 @@ def test_a_key_file_is_written_in_the_pnet_format_and_read_back(tmp_path) -> Non
 def test_every_spec_encoding_is_read(newline: bytes) -> None:
     key = bytes(range(32))
     head = b"/key/swarm/psk/1.0.0/" + newline
-    assert swarm_key.parse_key_text(head + b"/base16/" + newline + key.hex().upper().encode()).key == key
+    assert (
+        swarm_key.parse_key_text(head + b"/base16/" + newline + key.hex().upper().encode()).key
+        == key
+    )
     base64_text = head + b"/base64/" + newline + b"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
     assert swarm_key.parse_key_text(base64_text).key == key
     assert swarm_key.parse_key_text(head + b"/bin/" + newline + key).key == key

@@ -35,8 +35,9 @@ print(json.dumps({"skipped": skipped(),
                   "loaded": [m for m in ("zeroconf", "httpx", "requests") if m in sys.modules]}))
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.splitlines()[-1])
     assert len(result["skipped"]) == 5 and result["loaded"] == []

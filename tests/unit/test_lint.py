@@ -39,3 +39,8 @@ def test_ruff_finds_nothing() -> None:
 def test_mypy_finds_nothing() -> None:
     done = run(tool("mypy"))  # its cache (.mypy_cache) makes a second run quick
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_code_is_formatted() -> None:
+    done = run(tool("ruff"), "format", "--check", "--no-cache", ".")
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -22,8 +22,17 @@ def test_synthetic_groups_pass_full_verification(mix):
     verifier = Verifier(VerifySettings(swarm_id="s"))
     sender = peer_id_of(create_identity())
     for g in groups:
-        wire = wire_group(g, swarm_id="s", sender=sender, model="m", base_hash="0" * 64,
-                          policy_version=0, round_index=3, created_at=1.0, format_bonus=0.1)
+        wire = wire_group(
+            g,
+            swarm_id="s",
+            sender=sender,
+            model="m",
+            base_hash="0" * 64,
+            policy_version=0,
+            round_index=3,
+            created_at=1.0,
+            format_bonus=0.1,
+        )
         task, rewards = verifier.verify_content(wire, 0.1, scoring)
         assert rewards == g.rewards and task.spec == g.task.spec
         assert len(wire.completions) == 6 and all(len(t) == 150 for t in wire.token_ids)
@@ -33,9 +42,17 @@ def test_synthetic_groups_pass_full_verification(mix):
 def test_a_group_of_the_default_shape_is_about_nine_kilobytes():
     rollouts = SyntheticRollouts(EASY_MIX, 1, SyntheticShape(), Scoring(0.1))
     g = rollouts.round_groups(0, 1)[0]
-    wire = wire_group(g, swarm_id="s", sender=peer_id_of(create_identity()), model="m",
-                      base_hash="0" * 64, policy_version=0, round_index=0, created_at=1.0,
-                      format_bonus=0.1)
+    wire = wire_group(
+        g,
+        swarm_id="s",
+        sender=peer_id_of(create_identity()),
+        model="m",
+        base_hash="0" * 64,
+        policy_version=0,
+        round_index=0,
+        created_at=1.0,
+        format_bonus=0.1,
+    )
     assert 7_000 < len(encode_group(wire)) < 12_000
 
 

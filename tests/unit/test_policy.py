@@ -68,9 +68,20 @@ def test_trainer_logprobs_match_the_generators(policy):
 
 def test_update_raises_rewarded_and_lowers_punished_completions(policy):
     tok = policy.tokenizer
-    prompt = tuple(tok(build_prompt(tok, "State the final answer to the following arithmetic problem: 2 + 3 ="), add_special_tokens=False)["input_ids"])
-    good = tuple(tok("<answer>5</answer>", add_special_tokens=False)["input_ids"]) + (tok.eos_token_id,)
-    bad = tuple(tok("<answer>6</answer>", add_special_tokens=False)["input_ids"]) + (tok.eos_token_id,)
+    prompt = tuple(
+        tok(
+            build_prompt(
+                tok, "State the final answer to the following arithmetic problem: 2 + 3 ="
+            ),
+            add_special_tokens=False,
+        )["input_ids"]
+    )
+    good = tuple(tok("<answer>5</answer>", add_special_tokens=False)["input_ids"]) + (
+        tok.eos_token_id,
+    )
+    bad = tuple(tok("<answer>6</answer>", add_special_tokens=False)["input_ids"]) + (
+        tok.eos_token_id,
+    )
     # A small step: one Adam step at 1e-3 overshoots and moves mass to other digits.
     trainer = GRPOTrainer(policy.model, tok.pad_token_id, TrainerSettings(lr=1e-4))
     samples = [TrainSample(prompt, good, 1.0), TrainSample(prompt, bad, -1.0)]
@@ -92,7 +103,9 @@ def test_zero_advantage_update_is_skipped_and_changes_nothing(policy):
 
 def test_kl_reference_and_gradient_accumulation(policy):
     tok = policy.tokenizer
-    samples = [TrainSample((10, 11, 12), (13 + i, 14), a) for i, a in enumerate((1.0, -1.0, 0.5, -0.5))]
+    samples = [
+        TrainSample((10, 11, 12), (13 + i, 14), a) for i, a in enumerate((1.0, -1.0, 0.5, -0.5))
+    ]
     settings = TrainerSettings(lr=1e-3, kl_coef=0.1, micro_batch_size=1, epochs=2)
     trainer = GRPOTrainer(policy.model, tok.pad_token_id, settings)
     result = trainer.update(samples)
@@ -103,7 +116,10 @@ def test_kl_reference_and_gradient_accumulation(policy):
 
 
 def test_minibatches_make_one_step_each_and_later_steps_are_off_policy(policy):
-    samples = [TrainSample((10, 11, 12), (13 + i, 14), a) for i, a in enumerate((1.0, -1.0, 0.5, -0.5, 1.0))]
+    samples = [
+        TrainSample((10, 11, 12), (13 + i, 14), a)
+        for i, a in enumerate((1.0, -1.0, 0.5, -0.5, 1.0))
+    ]
     start = copy.deepcopy(policy.model.state_dict())
     whole = GRPOTrainer(policy.model, policy.tokenizer.pad_token_id, TrainerSettings(lr=1e-3))
     assert whole.update(samples).steps == 1
@@ -111,7 +127,9 @@ def test_minibatches_make_one_step_each_and_later_steps_are_off_policy(policy):
 
     # A mini-batch as large as the batch is the same single step.
     policy.model.load_state_dict(start)
-    same = GRPOTrainer(policy.model, policy.tokenizer.pad_token_id, TrainerSettings(lr=1e-3, minibatch_size=5))
+    same = GRPOTrainer(
+        policy.model, policy.tokenizer.pad_token_id, TrainerSettings(lr=1e-3, minibatch_size=5)
+    )
     assert same.update(samples).steps == 1
     assert all(torch.allclose(v, one_step[k]) for k, v in policy.model.state_dict().items())
 
@@ -126,7 +144,9 @@ def test_minibatches_make_one_step_each_and_later_steps_are_off_policy(policy):
 
 def test_bf16_autocast_update_keeps_fp32_master_weights(policy):
     samples = [TrainSample((10, 11, 12), (13 + i, 14), a) for i, a in enumerate((1.0, -1.0))]
-    trainer = GRPOTrainer(policy.model, policy.tokenizer.pad_token_id, TrainerSettings(lr=1e-4, autocast_bf16=True))
+    trainer = GRPOTrainer(
+        policy.model, policy.tokenizer.pad_token_id, TrainerSettings(lr=1e-4, autocast_bf16=True)
+    )
     result = trainer.update(samples)
     assert not result.skipped and result.grad_norm > 0
     assert all(p.dtype == torch.float32 for p in policy.model.parameters())

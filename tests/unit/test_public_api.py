@@ -120,23 +120,26 @@ def test_the_rule_flags_private_members_of_other_objects():
 
 
 def test_the_rule_leaves_own_members_dunders_and_the_standard_library_alone():
-    assert private_accesses(
-        "import os\n"
-        "import os.path as osp\n"
-        "from __future__ import annotations\n"
-        "class Peer:\n"
-        "    def run(self):\n"
-        "        self._stop.set()\n"
-        "    @classmethod\n"
-        "    def make(cls):\n"
-        "        return cls._default\n"
-        "os._exit(0)\n"
-        "osp._joinrealpath\n"
-        "node.__class__.__name__\n"
-        "getattr(node, 'peer_id')\n"
-        "monkeypatch.setattr(node, 'run_round', fake)\n"
-        "text = 'node._validate'\n"
-    ) == []
+    assert (
+        private_accesses(
+            "import os\n"
+            "import os.path as osp\n"
+            "from __future__ import annotations\n"
+            "class Peer:\n"
+            "    def run(self):\n"
+            "        self._stop.set()\n"
+            "    @classmethod\n"
+            "    def make(cls):\n"
+            "        return cls._default\n"
+            "os._exit(0)\n"
+            "osp._joinrealpath\n"
+            "node.__class__.__name__\n"
+            "getattr(node, 'peer_id')\n"
+            "monkeypatch.setattr(node, 'run_round', fake)\n"
+            "text = 'node._validate'\n"
+        )
+        == []
+    )
 
 
 def test_an_alias_of_a_project_module_is_not_the_standard_library():

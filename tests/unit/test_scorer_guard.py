@@ -26,7 +26,9 @@ def test_eval_scorers_never_run_an_answer(name, tmp_path):
 def test_a_list_answer_still_reads_as_a_list():
     task = build_task(TaskSpec.make("binary_matrix", {}, seed=1, index=2))
     rows = [[int(x) for x in line.split()] for line in task.answer.splitlines()]
-    assert score_completion(task, f"<answer>{rows}</answer>") == pytest.approx(0.1)  # its partial credit
+    assert score_completion(task, f"<answer>{rows}</answer>") == pytest.approx(
+        0.1
+    )  # its partial credit
 
 
 @pytest.mark.parametrize(
@@ -36,7 +38,9 @@ def test_sympy_scorers_never_run_an_answer(name, tmp_path):
     marker = tmp_path / "ran"
     task = build_task(TaskSpec.make(name, {}, seed=1, index=2))
     for text in (payload(marker), "x.__class__", "Symbol('x')", "exec"):
-        assert score_completion(task, f"<answer>{text}</answer>") <= 0.01  # some give 0.01 to any answer
+        assert (
+            score_completion(task, f"<answer>{text}</answer>") <= 0.01
+        )  # some give 0.01 to any answer
     assert not marker.exists()
     if task.answer is not None:
         assert score_completion(task, f"<answer>{task.answer}</answer>") == pytest.approx(1.0)
@@ -45,7 +49,16 @@ def test_sympy_scorers_never_run_an_answer(name, tmp_path):
 def test_plain_math_passes_and_code_does_not():
     for ok in ("3*x**2 + 2*x - 1", "-cos(x) + C", "(1 + 2) * 7 / 3", "sqrt(2)*exp(x)", "1.5e3"):
         check_math_expression(ok)
-    for bad in ("__import__('os')", "x.func", "(x).args", "[1]", "lambda: 0", "open", "a;b", "1" * 3000):
+    for bad in (
+        "__import__('os')",
+        "x.func",
+        "(x).args",
+        "[1]",
+        "lambda: 0",
+        "open",
+        "a;b",
+        "1" * 3000,
+    ):
         with pytest.raises(ValueError):
             check_math_expression(bad)
 

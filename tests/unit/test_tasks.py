@@ -25,8 +25,12 @@ from swarm.tasks import (
 
 
 def test_spec_rebuilds_the_same_question_and_answer():
-    spec = TaskSpec.make("chain_sum", {"max_terms": 2, "min_terms": 2, "max_digits": 1, "min_digits": 1}, 7, 12)
-    again = TaskSpec.make("chain_sum", {"min_digits": 1, "min_terms": 2, "max_digits": 1, "max_terms": 2}, 7, 12)
+    spec = TaskSpec.make(
+        "chain_sum", {"max_terms": 2, "min_terms": 2, "max_digits": 1, "min_digits": 1}, 7, 12
+    )
+    again = TaskSpec.make(
+        "chain_sum", {"min_digits": 1, "min_terms": 2, "max_digits": 1, "max_terms": 2}, 7, 12
+    )
     assert spec == again  # config key order does not matter
     a, b = build_task(spec), build_task(again)
     assert a.question == b.question and a.answer == b.answer
@@ -44,22 +48,37 @@ def test_every_sapo_dataset_builds_and_scores_its_own_answer(name):
 def test_verifier_extracts_the_last_tagged_answer_and_adds_format_bonus():
     task = build_task(TaskSpec.make("chain_sum", dict(EASY_MIX[0].config), 1, 0))
     right, wrong = task.answer, str(int(task.answer) + 1)
-    assert extract_answer(f"<answer>{wrong}</answer> no, <answer> {right} </answer>") == (right, True)
+    assert extract_answer(f"<answer>{wrong}</answer> no, <answer> {right} </answer>") == (
+        right,
+        True,
+    )
     assert extract_answer(f" {right}\n") == (right, False)
-    assert score_completion(task, f"<answer>{right}</answer>", format_weight=0.1) == pytest.approx(1.1)
+    assert score_completion(task, f"<answer>{right}</answer>", format_weight=0.1) == pytest.approx(
+        1.1
+    )
     assert score_completion(task, right, format_weight=0.1) == pytest.approx(1.0)
-    assert score_completion(task, f"<answer>{wrong}</answer>", format_weight=0.1) == pytest.approx(0.1)
+    assert score_completion(task, f"<answer>{wrong}</answer>", format_weight=0.1) == pytest.approx(
+        0.1
+    )
     assert score_completion(task, "", format_weight=0.1) == 0.0
 
 
 def test_format_bonus_needs_the_answer_to_end_the_completion():
     task = build_task(TaskSpec.make("chain_sum", dict(EASY_MIX[0].config), 1, 0))
     right = task.answer
-    assert well_formatted(f"<answer>{right}</answer>") and well_formatted(f"think <answer>{right}</answer> \n")
+    assert well_formatted(f"<answer>{right}</answer>") and well_formatted(
+        f"think <answer>{right}</answer> \n"
+    )
     assert well_formatted(f"<answer>1</answer> no: <answer>{right}</answer>")  # restating is fine
-    for trailing in (f"<answer>{right}</answer>1</answer>10", f"<answer>{right}</answer>-1", f"<answer>{right}</answer><answer>"):
+    for trailing in (
+        f"<answer>{right}</answer>1</answer>10",
+        f"<answer>{right}</answer>-1",
+        f"<answer>{right}</answer><answer>",
+    ):
         assert not well_formatted(trailing)
-        assert score_completion(task, trailing, format_weight=0.1) == pytest.approx(1.0)  # still correct, no bonus
+        assert score_completion(task, trailing, format_weight=0.1) == pytest.approx(
+            1.0
+        )  # still correct, no bonus
     assert not well_formatted(f"<answer>{right}") and not well_formatted(right)
 
 
@@ -143,7 +162,12 @@ def test_without_partial_credit_correctness_is_all_or_nothing():
 _REFERENCE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
-@given(st.lists(st.sampled_from(["<answer>", "</answer>", "7", " ", "x\n", "<answer", "answer>", "</"]), max_size=12))
+@given(
+    st.lists(
+        st.sampled_from(["<answer>", "</answer>", "7", " ", "x\n", "<answer", "answer>", "</"]),
+        max_size=12,
+    )
+)
 def test_tag_parsing_matches_the_regex_it_replaces(parts):
     from swarm.tasks import extract_answer, last_tagged_answer, well_formatted
 
@@ -151,12 +175,16 @@ def test_tag_parsing_matches_the_regex_it_replaces(parts):
     found = list(_REFERENCE.finditer(text))
     span = last_tagged_answer(text)
     if not found:
-        assert span is None and extract_answer(text) == (text.strip(), False) and not well_formatted(text)
+        assert (
+            span is None
+            and extract_answer(text) == (text.strip(), False)
+            and not well_formatted(text)
+        )
     else:
         last = found[-1]
         assert span == (last.start(1), last.end(1), last.end())
         assert extract_answer(text) == (last.group(1).strip(), True)
-        assert well_formatted(text) == (not text[last.end():].strip())
+        assert well_formatted(text) == (not text[last.end() :].strip())
 
 
 def test_crafted_tags_cost_linear_time():

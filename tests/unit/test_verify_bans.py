@@ -31,14 +31,18 @@ def test_ban_and_unban_write_the_ledger(tmp_path):
     ledger.close()
 
 
-@pytest.mark.parametrize("peer", ["nobody", "12D3KooWxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", ""])
+@pytest.mark.parametrize(
+    "peer", ["nobody", "12D3KooWxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", ""]
+)
 def test_a_bad_peer_id_is_a_clear_error(tmp_path, peer):
     with pytest.raises(SwarmError, match="is not a peer ID"):
         ban(f"sqlite:///{tmp_path / 'ledger.sqlite'}", peer)
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "swarm.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "swarm.cli", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_cli_ban_unban_and_their_errors(tmp_path):
@@ -48,6 +52,14 @@ def test_cli_ban_unban_and_their_errors(tmp_path):
     done = _cli("unban", PEER, "--run-dir", str(tmp_path))
     assert done.returncode == 0 and "unbanned" in done.stdout
     bad = _cli("ban", "not-a-peer", "--run-dir", str(tmp_path))
-    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ") and len(bad.stderr.strip().splitlines()) == 1
+    assert (
+        bad.returncode == 2
+        and bad.stderr.strip().startswith("error: ")
+        and len(bad.stderr.strip().splitlines()) == 1
+    )
     missing = _cli("ban", PEER, "--run-dir", str(tmp_path / "nowhere"))
-    assert missing.returncode == 2 and "no ledger at" in missing.stderr and "Traceback" not in missing.stderr
+    assert (
+        missing.returncode == 2
+        and "no ledger at" in missing.stderr
+        and "Traceback" not in missing.stderr
+    )

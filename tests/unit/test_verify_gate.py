@@ -384,7 +384,9 @@ def test_claims_under_the_strict_rule_pass_and_we_train_on_our_own_scoring():
     strict = Scoring(0.0, AnswerRule.TAGGED, partial_credit=False)
     group = honest(bonus=0.0)
     task = build_task(group.task)
-    group = msgspec.structs.replace(group, rewards=tuple(strict.reward(task, c) for c in group.completions))
+    group = msgspec.structs.replace(
+        group, rewards=tuple(strict.reward(task, c) for c in group.completions)
+    )
     assert group.rewards == (1.0, 0.0, 0.0, 0.0)  # the untagged right answer scores 0
     v = verifier()
     accepted, rejected = v.admit(message(group), ME)
@@ -408,12 +410,16 @@ def test_tasks_outside_the_catalogue_are_refused_before_any_rebuild():
     v = verifier(task_catalogue=own)
     accepted, rejected = v.admit(message(honest()), ME)
     assert rejected == [] and len(accepted) == 1
-    costly = TaskSpec.make("prime_factorization", {"min_value": 10**30, "max_value": 10**31}, seed=1, index=0)
+    costly = TaskSpec.make(
+        "prime_factorization", {"min_value": 10**30, "max_value": 10**31}, seed=1, index=0
+    )
     bad = honest(index=4, task=costly, question="(never rebuilt)")
     accepted, rejected = verifier(task_catalogue=own).admit(message(bad), ME)
     assert accepted == [] and reasons(rejected) == ["unlisted_task"]
     other_config = TaskSpec.make("chain_sum", {"min_terms": 2, "max_terms": 9}, seed=1, index=0)
-    _, rejected = verifier(task_catalogue=own).admit(message(honest(index=5, task=other_config)), ME)
+    _, rejected = verifier(task_catalogue=own).admit(
+        message(honest(index=5, task=other_config)), ME
+    )
     assert reasons(rejected) == ["unlisted_task"]
 
 
@@ -421,7 +427,14 @@ def test_the_catalogue_is_the_own_mix_plus_the_configured_tasks():
     from swarm.config import build_config
     from swarm.tasks import canonical_config
 
-    config = build_config({"verify": {"task_catalogue": [{"dataset": "basic_arithmetic", "config": {"min_terms": 2}}]}}, "test")
+    config = build_config(
+        {
+            "verify": {
+                "task_catalogue": [{"dataset": "basic_arithmetic", "config": {"min_terms": 2}}]
+            }
+        },
+        "test",
+    )
     catalogue = VerifySettings.from_config(config).task_catalogue
     assert catalogue == {
         ("chain_sum", canonical_config(dict(EASY_MIX[0].config))),

@@ -298,7 +298,9 @@ class SwarmGossipSub(GossipSub):
     async def handle_graft(self, graft_msg: rpc_pb2.ControlGraft, sender_peer_id: ID) -> None:
         topic = graft_msg.topicID
         if topic not in self.mesh:
-            self._note(sender_peer_id, PeerRejectReason.CONTROL_FLOOD, "GRAFT for a topic we are not in")
+            self._note(
+                sender_peer_id, PeerRejectReason.CONTROL_FLOOD, "GRAFT for a topic we are not in"
+            )
             return
         if sender_peer_id in self.direct_peers or self.scorer.is_graylisted(
             sender_peer_id, [topic]
@@ -320,7 +322,9 @@ class SwarmGossipSub(GossipSub):
     async def handle_prune(self, prune_msg: rpc_pb2.ControlPrune, sender_peer_id: ID) -> None:
         topic = prune_msg.topicID
         if topic not in self.mesh:
-            self._note(sender_peer_id, PeerRejectReason.CONTROL_FLOOD, "PRUNE for a topic we are not in")
+            self._note(
+                sender_peer_id, PeerRejectReason.CONTROL_FLOOD, "PRUNE for a topic we are not in"
+            )
             return
         self._add_back_off(sender_peer_id, topic, False, max(0, prune_msg.backoff))
         self.mesh[topic].discard(sender_peer_id)
@@ -391,9 +395,7 @@ class SwarmPubsub(Pubsub):
         max_message_size: int,
         inbound_rpc_limit: int,
     ) -> None:
-        super().__init__(
-            host, router, strict_signing=True, max_inbound_rpc_size=inbound_rpc_limit
-        )
+        super().__init__(host, router, strict_signing=True, max_inbound_rpc_size=inbound_rpc_limit)
         self._deliver = deliver
         self._on_peer_error = on_peer_error
         self._refuse = refuse
@@ -451,9 +453,14 @@ class SwarmPubsub(Pubsub):
                 # The library drops these two without a trace: a message from a peer
                 # scored under the publish threshold, and one whose signature fails.
                 scorer = getattr(self.router, "scorer", None)
-                if scorer is not None and not scorer.allow_publish(msg_forwarder, list(msg.topicIDs)):
+                if scorer is not None and not scorer.allow_publish(
+                    msg_forwarder, list(msg.topicIDs)
+                ):
                     self._refuse(
-                        msg_forwarder, PeerRejectReason.LOW_SCORE, "score under the publish threshold", msg
+                        msg_forwarder,
+                        PeerRejectReason.LOW_SCORE,
+                        "score under the publish threshold",
+                        msg,
                     )
                     return
                 if not signature_validator(msg):
@@ -509,7 +516,9 @@ class SwarmPubsub(Pubsub):
         if scorer.score(peer_id, list(self.topic_ids)) < scorer.params.graylist_threshold:
             # GossipSub v1.1: a graylisted peer's RPCs are ignored whole (the library only
             # refused its GRAFTs).
-            self._refuse(peer_id, PeerRejectReason.CONTROL_FLOOD, "RPC from a graylisted peer", None)
+            self._refuse(
+                peer_id, PeerRejectReason.CONTROL_FLOOD, "RPC from a graylisted peer", None
+            )
             return
         if not maybe_consume_signed_record(rpc, self.host, peer_id):
             self._on_peer_error("signed_record", ValueError("invalid signed peer record"))
@@ -724,9 +733,7 @@ class _ProtocolNotSupportedFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not (
-            message.startswith("Failed to open stream") and "not supported" in message
-        )
+        return not (message.startswith("Failed to open stream") and "not supported" in message)
 
 
 def quiet_protocol_not_supported() -> None:

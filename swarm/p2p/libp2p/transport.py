@@ -456,7 +456,9 @@ class Libp2pTransport(Transport):
         a node never needs it.
         """
         target = _parse_peer_id(peer_id)
-        return RawStream(self._thread, self._thread.call(self._open_raw, target, TProtocol(protocol)))
+        return RawStream(
+            self._thread, self._thread.call(self._open_raw, target, TProtocol(protocol))
+        )
 
 
 def _parse_peer_id(peer_id: str) -> ID:

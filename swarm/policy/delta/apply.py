@@ -448,5 +448,3 @@ def apply_chain(
     for blob in deltas:
         info = apply_delta(weights, blob, expect_from_version=info.to_version, threads=threads)
     return weights, info
-
-

@@ -183,9 +183,7 @@ def _encode_values(
     return coding, packed[coding]
 
 
-def _decode_values(
-    rec: dict, streams: list[np.ndarray], old_v: np.ndarray | None
-) -> np.ndarray:
+def _decode_values(rec: dict, streams: list[np.ndarray], old_v: np.ndarray | None) -> np.ndarray:
     return _combine(rec, _join(streams, rec["count"]), old_v)
 
 
@@ -201,5 +199,3 @@ def _combine(rec: dict, v: np.ndarray, old_v: np.ndarray | None) -> np.ndarray:
     if coding == "xor":
         return old_v ^ v
     raise DeltaError(f"tensor {rec['name']!r}: unknown value coding {coding!r}")
-
-

@@ -328,5 +328,3 @@ def read_header(blob: bytes | bytearray | memoryview) -> DeltaInfo:
     """
     header, _ = parse_container(blob)
     return _info(header, len(memoryview(blob).cast("B")))
-
-

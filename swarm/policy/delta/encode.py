@@ -106,7 +106,10 @@ def _encode(
         shape = tuple(new[name].shape)
         result_entries[name] = _entry_digest(name, shape, enc.result_content)
         rec: dict[str, Any] = {
-            "name": name, "shape": list(shape), "dtype": _DTYPE, "alias_of": None
+            "name": name,
+            "shape": list(shape),
+            "dtype": _DTYPE,
+            "alias_of": None,
         }
         rec["result_tag"] = result_entries[name][:_TAG_LEN]
         if old is not None:
@@ -219,5 +222,3 @@ def encode_anchor(
     """
     _check_version(version, "version")
     return _encode("anchor", None, weights, (None, version), level, threads)
-
-

@@ -95,7 +95,6 @@ def _pool(threads: int | None) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=max(1, threads or len(os.sched_getaffinity(0))))
 
 
-
 # -- hashing
 
 
