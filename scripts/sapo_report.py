@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from swarm.ops.experiment import LEARNING_RATES, TUNING_SEED, Arm, best_lr, compare
+from swarm.policy.skills import SKILL_SWARM, family_of
 
 COMPARISONS = (("4/4", "8/0"), ("4/4", "4/0"), ("4/4-need", "4/4"), ("6/2", "8/0"), ("2/6", "8/0"))
 
@@ -66,6 +67,7 @@ def report(folder: Path, console: Console) -> int:
     _comparison_table(payload["comparisons"], console)
     payload["held_out"] = _held_out_table(chosen, console)
     payload["format"] = _format_table(chosen, console)
+    payload["warmed"] = _warmed_table(chosen, console)
     (folder / "report.json").write_text(json.dumps(payload, indent=1))
     if chosen:
         _plot(chosen, folder / "cumulative.png")
@@ -178,6 +180,61 @@ def _held_out_table(units: list[dict], console: Console) -> dict:
         }
         table.add_row(
             arm, *[f"{row[f][0]:.0%} -> {row[f][1]:.0%}" if f in row else "" for f in families]
+        )
+        out[arm] = row
+    console.print(table)
+    return out
+
+
+def _warmed_cells(unit: dict) -> dict[bool, list[tuple[float, float]]]:
+    """Held-out accuracy (start, end) per node and family, split by whether the node's model
+    was warmed on the family (only nodes running a skill-swarm model count)."""
+    warm = {p.name: set(p.families) for p in SKILL_SWARM}
+    cells: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    for model, start, end in zip(
+        unit["models"], unit["held_out_start"], unit["held_out_end"], strict=True
+    ):
+        if model not in warm:
+            continue
+        for dataset, accuracy in end["by_family"].items():
+            warmed = family_of(dataset) in warm[model]
+            cells[warmed].append((start["by_family"].get(dataset, 0.0), accuracy))
+    return cells
+
+
+def _warmed_table(units: list[dict], console: Console) -> dict:
+    """Did a node learn a family it was not warmed on (where only peers' groups carry signal)?"""
+    per_arm: dict[str, dict[bool, list[tuple[float, float]]]] = defaultdict(
+        lambda: {True: [], False: []}
+    )
+    for u in units:
+        for warmed, cells in _warmed_cells(u).items():
+            per_arm[u["arm"]][warmed] += cells
+    per_arm = {a: c for a, c in per_arm.items() if c[True] or c[False]}
+    if not per_arm:
+        return {}
+    table = Table(
+        title="held-out accuracy on a node's warmed vs other families (mean over nodes and "
+        "seeds): start -> end"
+    )
+    for column in ("arm", "warmed families", "other families"):
+        table.add_column(column, justify="left" if column == "arm" else "right")
+    out = {}
+    for arm in sorted(per_arm):
+        row = {
+            ("warmed" if warmed else "other"): (
+                statistics.fmean(a for a, _ in cells),
+                statistics.fmean(b for _, b in cells),
+            )
+            for warmed, cells in per_arm[arm].items()
+            if cells
+        }
+        table.add_row(
+            arm,
+            *[
+                f"{row[k][0]:.1%} -> {row[k][1]:.1%}" if k in row else ""
+                for k in ("warmed", "other")
+            ],
         )
         out[arm] = row
     console.print(table)
