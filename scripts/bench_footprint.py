@@ -96,7 +96,7 @@ def child_tiny(args) -> dict:
     with stages.measure("import swarm"):
         import swarm  # noqa: F401
     with stages.measure("import node"):
-        from swarm.config_load import load_config
+        from swarm.config.load import load_config
         from swarm.node import Node
     with tempfile.TemporaryDirectory(prefix="bench-footprint-") as tmp:
         overrides = [*args.sets, f'node.run_dir="{tmp}"', f"node.rounds={args.rounds}"]

@@ -50,7 +50,7 @@ def parse_args(argv=None):
 def run(args) -> dict:
     import torch
 
-    from swarm.config_load import load_config
+    from swarm.config.load import load_config
     from swarm.ledger import RoundRow, UpdateRow
     from swarm.node import Node
 

@@ -60,7 +60,7 @@ def parse_args(argv=None):
 
 def run_rounds(args):
     """Run a real node; return (config, peer id, median round seconds, the signed groups it sent)."""
-    from swarm.config_load import load_config
+    from swarm.config.load import load_config
     from swarm.ledger import GroupRow, RoundRow
     from swarm.node import Node
     from swarm.wire import SignedGroup
@@ -142,11 +142,11 @@ def measure(config, peer_id: str, sent, repeat: int) -> dict:
     import msgspec
 
     from swarm.p2p.identity import create_identity, peer_id_of
-    from swarm.signing import sign_group
     from swarm.tasks import TaskSpec
     from swarm.verify.bounded import InProcess, RescoreWorker, WorkerSettings
     from swarm.verify.gate import Verifier, VerifySettings
     from swarm.wire import SignedGroup, decode_group, encode_group, pack_messages
+    from swarm.wire.signing import sign_group
 
     settings = VerifySettings.from_config(config)
     fmt = config.tasks.format_reward

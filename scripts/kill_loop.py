@@ -94,7 +94,7 @@ def build_node(config_path: str, mark):
     from sqlalchemy import event
     from sqlalchemy.orm import Session
 
-    from swarm.config_load import load_config
+    from swarm.config.load import load_config
     from swarm.node import Node, make_transport
     from swarm.node.assembly import node_identity
     from swarm.ops.display import LineReporter

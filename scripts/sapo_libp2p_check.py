@@ -151,7 +151,7 @@ def run_nodes(paths: list[Path], timeout: float) -> float:
 
 def node_log(config_path: Path) -> tuple[list[float], int]:
     """A node's own-rollout mean reward per round, and the shared groups it trained on."""
-    from swarm.config_load import load_config
+    from swarm.config.load import load_config
     from swarm.ledger import Ledger, RoundRow, UpdateRow
 
     config = load_config(config_path)

@@ -68,8 +68,8 @@ def load(
 def load_traced(
     config: Path | None, sets: list[str] | None, flags: dict[str, tuple[str, Any]] | None = None
 ):
-    """`load`, keeping where each key came from (`swarm.config_load.LoadedConfig`)."""
-    from swarm.config_load import load_with_origins
+    """`load`, keeping where each key came from (`swarm.config.load.LoadedConfig`)."""
+    from swarm.config.load import load_with_origins
 
     given = {
         key: (flag, value) for key, (flag, value) in (flags or {}).items() if value is not None

@@ -114,8 +114,8 @@ def join(
         },
     )
     cfg = loaded.config
+    from swarm.config.preflight import preflight
     from swarm.node.runlock import check_free
-    from swarm.preflight import preflight
 
     check_free(cfg.run_dir)  # before anything slow: one node per run folder
     preflight(cfg, loaded.where)
@@ -287,7 +287,7 @@ def config_cmd(
         return
     loaded = load_traced(config, sets)
     if dump:
-        from swarm.config_dump import dump_config
+        from swarm.config.dump import dump_config
 
         header = (
             f"effective swarm-node config (from {loaded.source}); "
@@ -295,7 +295,7 @@ def config_cmd(
         )
         typer.echo(dump_config(loaded.config, header), nl=False)
         return
-    from swarm.preflight import preflight
+    from swarm.config.preflight import preflight
 
     preflight(loaded.config, loaded.where)
     import json

@@ -40,7 +40,7 @@ One module per concern; `Node` is their composition:
   TensorBoard, Prometheus metrics) and the swarm sample they get after each round;
 - `observer`, `manifests`: the observer role, and its record of peers' delta manifests.
 
-The checks of a whole config before a node loads anything are `swarm.preflight`.
+The checks of a whole config before a node loads anything are `swarm.config.preflight`.
 """
 
 from __future__ import annotations

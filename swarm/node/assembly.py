@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import torch
 
-from swarm import task_cache
 from swarm.config import Config
+from swarm.config.preflight import identity_problem
 from swarm.errors import ConfigError, TransportError
 from swarm.node.delta_follower import DeltaFollower
 from swarm.node.delta_publisher import DeltaPublisher
@@ -40,8 +40,8 @@ from swarm.policy.delta import bf16_state_dict
 from swarm.policy.generator import Generator, SamplingParams, TransformersGenerator
 from swarm.policy.model import Policy
 from swarm.policy.trainer import GRPOTrainer, OptimizerKind, TrainerSettings
-from swarm.preflight import identity_problem
 from swarm.tasks import Task, build_task, eval_specs, stream_seed
+from swarm.tasks import cache as task_cache
 from swarm.verify.bounded import RescoreWorker, WorkerSettings
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings

@@ -58,7 +58,6 @@ from swarm.policy.delta import (
     apply_delta_undoable,
     read_header,
 )
-from swarm.signing import verify_manifest
 from swarm.verify.reasons import Direction, Reason, Status
 from swarm.verify.state import DecodedMessages
 from swarm.wire import (
@@ -70,6 +69,7 @@ from swarm.wire import (
     index_key,
     unpack_manifests,
 )
+from swarm.wire.signing import verify_manifest
 
 INDEX_POLL_S = 10.0  # a follower re-reads the trainer's index at least this often (lost gossip)
 MAX_PENDING = 1024  # manifests (and validator rejections) waiting for the node's thread

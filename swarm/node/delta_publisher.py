@@ -27,7 +27,6 @@ from swarm.node.delta_holders import HAVE_PREFIX, HolderRegistry
 from swarm.node.sync import DeltaEvent, manifest_event
 from swarm.p2p.transport import Transport
 from swarm.policy.delta import encode_anchor, encode_delta, read_header
-from swarm.signing import sign_manifest
 from swarm.verify.reasons import Direction, Status
 from swarm.wire import (
     SYNC_KEY_PREFIX,
@@ -39,6 +38,7 @@ from swarm.wire import (
     pack_manifests,
     payload_key,
 )
+from swarm.wire.signing import sign_manifest
 
 
 @dataclass

@@ -20,10 +20,11 @@ import threading
 import torch
 
 from swarm.config import Config, task_mix
+from swarm.config.preflight import check_role
 from swarm.errors import CheckpointError, ConfigError
 from swarm.experience import ExperiencePool
 from swarm.ledger import Ledger, get_meta, set_meta, supersede_after
-from swarm.ledger_retention import Retention
+from swarm.ledger.retention import Retention
 from swarm.node.assembly import (
     claim_run_folder,
     identity_and_transport,
@@ -63,7 +64,6 @@ from swarm.policy.checkpoint import (
     save_checkpoint,
 )
 from swarm.policy.model import load_policy
-from swarm.preflight import check_role
 from swarm.tasks import validate_mix
 from swarm.wire import rollout_topic
 

@@ -20,9 +20,9 @@ import threading
 from swarm.errors import RejectedMessage
 from swarm.node.sync import DeltaEvent, manifest_event
 from swarm.p2p.transport import InboundMessage
-from swarm.signing import verify_manifest
 from swarm.verify.reasons import Direction, Reason, Status
 from swarm.wire import DeltaManifest, delta_topic, unpack_manifests
+from swarm.wire.signing import verify_manifest
 
 MAX_PENDING = 4096  # events waiting for the node's thread
 MAX_REMEMBERED = 16_384  # manifests remembered to recognise repeats

@@ -36,11 +36,11 @@ from swarm.node.pulling import PullExchange, PullSettings
 from swarm.node.synthetic import SyntheticRollouts, SyntheticShape, wire_group
 from swarm.p2p.transport import Transport
 from swarm.sampling import Candidate, Staleness, choose_batch
-from swarm.signing import sign_group
 from swarm.tasks import PRESET_MIXES, Scoring, stream_seed
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.message import Accepted, Rejection
 from swarm.verify.reasons import Reason
+from swarm.wire.signing import sign_group
 
 SYNTHETIC_MODEL = "synthetic"
 SYNTHETIC_BASE = "0" * 64

@@ -25,10 +25,11 @@ import threading
 import time
 
 from swarm.config import Config
+from swarm.config.preflight import OBSERVER_MODEL, check_role, ledger_model_problem
 from swarm.errors import ConfigError
 from swarm.experience import ExperiencePool
 from swarm.ledger import Ledger, get_meta, set_meta, touch_peer
-from swarm.ledger_retention import Retention
+from swarm.ledger.retention import Retention
 from swarm.node.assembly import (
     claim_run_folder,
     identity_and_transport,
@@ -44,7 +45,6 @@ from swarm.node.topic_tap import TopicTap
 from swarm.ops.display import Reporter, RunInfo, SwarmSample
 from swarm.ops.logs import NodeLog
 from swarm.p2p.transport import Transport
-from swarm.preflight import OBSERVER_MODEL, check_role, ledger_model_problem
 from swarm.wire import rollout_topic
 
 NO_MODEL = OBSERVER_MODEL

@@ -13,7 +13,7 @@ manner of Cyclon and Newscast, over blob fetches only:
    tells the server that the fetcher is alive, which makes the exchange two-way although
    only one side asks (without it, a peer would spread only by being asked, and the
    best-known peers, such as everyone's bootstrap peer, would become ever better known);
-3. we serve our view, our own entry first at age 0 (`VIEW_KEY`, `swarm.wire_streams`);
+3. we serve our view, our own entry first at age 0 (`VIEW_KEY`, `swarm.wire.streams`);
 4. we fetch the view of our *oldest* entry (the one heard of least recently: dead peers
    leave fast, and every entry gets its turn) and merge it: each peer at its youngest age
    (+1 for the hop), never ourselves, then the youngest `capacity` entries kept, ties
@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from swarm.errors import TransportError
 from swarm.p2p.transport import Transport
 from swarm.wire import ANNOUNCEMENTS_KEY
-from swarm.wire_streams import VIEW_KEY, ViewEntry, decode_view, encode_view
+from swarm.wire.streams import VIEW_KEY, ViewEntry, decode_view, encode_view
 
 DEFAULT_CAPACITY = 64
 

@@ -42,7 +42,6 @@ from swarm.errors import RejectedMessage, TransportError
 from swarm.node.peer_view import DEFAULT_CAPACITY, PeerView
 from swarm.p2p.transport import Transport
 from swarm.sampling import Candidate, Staleness, choose_batch
-from swarm.signing import sign_announcement
 from swarm.verify.announcements import AnnouncementGate, check_matches
 from swarm.verify.gate import Verifier
 from swarm.verify.message import Accepted, Rejection
@@ -63,6 +62,7 @@ from swarm.wire import (
     pack_messages,
     unpack_announcements,
 )
+from swarm.wire.signing import sign_announcement
 
 GROUP_KEY_PREFIX = group_key("")
 HINT_MEMORY = 4096  # content hashes whose holder hints a node remembers

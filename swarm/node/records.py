@@ -23,7 +23,7 @@ from swarm.ledger import (
     UpdateRow,
     touch_peer,
 )
-from swarm.ledger_retention import Pruned, Retention, prune
+from swarm.ledger.retention import Pruned, Retention, prune
 from swarm.node.sync import DeltaEvent
 from swarm.ops.display import Reporter, RoundReport
 from swarm.p2p.transport import PeerInfo

@@ -41,7 +41,6 @@ from swarm.ops.display import Reporter
 from swarm.p2p.transport import InboundMessage, PeerRejection, Transport
 from swarm.policy.model import Policy
 from swarm.policy.prompts import build_prompt
-from swarm.signing import sign_group
 from swarm.tasks import Task
 from swarm.verify.gate import Verifier, blamed_peer
 from swarm.verify.message import Accepted, Rejection
@@ -49,6 +48,7 @@ from swarm.verify.reasons import Direction, Reason, Status
 from swarm.verify.spotcheck import SpotChecker
 from swarm.verify.state import NONCE_MEMORY
 from swarm.wire import RolloutGroup, Sampling, pack_messages, stored_nonce
+from swarm.wire.signing import sign_group
 
 
 class Sharing:

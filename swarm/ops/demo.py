@@ -83,7 +83,7 @@ def prepare(
     out: Path, nodes: int, rounds: int, base_config: Path | None, sets: list[str]
 ) -> list[DemoNode]:
     """Create identities (or reuse those of an earlier demo in `out`) and per-node config files."""
-    from swarm.config_load import load_config
+    from swarm.config.load import load_config
     from swarm.p2p.identity import load_or_create_identity, peer_id_of
 
     if nodes < 1:
@@ -124,7 +124,7 @@ def prepare(
 
 def write_toml(path: Path, data: dict) -> None:
     """Write a config (as `Config.to_dict()` gives it) to a TOML file that `load_config` reads back."""
-    from swarm.config_dump import write_config
+    from swarm.config.dump import write_config
 
     write_config(path, data, "written by swarm-node demo; the effective config of this node")
 
@@ -337,8 +337,8 @@ def run_demo(
     sets: list[str],
     timeout: float | None,
 ) -> dict:
-    from swarm.config_load import load_config
-    from swarm.preflight import preflight
+    from swarm.config.load import load_config
+    from swarm.config.preflight import preflight
 
     console = Console()
     demo = prepare(out, nodes, rounds, base_config, sets)

@@ -3,7 +3,7 @@
 Checks, each reported as ok / warning / problem:
 
 - the ledger: SQLite `integrity_check`, the schema version, that every table exists, and
-  its size (on disk, in use, rows; `swarm.ledger_retention`);
+  its size (on disk, in use, rows; `swarm.ledger.retention`);
 - its history: live (not superseded) round numbers unique and contiguous from 0, one live
   update per live round, every use of a shared group pointing at a stored group;
 - the checkpoints: each one's state readable, its weights file loadable (tensors finite, SHA-256
@@ -44,7 +44,7 @@ from swarm.ledger import (
     UpdateRow,
     get_meta,
 )
-from swarm.ledger_retention import describe, ledger_size
+from swarm.ledger.retention import describe, ledger_size
 
 # Tables added after schema version 3 was first written: a ledger last opened by an older
 # version lacks them until its node starts again (the tables are made then).

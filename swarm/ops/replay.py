@@ -3,7 +3,7 @@
 A ledger stores every group a node sent and every group it received, as the exact signed
 bytes. Replay trusts none of the ledger's own columns: for each stored group it checks the
 body against its recorded content hash, decodes it and checks the Ed25519 signature of its
-sender (`swarm.signing.verify_signed`), optionally the swarm id, rebuilds the task from its
+sender (`swarm.wire.signing.verify_signed`), optionally the swarm id, rebuilds the task from its
 spec and re-scores every completion (`swarm.verify.rescore.rescore_group`), and compares those
 rewards with the ones the sender claimed (`swarm.verify.rules.check_rewards`, with the format
 bonus the sender declared). No network, no run folder: a ledger copied from another
@@ -36,12 +36,12 @@ from sqlalchemy import select
 
 from swarm.errors import RejectedMessage, SwarmError
 from swarm.ledger import GroupRow, Ledger
-from swarm.signing import verify_signed
 from swarm.tasks import Task
 from swarm.verify.reasons import Direction, Reason, Status
 from swarm.verify.rescore import rescore_group
 from swarm.verify.rules import check_rewards
 from swarm.wire import RolloutGroup, SignedGroup
+from swarm.wire.signing import verify_signed
 
 REWARD_TOLERANCE = 1e-6
 TRAINABLE_STATUSES = (Status.SENT, Status.ACCEPTED)  # our own groups and peers' groups we accepted

@@ -23,12 +23,12 @@ import threading
 from collections.abc import Callable, Collection
 
 from swarm.errors import RejectedMessage
-from swarm.signing import verify_announcement
 from swarm.tasks import stream_seed
 from swarm.verify import rules
 from swarm.verify.reasons import Reason
 from swarm.verify.state import RateLimits
 from swarm.wire import GroupAnnouncement, RolloutGroup, SignedAnnouncement, SignedGroup
+from swarm.wire.signing import verify_announcement
 
 SEEN_MEMORY = 100_000  # announced content hashes remembered (duplicates)
 

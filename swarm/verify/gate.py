@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from swarm.errors import RejectedMessage
-from swarm.signing import check_group_signature
 from swarm.tasks import Scoring, Task, canonical_config, claim_rules
 from swarm.verify import rules
 from swarm.verify.bounded import InProcess, Rescorer
@@ -43,6 +42,7 @@ from swarm.verify.reasons import Reason, Status
 from swarm.verify.reputation import Reputation, ReputationSettings
 from swarm.verify.state import DecodedMessages, NonceCache, RateLimits, RecentGroups
 from swarm.wire import RolloutGroup
+from swarm.wire.signing import check_group_signature
 
 
 def blamed_peer(source: str, sender: str, reason: Reason | None = None) -> str:

@@ -19,9 +19,9 @@ import hashlib
 from dataclasses import dataclass
 
 from swarm.errors import RejectedMessage
-from swarm.signing import check_group_signature
 from swarm.verify.reasons import Reason
 from swarm.wire import RolloutGroup, SignedGroup, decode_group, unpack_message
+from swarm.wire.signing import check_group_signature
 
 
 @dataclass(frozen=True)

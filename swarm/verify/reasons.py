@@ -38,7 +38,7 @@ class Reason(enum.StrEnum):
         member.unsigned = unsigned
         return member
 
-    # Wire decoding and the signature (`swarm.wire`, `swarm.signing`): before the signature
+    # Wire decoding and the signature (`swarm.wire`, `swarm.wire.signing`): before the signature
     # is known to be good.
     OVERSIZE = "oversize", 1.0, True
     UNDECODABLE = "undecodable", 1.0, True

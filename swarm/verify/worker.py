@@ -5,7 +5,7 @@ task and running the dataset's scorer on them is the one check whose cost the pe
 The node runs it here, in a child process of its own with an address-space limit
 (`RLIMIT_AS`), a deadline per group (an interval timer that interrupts Python code; the
 parent kills the process when C code does not return in time) and the byte-bounded dataset
-cache (`swarm.task_cache`). The parent side is `swarm.verify.bounded.RescoreWorker`.
+cache (`swarm.tasks.cache`). The parent side is `swarm.verify.bounded.RescoreWorker`.
 
 Protocol, on stdin and stdout: frames of a 4-byte big-endian length and a msgpack body.
 The worker first writes `Ready`; then, for each `Request` (a group's encoded body), a
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the node; the node stops us
     limit_memory(args.memory_mb)
-    from swarm import task_cache
+    from swarm.tasks import cache as task_cache
 
     task_cache.configure(args.cache_mb << 20)
     import reasoning_gym  # noqa: F401 - imported once, before the first group's deadline runs

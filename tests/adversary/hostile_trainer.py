@@ -33,7 +33,7 @@ from swarm.p2p.libp2p.blobs import BLOB_PROTOCOL
 from swarm.p2p.libp2p.framing import NET_ERRORS, close_quietly, read_frame, reset_quietly
 from swarm.p2p.libp2p.host import build_host, parse_listen_addr
 from swarm.p2p.libp2p.network_thread import NetworkThread
-from swarm.wire_streams import MAX_BLOB_KEY_BYTES, BlobStatus, blob_response_header
+from swarm.wire.streams import MAX_BLOB_KEY_BYTES, BlobStatus, blob_response_header
 
 CHUNK = 256 * 1024
 

@@ -6,9 +6,9 @@ from swarm.ledger import BanRow, GroupRow, Ledger, counted_rejections
 from swarm.node import Node
 from swarm.p2p import MemoryHub, MemoryTransport
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.signing import sign_group
 from swarm.verify.bans import unban
 from swarm.wire import SignedGroup, encode_group, pack_messages, rollout_topic
+from swarm.wire.signing import sign_group
 from tests.adversary.test_hostile_peer import MALLORY, ME, mallory_group
 from tests.conftest import small_config
 

@@ -14,7 +14,8 @@ import pytest
 from swarm.errors import TransportError
 from swarm.p2p.libp2p import BLOB_PROTOCOL
 from swarm.p2p.libp2p.framing import frame
-from tests.adversary.transport_attack import Scene, during, publish_paced, scene, wait_until
+from tests.adversary.transport_attack import Scene, during, publish_paced, scene
+from tests.waiting import wait_until
 
 BLOB_SIZE = 8 * 1024 * 1024
 LEGIT = 50

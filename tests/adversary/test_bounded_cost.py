@@ -32,15 +32,16 @@ from libp2p.pubsub.pb import rpc_pb2
 from swarm.p2p.identity import create_identity, peer_id_of, save_identity
 from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, Libp2pTransport
 from swarm.p2p.libp2p.testing import rpc_frame, signed_message, unsigned_message
-from swarm.signing import sign_group
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.bans import ban
 from swarm.verify.reasons import Reason
 from swarm.verify.rescore import rescore
 from swarm.wire import RolloutGroup, Sampling, pack_messages, rollout_topic
+from swarm.wire.signing import sign_group
 from tests.adversary.test_hostile_peer import Hostile
 from tests.adversary.transport_attack import GOSSIP_PROTOCOL
-from tests.adversary.victim_node import VictimNode, rss_mb, wait_for
+from tests.adversary.victim_node import VictimNode, rss_mb
+from tests.waiting import wait_for
 
 CATALOGUE = [{"dataset": "countdown", "config": {}}, {"dataset": "spell_backward", "config": {}}]
 TOPIC = rollout_topic("swarm-local")

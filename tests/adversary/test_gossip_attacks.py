@@ -30,8 +30,8 @@ from tests.adversary.transport_attack import (
     publish_paced,
     received_by,
     scene,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 LEGIT = 50
 

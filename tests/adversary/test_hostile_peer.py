@@ -23,7 +23,6 @@ import msgspec
 from swarm.ledger import GroupRow, GroupUseRow, Ledger, counted_rejections
 from swarm.node import Node
 from swarm.p2p.identity import create_identity, peer_id_of, save_identity, sign
-from swarm.signing import SIGNING_DOMAIN, sign_group, verify_signed
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.bans import ban
 from swarm.verify.rescore import rescore
@@ -37,7 +36,9 @@ from swarm.wire import (
     rollout_topic,
     unpack_message,
 )
+from swarm.wire.signing import SIGNING_DOMAIN, sign_group, verify_signed
 from tests.conftest import small_config
+from tests.waiting import wait_for, wait_node_info
 
 ROOT = Path(__file__).resolve().parents[2]
 MALLORY = create_identity(b"\x07" * 32)
@@ -226,16 +227,6 @@ def rows(url: str, model=GroupRow) -> list:
         ledger.close()
 
 
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
-
-
 def _summary(url: str) -> dict:
     return dict(collections.Counter((r.status, r.reason, r.source[-6:]) for r in rows(url)))
 
@@ -281,14 +272,7 @@ def test_hostile_peer_is_refused_with_one_recorded_reason_per_bad_group(tmp_path
     save_identity(MALLORY, identity)
     hostile = None
     try:
-        info = wait_for(
-            lambda: (
-                (config.run_dir / "node.json").exists()
-                and json.loads((config.run_dir / "node.json").read_text())
-            ),
-            60,
-            "the honest node to listen",
-        )
+        info = wait_node_info(config.run_dir, 60, "the honest node to listen")
         hostile = Hostile(identity, info["addrs"], rollout_topic("swarm-local"))
         assert hostile.call(cmd="wait_mesh", n=1, timeout=30)["mesh"]
 

@@ -27,8 +27,8 @@ from swarm.node.sync import Expectation
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.libp2p import Libp2pTransport
 from swarm.policy.delta import encode_anchor, encode_delta, read_header
-from swarm.signing import sign_manifest
 from swarm.wire import DeltaManifest, index_key, pack_manifests, payload_key
+from swarm.wire.signing import sign_manifest
 from tests.unit.test_sync import base_weights, clone, same_bits, step
 
 ROOT = Path(__file__).resolve().parents[2]

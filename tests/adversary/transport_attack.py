@@ -99,15 +99,6 @@ def scene() -> Iterator[Scene]:
         victim.close()
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
-
-
 def publish_paced(sender: Libp2pTransport, prefix: str, count: int, pace: float = 0.02) -> None:
     """`count` messages "prefix:i:" from `sender`, one every `pace` seconds."""
     for i in range(count):

@@ -7,16 +7,15 @@ last); what the attacks cost it is read from its ledger (each round's time), its
 
 from __future__ import annotations
 
-import json
 import statistics
 import threading
-import time
 from pathlib import Path
 
 from swarm.config import build_config
 from swarm.ledger import BanRow, GroupRow, Ledger, RoundRow, counted_rejections
-from swarm.ledger_retention import used_bytes
+from swarm.ledger.retention import used_bytes
 from swarm.node import Node
+from tests.waiting import wait_for, wait_node_info
 
 
 def rss_mb(pid: int | str = "self") -> float:
@@ -29,16 +28,6 @@ def rss_mb(pid: int | str = "self") -> float:
     except OSError:
         pass
     return 0.0
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class VictimNode:
@@ -55,7 +44,7 @@ class VictimNode:
         self.errors: list[BaseException] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
-        info = wait_for(self._info, 120, "the victim to listen")
+        info = wait_node_info(self.config.run_dir, 120, "the victim to listen")
         self.addrs: list[str] = info["addrs"]
         self.peer_id: str = info["peer_id"]
 
@@ -64,10 +53,6 @@ class VictimNode:
             self.node.run()
         except BaseException as e:  # noqa: BLE001 - reported by `close`
             self.errors.append(e)
-
-    def _info(self) -> dict | None:
-        path = self.config.run_dir / "node.json"
-        return json.loads(path.read_text()) if path.exists() else None
 
     @property
     def round(self) -> int:

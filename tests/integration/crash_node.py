@@ -30,7 +30,7 @@ def child(config_path: str, log_path: str) -> None:
     os.dup2(fd, 2)
     try:
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        from swarm.config_load import load_config
+        from swarm.config.load import load_config
         from swarm.node import Node
 
         node = Node(load_config(config_path))

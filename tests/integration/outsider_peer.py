@@ -18,9 +18,9 @@ import msgspec
 
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.libp2p import Libp2pTransport
-from swarm.signing import sign_group
 from swarm.tasks import PRESET_MIXES, build_task, sample_specs, score_completion
 from swarm.wire import RolloutGroup, Sampling, pack_messages
+from swarm.wire.signing import sign_group
 
 
 def make_group(key, swarm_id: str) -> RolloutGroup:

@@ -25,8 +25,8 @@ from swarm.p2p import MemoryHub, MemoryTransport
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.policy.delta import bf16_state_dict, weights_hash
 from swarm.policy.model import load_policy
-from swarm.signing import sign_manifest
 from swarm.wire import DeltaManifest, delta_topic, pack_manifests
+from swarm.wire.signing import sign_manifest
 from tests.conftest import small_config
 
 TRAINER_KEY, GEN_KEY, MALLORY_KEY = (create_identity(bytes([b]) * 32) for b in (0x41, 0x42, 0x43))

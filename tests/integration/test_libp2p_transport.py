@@ -34,6 +34,7 @@ from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, SEND_STALL_S, Libp2pTransport
 from swarm.p2p.libp2p.patches import coalesce
 from swarm.p2p.libp2p.peer_exchange import PX_FIRST_DELAY_S, PX_INTERVAL_S
 from swarm.p2p.libp2p.pnet import XSalsa20
+from tests.waiting import wait_until
 
 HELPER = Path(__file__).with_name("libp2p_peer.py")
 TOPIC = "test"
@@ -140,15 +141,6 @@ class PeerProcess:
             return "\n".join(self.stderr_path.read_text().splitlines()[-lines:])
         except OSError:
             return ""
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
 
 
 def all_received(

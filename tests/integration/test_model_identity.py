@@ -8,8 +8,8 @@ import shutil
 from swarm.node import Node
 from swarm.p2p import MemoryHub, MemoryTransport
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.signing import verify_manifest, verify_signed
 from swarm.wire import delta_topic, rollout_topic, unpack_manifests, unpack_message
+from swarm.wire.signing import verify_manifest, verify_signed
 from tests.conftest import small_config
 
 

@@ -21,8 +21,8 @@ from swarm.node import Node, Observer, make_node
 from swarm.ops.replay import verify_ledger
 from swarm.p2p import MemoryHub, MemoryTransport
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.signing import sign_group
 from swarm.wire import decode_group, pack_messages, rollout_topic
+from swarm.wire.signing import sign_group
 from tests.conftest import small_config
 
 
@@ -171,7 +171,7 @@ def test_observer_and_node_refuse_each_others_role(tmp_path):
 
 
 def test_observer_and_trainer_never_share_a_run_folder(watched_swarm, tmp_path):
-    from swarm.preflight import check_ledger
+    from swarm.config.preflight import check_ledger
 
     a, _, observer, _, _, _ = watched_swarm
     as_observer = small_config(a.config.run_dir, node={"role": "observer"})

@@ -22,6 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from swarm.ledger import DeltaRow, GroupRow, Ledger
+from tests.waiting import wait_for, wait_node_info
 
 ROOT = Path(__file__).resolve().parents[2]
 PROC = Path("/proc")
@@ -55,16 +56,6 @@ def _peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _rows(run_dir: Path, table):
@@ -111,13 +102,7 @@ def test_an_observer_process_records_a_trainer_process(tmp_path, tiny_model_path
             "json",
             log=tmp_path / "observer.out",
         )
-        info = _wait_for(
-            lambda: (
-                (obs_dir / "node.json").exists() and json.loads((obs_dir / "node.json").read_text())
-            ),
-            120,
-            "the observer's node.json",
-        )
+        info = wait_node_info(obs_dir, 120, "the observer's node.json")
         trainer = _join(
             "--run-dir",
             str(trainer_dir),
@@ -154,7 +139,7 @@ def test_an_observer_process_records_a_trainer_process(tmp_path, tiny_model_path
             accepted = {r.content_hash for r in _rows(obs_dir, GroupRow) if r.status == "accepted"}
             return accepted if len(accepted) >= len(sent) - 4 else None  # round 0 may race the mesh
 
-        accepted = _wait_for(recorded, 60, "the observer to record the trainer's groups")
+        accepted = wait_for(recorded, 60, "the observer to record the trainer's groups")
         metrics = _scrape(obs_port)
         peaks["observer"] = max(peaks["observer"], _peak_rss_mb(observer.pid))
         observer.send_signal(signal.SIGTERM)

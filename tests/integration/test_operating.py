@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from swarm.config_load import load_config
+from swarm.config.load import load_config
 from swarm.ledger import EvalRow, Ledger, RoundRow, UpdateRow
 from swarm.node import Node
 from tests.conftest import small_config

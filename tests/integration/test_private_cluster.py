@@ -24,6 +24,7 @@ import pytest
 from swarm.errors import LedgerError
 from swarm.ledger import GroupRow, Ledger, RoundRow
 from swarm.p2p.swarm_key import read_key_file
+from tests.waiting import wait_for
 
 OUTSIDER = Path(__file__).with_name("outsider_peer.py")
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
@@ -72,16 +73,6 @@ def _rows(run_dir: Path, model=GroupRow) -> list:
         return []
     finally:
         ledger.close()
-
-
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.timeout(300)
@@ -141,7 +132,9 @@ def test_members_share_and_outsiders_are_refused(tmp_path, tiny_model_path):
             )
         run_dirs = [out / m["name"] for m in manifest["members"]]
         addrs = [m["addr"] for m in manifest["members"]]
-        _wait(lambda: all((d / "node.json").exists() for d in run_dirs), 120, "members to listen")
+        wait_for(
+            lambda: all((d / "node.json").exists() for d in run_dirs), 120, "members to listen"
+        )
         started = time.monotonic()
         for psk_arg in ("cd" * 32, psk):  # a wrong key; the right key but a peer ID nobody listed
             cmd = [
@@ -170,7 +163,7 @@ def test_members_share_and_outsiders_are_refused(tmp_path, tiny_model_path):
         # the members exchange rollouts: each accepted groups from the other
         for i, run_dir in enumerate(run_dirs):
             other = manifest["members"][1 - i]["peer_id"]
-            _wait(
+            wait_for(
                 lambda d=run_dir, o=other: [
                     r for r in _rows(d) if r.status == "accepted" and r.sender == o
                 ],

@@ -12,7 +12,6 @@ from swarm.node import Node
 from swarm.node.synthetic import SyntheticRollouts, SyntheticShape, wire_group
 from swarm.p2p import MemoryHub, MemoryTransport
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.signing import sign_announcement, sign_group
 from swarm.tasks import EASY_MIX, Scoring, stream_seed
 from swarm.wire import (
     ANNOUNCEMENTS_KEY,
@@ -22,7 +21,8 @@ from swarm.wire import (
     group_key,
     pack_announcements,
 )
-from swarm.wire_streams import VIEW_KEY, ViewEntry, encode_view
+from swarm.wire.signing import sign_announcement, sign_group
+from swarm.wire.streams import VIEW_KEY, ViewEntry, encode_view
 from tests.conftest import small_config
 
 PULL = {"exchange": "pull", "pull_groups": 64}  # pull every candidate: nothing left to chance

@@ -17,11 +17,11 @@ import msgspec
 from swarm.node import Observer
 from swarm.p2p import MemoryHub, MemoryTransport
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.signing import sign_group
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.reasons import Reason
 from swarm.verify.rescore import rescore
 from swarm.wire import RolloutGroup, Sampling, pack_messages, rollout_topic
+from swarm.wire.signing import sign_group
 from tests.conftest import small_config
 
 PEER_KEY = create_identity(b"\x31" * 32)

@@ -34,6 +34,7 @@ from libp2p.peer.id import ID
 from swarm.p2p.libp2p import Libp2pTransport
 from swarm.p2p.swarm_key import generate_key, read_key_file, write_key_file
 from swarm.wire import rollout_topic
+from tests.waiting import wait_until
 
 HERE = Path(__file__).resolve().parent
 FILES = ("package.json", "package-lock.json")
@@ -144,12 +145,7 @@ def _js(network: dict, *targets: Libp2pTransport) -> JsPeer:
 
 
 def _until(check, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return False
+    return wait_until(check, timeout, interval=0.1)
 
 
 class Deliveries:

@@ -8,7 +8,6 @@ import pytest
 from swarm.errors import RejectedMessage
 from swarm.node.synthetic import SyntheticRollouts, SyntheticShape, wire_group
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.signing import sign_announcement, sign_group, verify_announcement
 from swarm.tasks import EASY_MIX, Scoring, canonical_config, stream_seed
 from swarm.verify.announcements import AnnouncementGate, check_matches
 from swarm.verify.reasons import Reason
@@ -22,6 +21,7 @@ from swarm.wire import (
     pack_announcements,
     unpack_announcements,
 )
+from swarm.wire.signing import sign_announcement, sign_group, verify_announcement
 
 NOW = 1_000_000.0
 CATALOGUE = frozenset((e.dataset, canonical_config(dict(e.config))) for e in EASY_MIX)

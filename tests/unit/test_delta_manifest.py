@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from swarm.errors import RejectedMessage
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.signing import sign_manifest, verify_manifest
 from swarm.verify.reasons import Reason
 from swarm.wire import (
     MAX_MANIFEST_MESSAGE_BYTES,
@@ -22,6 +21,7 @@ from swarm.wire import (
     pack_manifests,
     unpack_manifests,
 )
+from swarm.wire.signing import sign_manifest, verify_manifest
 
 KEY = create_identity(b"\x01" * 32)
 OTHER = create_identity(b"\x02" * 32)

@@ -21,8 +21,8 @@ from swarm.errors import FetchTooSlow, RejectedMessage
 from swarm.node.sync import Backoff, PayloadCheck, RefusalLimiter
 from swarm.p2p.transport import MemoryTransport
 from swarm.policy.delta import encode_anchor
-from swarm.signing import sign_manifest
 from swarm.wire import delta_topic, pack_manifests
+from swarm.wire.signing import sign_manifest
 from tests.unit.test_sync import (
     MALLORY,
     MALLORY_KEY,

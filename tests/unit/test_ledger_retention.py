@@ -12,7 +12,7 @@ from swarm.ledger import (
     RoundRow,
     add_rejection_counts,
 )
-from swarm.ledger_retention import DAY_S, Retention, ledger_size, prune, used_bytes
+from swarm.ledger.retention import DAY_S, Retention, ledger_size, prune, used_bytes
 from swarm.ops.doctor import diagnose
 
 NOW = 100 * DAY_S

@@ -11,7 +11,7 @@ from swarm.node.pulling import balanced
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import MemoryHub
 from swarm.wire import GroupAnnouncement
-from swarm.wire_streams import ViewEntry
+from swarm.wire.streams import ViewEntry
 
 
 def test_merge_keeps_each_peer_once_at_its_youngest_age_and_never_ourselves():

@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from swarm.config import who_set
-from swarm.config_load import load_config
+from swarm.config.load import load_config
 from swarm.errors import ConfigError, RunFolderBusy, SwarmError
 from swarm.node.runlock import RunLock, check_free
 from swarm.ops.peer_ids import resolve_peer

@@ -14,9 +14,9 @@ from swarm.node.pulling import PullSettings
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import MemoryHub, MemoryTransport
-from swarm.signing import sign_group
 from swarm.verify.reasons import Reason
 from swarm.wire import decode_group, decode_signed_group, encode_signed_group, group_key
+from swarm.wire.signing import sign_group
 
 
 def pull_nodes(n: int, linked: bool = True, **settings) -> list[NetworkNode]:

@@ -1,11 +1,11 @@
-"""Scorers that would run a completion's answer as Python code run none of it (swarm.scorer_guard)."""
+"""Scorers that would run a completion's answer as Python code run none of it (swarm.tasks.guard)."""
 
 from __future__ import annotations
 
 import pytest
 
-from swarm.scorer_guard import check_math_expression, literal_value
 from swarm.tasks import TaskSpec, build_task, score_completion
+from swarm.tasks.guard import check_math_expression, literal_value
 
 
 def payload(marker) -> str:

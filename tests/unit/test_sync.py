@@ -19,8 +19,8 @@ from swarm.node.topic_tap import TopicTap
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.transport import InboundMessage, MemoryHub, MemoryTransport
 from swarm.policy.delta import bf16_state_dict, weights_hash
-from swarm.signing import sign_manifest
 from swarm.wire import DeltaManifest, delta_topic, pack_manifests
+from swarm.wire.signing import sign_manifest
 
 SWARM = "swarm-test"
 TRAINER_KEY = create_identity(b"\x11" * 32)

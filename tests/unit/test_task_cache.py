@@ -1,4 +1,4 @@
-"""The dataset cache is bounded in bytes, not entries (swarm.task_cache)."""
+"""The dataset cache is bounded in bytes, not entries (swarm.tasks.cache)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from swarm import task_cache
-from swarm.task_cache import ByteLRU, deep_size
 from swarm.tasks import TaskSpec, build_task
+from swarm.tasks import cache as task_cache
+from swarm.tasks.cache import ByteLRU, deep_size
 
 
 def test_least_recently_used_entries_leave_once_over_the_budget():

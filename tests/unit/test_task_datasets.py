@@ -49,7 +49,7 @@ def test_the_easy_mix_loads_only_its_dataset():
     code = """
 import json, sys
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
-from swarm.task_datasets import loaded_datasets
+from swarm.tasks.datasets import loaded_datasets
 build_task(TaskSpec.make(EASY_MIX[0].dataset, EASY_MIX[0].config, 0, 0))
 print(json.dumps(sorted(loaded_datasets())))
 """
@@ -60,7 +60,7 @@ print(json.dumps(sorted(loaded_datasets())))
 def test_the_name_index_is_every_registered_dataset():
     code = """
 import json
-from swarm.task_datasets import dataset_names
+from swarm.tasks.datasets import dataset_names
 names = dataset_names()
 import reasoning_gym
 from reasoning_gym.factory import DATASETS

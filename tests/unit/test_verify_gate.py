@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from swarm.errors import RejectedMessage
 from swarm.p2p.identity import peer_id_of, sign
-from swarm.signing import SIGNING_DOMAIN, sign_group
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.bounded import InProcess
 from swarm.verify.gate import Verifier, VerifySettings
@@ -20,6 +19,7 @@ from swarm.verify.reasons import Reason
 from swarm.verify.reputation import ReputationSettings
 from swarm.verify.rescore import rescore
 from swarm.wire import SignedGroup, encode_group, pack_messages
+from swarm.wire.signing import SIGNING_DOMAIN, sign_group
 from tests.unit.test_wire import KEY, OTHER, make_group
 
 ME, THEM = peer_id_of(KEY), peer_id_of(OTHER)

@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from swarm.errors import RejectedMessage
 from swarm.experience import ExperiencePool, SharedGroup, group_bytes
 from swarm.p2p.identity import peer_id_of
-from swarm.signing import sign_group
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.message import check_message
 from swarm.verify.reasons import Reason
 from swarm.verify.rescore import rescore
 from swarm.wire import SignedGroup, decode_group, encode_group, pack_messages
+from swarm.wire.signing import sign_group
 from tests.unit.test_wire import KEY, OTHER, make_group
 
 ME = peer_id_of(KEY)

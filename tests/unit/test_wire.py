@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from swarm.errors import RejectedMessage
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.signing import sign_group, verify_signed
 from swarm.tasks import TaskSpec
 from swarm.verify.reasons import Reason
 from swarm.wire import (
@@ -25,6 +24,7 @@ from swarm.wire import (
     stored_nonce,
     unpack_message,
 )
+from swarm.wire.signing import sign_group, verify_signed
 
 KEY = create_identity(b"\x01" * 32)
 OTHER = create_identity(b"\x02" * 32)

@@ -9,7 +9,6 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from swarm.signing import verify_manifest, verify_signed
 from swarm.tasks import TaskSpec
 from swarm.wire import (
     DeltaManifest,
@@ -26,7 +25,8 @@ from swarm.wire import (
     unpack_manifests,
     unpack_message,
 )
-from swarm.wire_streams import (
+from swarm.wire.signing import verify_manifest, verify_signed
+from swarm.wire.streams import (
     BlobStatus,
     PeerEntry,
     blob_request,

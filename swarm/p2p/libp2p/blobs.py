@@ -18,7 +18,6 @@ from libp2p.abc import IHost, INetStream
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from swarm import wire_streams
 from swarm.errors import FetchTooSlow, TransportError
 from swarm.p2p.libp2p.framing import (
     NET_ERRORS,
@@ -31,7 +30,8 @@ from swarm.p2p.libp2p.framing import (
 from swarm.p2p.libp2p.host import AccessPolicy
 from swarm.p2p.libp2p.stats import Counters
 from swarm.p2p.transport import BlobServed, FetchLimits, PeerRejectReason, ServedBlobLog
-from swarm.wire_streams import (
+from swarm.wire import streams as wire_streams
+from swarm.wire.streams import (
     BLOB_RESPONSE,
     BlobStatus,
     blob_request,

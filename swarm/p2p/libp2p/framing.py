@@ -11,7 +11,7 @@ import trio
 from libp2p.abc import INetStream
 from libp2p.exceptions import BaseLibp2pError
 
-from swarm.wire_streams import FRAME_LENGTH, frame  # noqa: F401 - frame is re-exported
+from swarm.wire.streams import FRAME_LENGTH, frame  # noqa: F401 - frame is re-exported
 
 # Library errors we expect on the network (closed streams, failed dials, timeouts, bad data).
 NET_ERRORS = (BaseLibp2pError, OSError, trio.TooSlowError, trio.BrokenResourceError, ValueError)

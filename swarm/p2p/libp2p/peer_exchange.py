@@ -17,7 +17,6 @@ from libp2p.abc import IHost, INetStream
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from swarm import wire_streams
 from swarm.p2p.libp2p.connections import Dialer
 from swarm.p2p.libp2p.framing import (
     NET_ERRORS,
@@ -31,7 +30,8 @@ from swarm.p2p.libp2p.framing import (
 from swarm.p2p.libp2p.host import AccessPolicy, connected_peers, is_dialable_tcp, peer_addrs
 from swarm.p2p.libp2p.patches import is_protocol_not_supported
 from swarm.p2p.libp2p.stats import Counters
-from swarm.wire_streams import (
+from swarm.wire import streams as wire_streams
+from swarm.wire.streams import (
     PX_MAX_PEERS,
     PX_MAX_RESPONSE,
     PeerEntry,

@@ -17,10 +17,10 @@ from pathlib import Path
 import msgspec
 
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.signing import sign_group, sign_manifest
 from swarm.tasks import TaskSpec
 from swarm.wire import DeltaManifest, RolloutGroup, Sampling, pack_manifests, pack_messages
-from swarm.wire_streams import (
+from swarm.wire.signing import sign_group, sign_manifest
+from swarm.wire.streams import (
     BlobStatus,
     PeerEntry,
     blob_request,

@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from swarm.errors import TaskError
-from swarm.task_cache import dataset_cache
+from swarm.tasks.cache import dataset_cache
 
 # reasoning-gym datasets do not depend on `size` for item i, so one object per
 # (dataset, config, seed) with a huge size can serve every index.
@@ -108,7 +108,7 @@ def canonical_config(config: Mapping[str, Any]) -> str:
 @dataset_cache  # bounded in bytes (verify.task_cache_mb); scorers guarded
 def _dataset(name: str, config_json: str, seed: int):
     """Build (and cache) a reasoning-gym dataset; translate its errors into `TaskError`."""
-    from swarm.task_datasets import create_dataset  # only this dataset's module of reasoning-gym
+    from swarm.tasks.datasets import create_dataset  # only this dataset's module of reasoning-gym
 
     config = json.loads(config_json)
     if not isinstance(config, dict):

@@ -65,7 +65,7 @@ def check_role(config: Config, where: Where = _nowhere) -> None:
 def preflight(config: Config, where: Where = _nowhere) -> None:
     """Every check, cheapest first; raises the first problem as a `ConfigError`.
 
-    `where(*keys)` names who set those keys (`swarm.config_load.LoadedConfig.where`)."""
+    `where(*keys)` names who set those keys (`swarm.config.load.LoadedConfig.where`)."""
     for check in (
         check_role,
         check_run_folder,
@@ -257,7 +257,7 @@ def _mix_fix(mix) -> str:
     """What to do about a task mix that does not build: a dataset name, or its config."""
     import difflib
 
-    from swarm.task_datasets import dataset_names
+    from swarm.tasks.datasets import dataset_names
 
     names = dataset_names()
     for entry in mix:

@@ -306,7 +306,7 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     # synchronous=FULL: a committed round survives even an OS crash, at one fsync per round.
     cursor = dbapi_connection.cursor()
     # A new ledger can give pages freed by pruning back to the file system
-    # (`swarm.ledger_retention`); on an existing one this is a no-op.
+    # (`swarm.ledger.retention`); on an existing one this is a no-op.
     cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=FULL")

@@ -20,12 +20,12 @@ announcements under `ANNOUNCEMENTS_KEY` (with hints of which peers hold each gro
 A body is canonical: keys in sorted order (the field order below), floats as float64,
 integers in their shortest form, no extension types, so re-encoding the decoded value
 gives the same bytes. There is one valid byte string per value, and its SHA-256 names it
-(`SignedBody.content_hash`). Signing is `swarm.signing`. The manifests message is also the
+(`SignedBody.content_hash`). Signing is `swarm.wire.signing`. The manifests message is also the
 body of a trainer's index blob. The payloads of the two stream protocols (peer exchange,
-blobs) are in `swarm.wire_streams`.
+blobs) are in `swarm.wire.streams`.
 
 Decoding is strict: anything unexpected raises `RejectedMessage` with a `Reason`.
-Deliberately not here: signatures (`swarm.signing`) or checks that need state or compute
+Deliberately not here: signatures (`swarm.wire.signing`) or checks that need state or compute
 (duplicates, rate limits, rebuilding tasks): see `swarm.verify`.
 """
 
@@ -42,9 +42,9 @@ import msgspec
 from msgspec import Meta, Struct
 
 from swarm.errors import RejectedMessage, TaskError
-from swarm.strict_msgpack import canonical_types, decode_strict, diagnose
 from swarm.tasks import MAX_SPEC_INDEX, TaskSpec, canonical_config
 from swarm.verify.reasons import Reason
+from swarm.wire.strict import canonical_types, decode_strict, diagnose
 
 # 2: groups declare their format bonus; 3: the bonus is earned only by a completion that ends
 # with its tagged answer (`swarm.tasks.well_formatted`), so schema-2 claims no longer match.

@@ -16,7 +16,7 @@ The budget is `verify.task_cache_mb` (`configure`, called when a node or its ver
 worker starts); the default suits a process that configured nothing (tools, tests).
 
 Deliberately not here: building datasets (`swarm.tasks`) or guarding their scorers
-(`swarm.scorer_guard`, applied to every dataset this cache builds).
+(`swarm.tasks.guard`, applied to every dataset this cache builds).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from swarm.scorer_guard import guard_dataset
+from swarm.tasks.guard import guard_dataset
 
 DEFAULT_BUDGET_BYTES = 256 << 20
 MIN_ENTRY_BYTES = 1024  # bookkeeping of an entry whose build allocated nothing measurable
@@ -163,7 +163,7 @@ def clear() -> None:
 
 def dataset_cache(build: Callable[..., V]) -> Callable[..., V]:
     """Decorator: cache `build(*args)` in the process's byte-bounded dataset cache, and
-    guard the scorer of what it returns (`swarm.scorer_guard`). Exceptions are not cached."""
+    guard the scorer of what it returns (`swarm.tasks.guard`). Exceptions are not cached."""
     missing = object()
 
     @functools.wraps(build)

@@ -2,7 +2,7 @@
 
 `load_with_origins` returns the validated `Config` (`swarm.config.build_config`) with where
 each key that was set came from (the file, an env var, --set, a flag such as --rounds), so
-errors found later, by `swarm.preflight`, blame the right one.
+errors found later, by `swarm.config.preflight`, blame the right one.
 
 Paths come out absolute: a relative `node.run_dir`, `p2p.psk_file` or SQLite `ledger.url`
 in a config file is relative to that file's folder, so a folder of configs (a private
