@@ -181,8 +181,19 @@ def memory_units(args, rounds: int) -> dict[int, float]:
     return out
 
 
+def build_models() -> None:
+    """Build (or find cached) every node's model before any node starts: built on start, the
+    models take minutes apart, and the first nodes finish before the last join."""
+    from swarm.policy.model import resolve_model_path
+    from swarm.policy.skills import SKILL_SWARM
+
+    for profile in SKILL_SWARM:
+        print(f"model {profile.name}: {resolve_model_path(profile.name)}", flush=True)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    build_models()
     with tempfile.TemporaryDirectory(prefix="sapo-libp2p-") as tmp:
         paths = write_configs(Path(tmp) / "cluster", args)
         seconds = run_nodes(paths, args.timeout)
