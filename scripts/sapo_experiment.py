@@ -4,8 +4,8 @@ Every unit is one swarm of `--nodes` real `Node`s (generator, verifier, GRPO tra
 running one arm (`I/J`: I own groups and up to J peers' groups per update; a node generates I
 questions a round, as in the paper's code) for `--rounds` rounds under one seed and learning
 rate. The nodes run in ONE process over the in-memory transport, round-robin (a node sees its
-peers' groups of the same or the previous round); `--check-libp2p` runs the same swarm as
-separate processes over libp2p for comparison. Arms, protocols, testbeds and the acceptance
+peers' groups of the same or the previous round); `scripts/sapo_libp2p_check.py` runs one
+arm as separate processes over libp2p for comparison. Arms, protocols, testbeds and the acceptance
 rule live in `swarm.ops.experiment`; docs/SAPO.md explains them.
 
 Each unit writes results/sapo/<protocol>-<testbed>/units/<arm>_s<seed>_lr<lr>.json when it
