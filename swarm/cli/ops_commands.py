@@ -175,16 +175,28 @@ def replay(
     from rich.progress import Progress
 
     from swarm.ops.replay import count_rows, verify_ledger
+    from swarm.verify.bounded import RescoreWorker, WorkerSettings
 
     cfg = load(config, sets, _run_dir_flag(run_dir))
     url = checked_ledger_url(cfg, ledger)
     weight = cfg.tasks.format_reward if format_reward is None else format_reward
     err = Console(stderr=True)
-    with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
-        task = progress.add_task("verifying stored groups", total=count_rows(url))
-        report, groups = verify_ledger(
-            url, weight, swarm_id, progress=lambda n: progress.advance(task, n)
-        )
+    # each stored group re-scored as a live node does: in a worker, within verify's deadline
+    # and memory limit (a peer's group may name a costly task)
+    rescorer = RescoreWorker(WorkerSettings.from_config(cfg)) if cfg.verify.worker else None
+    try:
+        with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
+            task = progress.add_task("verifying stored groups", total=count_rows(url))
+            report, groups = verify_ledger(
+                url,
+                weight,
+                swarm_id,
+                progress=lambda n: progress.advance(task, n),
+                rescorer=rescorer,
+            )
+    finally:
+        if rescorer is not None:
+            rescorer.close()
     result: dict = {"ledger": url, "verify": report.as_dict()}
     if not json_out:
         failed = ", ".join(f"{r} {n}" for r, n in report.failed_by_reason.most_common()) or "none"

@@ -434,6 +434,18 @@ def recent_accepted(
     ]
 
 
+def rejected_rows_since(session: Session, since: float) -> list[tuple[str, str, str, int]]:
+    """(source, claimed sender, reason, rows) of the received groups rejected as rows since
+    `since`: what a restarted node has already written about each peer in this window."""
+    stmt = (
+        select(GroupRow.source, GroupRow.sender, GroupRow.reason, func.count())
+        .where(GroupRow.direction == Direction.RECEIVED, GroupRow.status == Status.REJECTED)
+        .where(GroupRow.recorded_at >= since)
+        .group_by(GroupRow.source, GroupRow.sender, GroupRow.reason)
+    )
+    return [(source, sender, reason, n) for source, sender, reason, n in session.execute(stmt)]
+
+
 def group_counts(session: Session) -> dict[str, int]:
     """Groups by status: sent, accepted, rejected."""
     rows = session.execute(select(GroupRow.status, func.count()).group_by(GroupRow.status)).all()

@@ -8,7 +8,9 @@ is counted, one counter per (peer, reason) that the ledger sums per window
 good groups of a refused message) are always only counted: they tell nothing a row would
 add. So a peer can make the node write at most its quota of rows, plus a few counters, per
 window, however much it sends; and the rows waiting for the round loop are bounded in
-number and bytes (past either bound a rejection is counted instead, never dropped).
+number and bytes (past either bound a rejection is counted instead, never dropped). A restarted
+node reads back the rows it wrote in the current window (`restore`), so a restart does not
+renew a quota.
 
 Refusals by the transport itself (`swarm.p2p.transport.PeerRejection`) are counted apart
 (`refused`): they are not groups, so they do not enter the node's group totals.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from swarm.verify.gate import blamed_peer
@@ -51,17 +54,34 @@ class RowQuota:
 
     def take(self, peer: str, now: float) -> bool:
         """Whether one more row of `peer` may be written now (and count it if so)."""
-        window = int(now // self.window_s) if self.window_s > 0 else 0
+        window = self._window(now)
         start, used = self._used.get(peer, (window, 0))
         if start != window:
             used = 0
         if used >= self.rows_per_window:
             return False
-        self._used[peer] = (window, used + 1)
+        self._set(peer, window, used + 1)
+        return True
+
+    def restore(self, peer: str, used: int, now: float) -> None:
+        """`used` rows of `peer` were already written in the window of `now` (by this node
+        before a restart): they count against its quota."""
+        window = self._window(now)
+        start, before = self._used.get(peer, (window, 0))
+        self._set(peer, window, used + (before if start == window else 0))
+
+    def window_start(self, now: float) -> float:
+        """When the window of `now` began (0 without windows: the quota never renews)."""
+        return self._window(now) * self.window_s
+
+    def _window(self, now: float) -> int:
+        return int(now // self.window_s) if self.window_s > 0 else 0
+
+    def _set(self, peer: str, window: int, used: int) -> None:
+        self._used[peer] = (window, used)
         self._used.move_to_end(peer)
         while len(self._used) > self.max_peers:
             self._used.popitem(last=False)
-        return True
 
 
 class RejectionLog:
@@ -91,6 +111,20 @@ class RejectionLog:
             self._rows.append(rejection)
             self._row_bytes += size
 
+    def window_start(self, now: float) -> float:
+        """When the current quota window began."""
+        return self._quota.window_start(now)
+
+    def restore(self, rows: Iterable[tuple[str, str, str, int]], now: float) -> None:
+        """Rows already written in this window, as (source, sender, reason, rows) from the
+        ledger (`swarm.ledger.rejected_rows_since`): a restart does not renew a peer's quota."""
+        used: collections.Counter[str] = collections.Counter()
+        for source, sender, reason, n in rows:
+            used[blamed_peer(source, sender, _reason(reason))] += n
+        with self._lock:
+            for peer, n in used.items():
+                self._quota.restore(peer, n, now)
+
     def refused(self, peer: str, reason: Reason, count: int = 1) -> None:
         """What the transport refused from `peer` by itself (counted, never a row)."""
         with self._lock:
@@ -115,3 +149,11 @@ class RejectionLog:
             self._counts.clear()
             self._refused.clear()
         return taken
+
+
+def _reason(text: str) -> Reason | None:
+    """The `Reason` a ledger row names (None for one this version does not know)."""
+    try:
+        return Reason(text)
+    except ValueError:
+        return None

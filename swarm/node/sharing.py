@@ -30,6 +30,7 @@ from swarm.ledger import (
     group_known,
     received_outcomes,
     recent_accepted,
+    rejected_rows_since,
     touch_peer,
 )
 from swarm.node.exchange import Exchange
@@ -96,12 +97,16 @@ class Sharing:
 
     def restore_memory(self) -> None:
         """Feed the verifier what the ledger remembers: peers' reputations, and the groups
-        accepted within its age limit (their nonces and versions), oldest first."""
+        accepted within its age limit (their nonces and versions), oldest first; and the
+        rejection log the rows already written about each peer in this window."""
         max_age = self.config.verify.max_age_s
         since = time.time() - max_age if max_age > 0 else 0.0
+        now = time.time()
         with self.ledger.reader() as session:
             rows = recent_accepted(session, since, NONCE_MEMORY)
             self.verifier.restore_reputation(received_outcomes(session))
+            written = rejected_rows_since(session, self.rejections.window_start(now))
+        self.rejections.restore(written, now)
         for body, sender, content_hash, policy_version, recorded_at in rows:
             try:
                 nonce = stored_nonce(body)

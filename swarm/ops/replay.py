@@ -4,7 +4,8 @@ A ledger stores every group a node sent and every group it received, as the exac
 bytes. Replay trusts none of the ledger's own columns: for each stored group it checks the
 body against its recorded content hash, decodes it and checks the Ed25519 signature of its
 sender (`swarm.wire.signing.verify_signed`), optionally the swarm id, rebuilds the task from its
-spec and re-scores every completion (`swarm.verify.rescore.rescore_group`), and compares those
+spec and re-scores every completion (in the verification worker, within `verify`'s deadline and
+memory limit, as a live node does), and compares those
 rewards with the ones the sender claimed (`swarm.verify.rules.check_rewards`, with the format
 bonus the sender declared). No network, no run folder: a ledger copied from another
 machine is enough.
@@ -37,8 +38,8 @@ from sqlalchemy import select
 from swarm.errors import RejectedMessage, SwarmError
 from swarm.ledger import GroupRow, Ledger
 from swarm.tasks import Task
+from swarm.verify.bounded import InProcess, Rescorer
 from swarm.verify.reasons import Direction, Reason, Status
-from swarm.verify.rescore import rescore_group
 from swarm.verify.rules import check_rewards
 from swarm.wire import RolloutGroup, SignedGroup
 from swarm.wire.signing import verify_signed
@@ -104,8 +105,13 @@ def verify_row(
     format_weight: float,
     swarm_id: str | None = None,
     tolerance: float = REWARD_TOLERANCE,
+    rescorer: Rescorer | None = None,
 ) -> StoredGroup:
     """Re-verify one stored group from its bytes alone. Never raises for bad data.
+
+    `rescorer` rebuilds the task and re-scores the completions: a `RescoreWorker` bounds that
+    in time and memory as a live node does (a stored group may be a peer's costly task),
+    `None` re-scores in this thread with no bound.
 
     The claimed rewards are checked with the sender's declared format bonus (as a live node
     checks them); the rewards kept for training use `format_weight`, this node's own bonus.
@@ -136,7 +142,7 @@ def verify_row(
             raise RejectedMessage(
                 Reason.WRONG_SWARM, f"group is for swarm {group.swarm_id!r}, not {swarm_id!r}"
             )
-        rescored = rescore_group(group)
+        rescored = (rescorer or InProcess())(group).result()
         check_rewards(group.rewards, rescored.rewards(group.format_bonus), tolerance)
     except RejectedMessage as e:
         return stored(e.reason, e.detail)
@@ -182,11 +188,13 @@ def verify_ledger(
     format_weight: float,
     swarm_id: str | None = None,
     progress: Callable[[int], None] | None = None,
+    rescorer: Rescorer | None = None,
 ) -> tuple[VerifyReport, list[StoredGroup]]:
-    """Verify every stored group; return the report and the trainable groups (passed, sent or accepted, deduplicated)."""
+    """Verify every stored group; return the report and the trainable groups (passed, sent or
+    accepted, deduplicated). `rescorer`: as in `verify_row`."""
     report, trainable, seen = VerifyReport(), [], set()
     for row in iter_rows(url):
-        item = verify_row(row, format_weight, swarm_id)
+        item = verify_row(row, format_weight, swarm_id, rescorer=rescorer)
         report.total += 1
         counts = report.by_status.setdefault(item.status, {"passed": 0, "failed": 0})
         if item.passed:

@@ -151,3 +151,25 @@ def test_duplicates_and_a_banned_peers_messages_are_counted_not_stored(tmp_path)
     assert rows == {("accepted", ""): 1}
     assert counted == {"duplicate": 49, "banned": 200}
     assert grown < 64 * 1024  # a few counter rows, not 200 groups (each ~1 KB with its bytes)
+
+
+def test_a_restart_does_not_renew_a_peers_quota_of_rows(tmp_path):
+    quota = {"rejected_rows_per_peer": 5, "count_window_s": 10.0**9}  # one window for the test
+    now = time.time()
+    observer, peer = _observer(tmp_path, **quota)
+    try:
+        _send(peer, [false_claims(peer_group(i, now)) for i in range(3)])
+        observer.observe()
+    finally:
+        observer.close()
+        peer.close()
+    observer, peer = _observer(tmp_path, **quota)  # the same run folder and ledger
+    try:
+        _send(peer, [false_claims(peer_group(i, now)) for i in range(100, 110)])
+        observer.observe()
+        rows, counted = _ledger(observer)
+    finally:
+        observer.close()
+        peer.close()
+    assert rows == {("rejected", "reward_mismatch"): 5}  # 3 before the restart, 2 after
+    assert counted == {"reward_mismatch": 8}

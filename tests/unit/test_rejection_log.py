@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 from swarm.node.rejection_log import MAX_PENDING_BYTES, RejectionLog, RowQuota
 from swarm.verify.message import Rejection
 from swarm.verify.reasons import Reason
@@ -48,3 +50,28 @@ def test_rows_waiting_are_bounded_in_bytes_and_the_rest_counted():
     taken = log.take()
     assert sum(len(r.signed.body) for r in taken.rows) <= MAX_PENDING_BYTES
     assert len(taken.rows) + sum(taken.counts.values()) == n  # nothing dropped
+
+
+def test_rows_written_before_a_restart_count_against_the_quota_of_their_window():
+    log = RejectionLog(rows_per_window=3, window_s=3600.0)
+    assert log.window_start(3700.0) == 3600.0
+    # the ledger says: 2 rows blamed on mallory (the source), 1 on a claimed sender whose
+    # signature was good (no source), 1 unsigned one that blames only its (empty) source
+    log.restore(
+        [
+            ("mallory", "x", "reward_mismatch", 2),
+            ("", "bob", "reward_mismatch", 1),
+            ("", "bob", "bad_signature", 1),
+            ("", "carol", "no_longer_a_reason", 1),
+        ],
+        3700.0,
+    )
+    for peer in ("mallory", "bob", "carol"):
+        for _ in range(3):
+            log.note(rejection(Reason.REWARD_MISMATCH, peer), 3700.0)
+    taken = log.take()
+    rows = collections.Counter(r.source for r in taken.rows)
+    assert rows == {"mallory": 1, "bob": 2, "carol": 2}
+    # the next window renews every quota
+    log.note(rejection(Reason.REWARD_MISMATCH, "mallory"), 7300.0)
+    assert [r.source for r in log.take().rows] == ["mallory"]
