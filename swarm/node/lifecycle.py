@@ -68,6 +68,7 @@ from swarm.tasks import validate_mix
 from swarm.wire import rollout_topic
 
 PRUNE_EVERY = 50  # rounds between two applications of the ledger's retention
+TRIM_EVERY = 10  # rounds between two returns of freed memory to the OS (swarm.node.memory)
 
 
 class Node:
@@ -319,7 +320,8 @@ class Node:
         """One round (`swarm.node.rounds`); it shares with peers once the node is started.
         The reporters then get the round's report and a `SwarmSample`."""
         report = self.rounds.run_round()
-        release_free_memory()  # what the round freed goes back to the OS
+        if self.state.round % TRIM_EVERY == 0:
+            release_free_memory()  # what the rounds freed goes back to the OS (swarm.node.memory)
         self.reporter.swarm(self.swarm_sample())
         return report
 

@@ -2,9 +2,12 @@
 
 A round allocates and frees a few hundred MB (generation's caches, training's activations).
 glibc keeps freed blocks in its heap for reuse, so a node's resident memory creeps up to
-the sum of its rounds' fragmentation: about 650 MB at the peak instead of 600 for the tiny
-model (scripts/bench_footprint.py). `malloc_trim(0)` after each round returns the free
-pages (measured: no extra CPU time). Elsewhere than glibc it does nothing.
+the sum of its rounds' fragmentation. `malloc_trim(0)` returns the free pages, but the next
+round then faults them in again: trimmed after every round, the solo-cpu round took 1.54 s
+instead of 1.36 s (`scripts/bench_round.py --rounds 10`), for a peak of 590 MB instead of
+686 MB over 12 rounds of the default config (`scripts/bench_footprint.py --only tiny
+--rounds 12`). So the node trims every `TRIM_EVERY` rounds (`swarm.node.lifecycle`), which
+keeps the speed and still bounds the creep. Elsewhere than glibc it does nothing.
 """
 
 from __future__ import annotations
