@@ -40,7 +40,7 @@ from swarm.wire import RolloutGroup, Sampling, pack_messages, rollout_topic
 from swarm.wire.signing import sign_group
 from tests.adversary.test_hostile_peer import Hostile
 from tests.adversary.transport_attack import GOSSIP_PROTOCOL
-from tests.adversary.victim_node import VictimNode, rss_mb
+from tests.adversary.victim_node import VictimNode, retained_rss_mb
 from tests.waiting import wait_for
 
 CATALOGUE = [{"dataset": "countdown", "config": {}}, {"dataset": "spell_backward", "config": {}}]
@@ -140,7 +140,11 @@ def baseline(victim: VictimNode) -> Before:
     end = victim.wait_rounds(BASELINE_ROUNDS)
     used = victim.ledger_bytes()
     return Before(
-        end, victim.median_round(start, end), rss_mb(), used, (used - at_start) / (end - start)
+        end,
+        victim.median_round(start, end),
+        retained_rss_mb(),
+        used,
+        (used - at_start) / (end - start),
     )
 
 
@@ -150,7 +154,7 @@ def under_attack(victim: VictimNode, before: Before, what: str) -> int:
     last = victim.wait_rounds(ATTACK_ROUNDS, timeout=180)
     during = victim.round_seconds(before.first, last)
     median = sorted(during)[len(during) // 2]
-    grown = rss_mb() - before.rss_mb
+    grown = retained_rss_mb() - before.rss_mb
     extra = (
         victim.ledger_bytes()
         - before.ledger_bytes
