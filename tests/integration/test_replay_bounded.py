@@ -8,34 +8,35 @@ import subprocess
 import sys
 import time
 
+import msgspec
+
 from swarm.ledger import GroupRow, Ledger
-from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.tasks import TaskSpec, build_task
 from swarm.verify.reasons import Direction, Reason, Status
-from swarm.wire import RolloutGroup, Sampling
+from swarm.verify.rescore import rescore
+from swarm.wire import RolloutGroup
 from swarm.wire.signing import sign_group
+from tests.unit.test_wire import KEY, make_group
 
-KEY = create_identity(b"\x52" * 32)
 
-
-def _group(dataset: str, completion: str, rewards: tuple[float, ...]) -> RolloutGroup:
-    spec = TaskSpec.make(dataset, {}, seed=1, index=2)
-    return RolloutGroup(
-        swarm_id="swarm-local",
-        sender=peer_id_of(KEY),
+def _costly() -> RolloutGroup:
+    """A peer's group naming a task whose scoring never ends: sympy computes 9**43046721."""
+    spec = TaskSpec.make("countdown", {}, seed=1, index=2)
+    return make_group(
         task=spec,
         question=build_task(spec).question,
-        completions=(completion,),
-        rewards=rewards,
+        completions=("<answer>9**9**8</answer>",),
+        rewards=(0.0,),
         finished=(True,),
-        model="m",
-        base_hash="00" * 16,
-        policy_version=0,
-        sampling=Sampling(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
-        round=0,
-        created_at=0.0,
-        nonce=bytes(range(16)),
+        token_ids=(),
     )
+
+
+def _honest() -> RolloutGroup:
+    """A group as an honest peer sends it: the spec's question, rewards as scored here."""
+    group = make_group()
+    group = msgspec.structs.replace(group, question=build_task(group.task).question)
+    return msgspec.structs.replace(group, rewards=rescore(group, group.format_bonus)[1])
 
 
 def _store(url: str, groups: list[RolloutGroup]) -> None:
@@ -60,11 +61,8 @@ def _store(url: str, groups: list[RolloutGroup]) -> None:
 
 
 def test_replay_bounds_a_stored_costly_group_and_goes_on(tmp_path):
-    answer = build_task(TaskSpec.make("basic_arithmetic", {}, seed=1, index=2)).answer
-    honest = _group("basic_arithmetic", f"<answer>{answer}</answer>", (1.0,))
-    costly = _group("countdown", "<answer>9**9**8</answer>", (0.0,))  # sympy: 9**43046721
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    _store(url, [costly, honest])
+    _store(url, [_costly(), _honest()])
     started = time.monotonic()
     out = subprocess.run(
         [sys.executable, "-m", "swarm.cli", "replay", "--ledger", url, "--json"],
