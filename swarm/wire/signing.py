@@ -50,14 +50,19 @@ def sign_group(group: RolloutGroup, key_pair) -> SignedGroup:
     return SignedGroup(body=body, signature=sign(key_pair, SIGNING_DOMAIN + body))
 
 
-def check_group_signature(signed: SignedGroup, sender: str) -> None:
-    """Raise `RejectedMessage(bad_signature)` unless `signed` is signed by `sender`."""
+def _check_signature(signer: str, domain: bytes, body: bytes, signature: bytes, what: str) -> None:
+    """Raise `RejectedMessage(bad_signature)` unless `signature` is `signer`'s over domain + body."""
     from swarm.p2p.identity import verify
 
-    if not verify(sender, SIGNING_DOMAIN + signed.body, signed.signature):
+    if not verify(signer, domain + body, signature):
         raise RejectedMessage(
-            Reason.BAD_SIGNATURE, f"signature does not verify for sender {sender[:16]}..."
+            Reason.BAD_SIGNATURE, f"{what} signature does not verify for {signer[:16]}..."
         )
+
+
+def check_group_signature(signed: SignedGroup, sender: str) -> None:
+    """Raise `RejectedMessage(bad_signature)` unless `signed` is signed by `sender`."""
+    _check_signature(sender, SIGNING_DOMAIN, signed.body, signed.signature, "group")
 
 
 def verify_signed(signed: SignedGroup) -> RolloutGroup:
@@ -80,14 +85,10 @@ def sign_manifest(manifest: DeltaManifest, key_pair) -> SignedManifest:
 
 def verify_manifest(signed: SignedManifest) -> DeltaManifest:
     """Decode a signed manifest and check its signature against the provider's peer ID."""
-    from swarm.p2p.identity import verify
-
     manifest = decode_manifest(signed.body)
-    if not verify(manifest.provider, MANIFEST_SIGNING_DOMAIN + signed.body, signed.signature):
-        raise RejectedMessage(
-            Reason.BAD_SIGNATURE,
-            f"manifest signature does not verify for {manifest.provider[:16]}...",
-        )
+    _check_signature(
+        manifest.provider, MANIFEST_SIGNING_DOMAIN, signed.body, signed.signature, "manifest"
+    )
     return manifest
 
 
@@ -105,12 +106,12 @@ def sign_announcement(announcement: GroupAnnouncement, key_pair) -> SignedAnnoun
 
 def verify_announcement(signed: SignedAnnouncement) -> GroupAnnouncement:
     """Decode a signed announcement and check its signature against the sender's peer ID."""
-    from swarm.p2p.identity import verify
-
     announcement = decode_announcement(signed.body)
-    if not verify(announcement.sender, ANNOUNCEMENT_SIGNING_DOMAIN + signed.body, signed.signature):
-        raise RejectedMessage(
-            Reason.BAD_SIGNATURE,
-            f"announcement signature does not verify for {announcement.sender[:16]}...",
-        )
+    _check_signature(
+        announcement.sender,
+        ANNOUNCEMENT_SIGNING_DOMAIN,
+        signed.body,
+        signed.signature,
+        "announcement",
+    )
     return announcement
