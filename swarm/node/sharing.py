@@ -99,9 +99,8 @@ class Sharing:
         """Feed the verifier what the ledger remembers: peers' reputations, and the groups
         accepted within its age limit (their nonces and versions), oldest first; and the
         rejection log the rows already written about each peer in this window."""
-        max_age = self.config.verify.max_age_s
-        since = time.time() - max_age if max_age > 0 else 0.0
-        now = time.time()
+        now, max_age = time.time(), self.config.verify.max_age_s
+        since = now - max_age if max_age > 0 else 0.0
         with self.ledger.reader() as session:
             rows = recent_accepted(session, since, NONCE_MEMORY)
             self.verifier.restore_reputation(received_outcomes(session))

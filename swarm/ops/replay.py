@@ -3,12 +3,11 @@
 A ledger stores every group a node sent and every group it received, as the exact signed
 bytes. Replay trusts none of the ledger's own columns: for each stored group it checks the
 body against its recorded content hash, decodes it and checks the Ed25519 signature of its
-sender (`swarm.wire.signing.verify_signed`), optionally the swarm id, rebuilds the task from its
-spec and re-scores every completion (in the verification worker, within `verify`'s deadline and
-memory limit, as a live node does), and compares those
-rewards with the ones the sender claimed (`swarm.verify.rules.check_rewards`, with the format
-bonus the sender declared). No network, no run folder: a ledger copied from another
-machine is enough.
+sender (`swarm.wire.signing.verify_signed`), optionally the swarm id, rebuilds the task from
+its spec and re-scores every completion (in the verification worker, within `verify`'s
+deadline and memory limit, as a live node does), and compares those rewards with the ones
+the sender claimed (`swarm.verify.rules.check_rewards`, with the format bonus the sender
+declared). No network, no run folder: a ledger copied from another machine is enough.
 
 What passes can be exported (one JSON line per completion: the prompt formatted for
 `policy.model`, the completion, ground truth, reward and advantage, flat columns that
