@@ -115,7 +115,12 @@ class GenerationSection:
     top_p: float = opt(1.0, "Nucleus sampling mass.", min=0.0, max=1.0)
     top_k: int = opt(0, "Top-k sampling (0: off).", min=0)
     max_new_tokens: int = opt(16, "Longest completion, in tokens.", min=1, max=65536)
-    batch_size: int = opt(128, "Sequences per generate call (transformers backend).", min=1)
+    batch_size: int = opt(
+        32,
+        "Sequences per generate call (transformers backend). Memory grows with it: with the "
+        "tiny model, 128 peaked ~90 MB higher than 32 for the same round time on a CPU.",
+        min=1,
+    )
     gpu_memory_utilization: float = opt(
         0.5, "Share of GPU memory vLLM may take (vllm backend).", min=0.05, max=0.99
     )
