@@ -126,7 +126,7 @@ def decode_hints(data: bytes) -> list[HolderHint]:
     """A trainer's holder hints; only hints, so a malformed list gives none."""
     try:
         return _HINTS.decode(data)
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return []
 
 

@@ -407,7 +407,7 @@ def stored_nonce(body: bytes) -> bytes:
     """The nonce of a group body this node already verified and stored (no full decode)."""
     try:
         return msgspec.msgpack.decode(body, type=_StoredNonce).nonce
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         raise _malformed("stored group body has no nonce") from None
 
 

@@ -66,7 +66,7 @@ def decode_peer_exchange(payload: bytes) -> list[PeerEntry]:
     that is not a JSON object with a "peers" list gives none."""
     try:
         answer = json.loads(payload.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (ValueError, RecursionError):  # not UTF-8 or JSON, an int of 4,300+ digits, nesting
         return []
     entries = answer.get("peers", []) if isinstance(answer, dict) else []
     found = []
@@ -115,7 +115,7 @@ def decode_view(data: bytes) -> list[ViewEntry]:
         return []
     try:
         return _VIEW_DECODER.decode(data)
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return []
 
 
