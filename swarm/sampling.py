@@ -125,6 +125,14 @@ def family_success(
     return {f: min(1.0, max(0.0, total[f] / (count[f] * max_reward))) for f in total if count[f]}
 
 
+def has_signal_against(rewards: Sequence[float], baseline: float | None, eps: float = 1e-6) -> bool:
+    """Whether a shared group can teach a node whose mean reward on its family is `baseline`:
+    its rewards differ from each other or from the baseline (None: the group's own rule)."""
+    if baseline is None:
+        return has_signal(rewards, eps)
+    return has_signal(rewards, eps) or any(abs(r - baseline) > eps for r in rewards)
+
+
 def need_weight(success: float, floor: float) -> float:
     """Sampling weight of a shared group whose family the node succeeds on `success` of the time.
 
@@ -148,6 +156,7 @@ def choose_batch(
     fresh_rounds: int | None = None,
     need: Mapping[str, float] | None = None,
     need_floor: float = 0.05,
+    baselines: Mapping[str, float] | None = None,
 ) -> BatchChoice[G]:
     """Pick up to `local_groups` local and `shared_groups` shared groups with learning signal.
 
@@ -155,6 +164,10 @@ def choose_batch(
     `need`: the node's recent success per family (`family_success`); when given, shared
     groups are drawn with probability growing with the node's failure rate on their family
     (`need_weight`, at least `need_floor`) instead of uniformly.
+    `baselines`: the node's own mean reward per family, for sharing channels whose baseline
+    is not the group's (receiver, joint): a shared group then has signal when any reward
+    differs from the node's baseline on its family (`has_signal_against`), so a peer's
+    all-right group where the node is usually wrong is kept.
     """
     if not 0.0 < need_floor <= 1.0:
         raise ConfigError(f"need_floor must be in (0, 1], got {need_floor}")
@@ -165,7 +178,12 @@ def choose_batch(
         useful_local = list(local)
     else:
         useful_local = [c for c in local if has_signal(c.rewards)]
-    useful_shared = [c for c in fresh_shared if has_signal(c.rewards)]
+    if baselines is None:
+        useful_shared = [c for c in fresh_shared if has_signal(c.rewards)]
+    else:
+        useful_shared = [
+            c for c in fresh_shared if has_signal_against(c.rewards, baselines.get(c.family))
+        ]
     filtered = len(local) - len(useful_local) + len(fresh_shared) - len(useful_shared)
     dropped[DropReason.ZERO_ADVANTAGE] += filtered
     chosen_local = _uniform(useful_local, local_groups, rng)

@@ -234,6 +234,38 @@ class TrainingSection:
         "measured over.",
         min=1,
     )
+    shared_advantage: str = opt(
+        "group",
+        "Baseline of a shared completion's advantage: group (its own group's mean, plain GRPO), "
+        "joint (the node also generates G completions for the shared task and one baseline "
+        "covers both; costs generation) or receiver (the node's own recent mean reward on the "
+        "task's family, over need_window rounds). See docs/SAPO.md.",
+        choices=("group", "joint", "receiver"),
+    )
+    shared_shaping: float = opt(
+        0.0,
+        "Policy shaping of shared completions' tokens: loss -A*p/(p+gamma) with this gamma "
+        "instead of the clipped ratio (LUFFY's regularised importance weight; 0: off).",
+        min=0.0,
+        max=1.0,
+    )
+    shared_weight: float = opt(
+        1.0,
+        "With shared_normalizer = parts: the shared part's weight in the loss relative to the "
+        "own part's (own tokens keep their total weight whatever the shared part holds).",
+        min=0.0,
+    )
+    shared_normalizer: str = opt(
+        "batch",
+        "batch: every token of the batch weighs the same (shared tokens can swamp own ones); "
+        "parts: own and shared tokens are normalised apart, the shared part times shared_weight.",
+        choices=("batch", "parts"),
+    )
+    shuffle_shared_rewards: bool = opt(
+        False,
+        "A control for experiments only: shuffle each shared group's rewards over its "
+        "completions before training (sharing should then teach nothing).",
+    )
 
 
 @dataclass(frozen=True)

@@ -32,13 +32,18 @@ from typing import Annotated
 
 import msgspec
 
-from swarm.errors import TransportError
-from swarm.p2p.transport import BlobServed, Transport
+from swarm.errors import RejectedMessage, TransportError
+from swarm.p2p.transport import BlobServed, FetchLimits, Transport
+from swarm.verify.reasons import Reason
 from swarm.wire import HolderHint, have_key, held_key, holders_key
 
 MAX_HINTS_PER_PAYLOAD = 8  # newest holders a trainer names for one payload
 MAX_HINT_PAYLOADS = 4  # its newest payloads (a follower further behind fetches from it)
 MAX_TRIES = 3  # holders a follower tries for one payload before the trainer
+# The most a trainer's hints can legitimately take: 32 hints of a 64-character hash, a peer ID
+# and 4 addresses of at most 256 ASCII characters each, about 1.4 KB a hint (a real one is a
+# few KB in all). A follower refuses a longer blob on its announced size, before reading it.
+MAX_HINTS_BYTES = 64 * 1024
 HAVE_PREFIX = have_key("")
 _HINTS = msgspec.msgpack.Decoder(
     Annotated[list[HolderHint], msgspec.Meta(max_length=MAX_HINTS_PER_PAYLOAD * MAX_HINT_PAYLOADS)]
@@ -130,13 +135,28 @@ def decode_hints(data: bytes) -> list[HolderHint]:
         return []
 
 
+class HintsCheck:
+    """Refuses a hints blob announced longer than `MAX_HINTS_BYTES` (a `BlobCheck`)."""
+
+    def size(self, nbytes: int) -> None:
+        if nbytes > MAX_HINTS_BYTES:
+            raise RejectedMessage(
+                Reason.OVERSIZE, f"holder hints of {nbytes} bytes (at most {MAX_HINTS_BYTES})"
+            )
+
+    def head(self, data: bytes) -> int:
+        return 0
+
+
 def read_hints(
     transport: Transport, provider: str, base_hash: str, timeout: float
 ) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
-    """payload hash -> [(holder, addrs)] as the trainer serves them ({} if it serves none)."""
+    """payload hash -> [(holder, addrs)] as the trainer serves them ({} if it serves none,
+    or serves more than hints can be: refused before any of it is read)."""
+    limits = FetchLimits(check=HintsCheck())
     try:
-        data = transport.fetch_blob(provider, holders_key(base_hash), timeout=timeout)
-    except TransportError:
+        data = transport.fetch_blob(provider, holders_key(base_hash), timeout, limits)
+    except (TransportError, RejectedMessage):
         return {}
     out: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
     for hint in decode_hints(data):

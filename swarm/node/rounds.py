@@ -18,6 +18,7 @@ from swarm.config import Config
 from swarm.experience import ExperiencePool, SharedGroup
 from swarm.node.following import Following
 from swarm.node.records import Records
+from swarm.node.shared_samples import SharedPart, generate_for, own_samples, shared_part, weighted
 from swarm.node.sharing import Sharing
 from swarm.node.state import LocalGroup, NodeState, RoundTimes
 from swarm.ops.display import Reporter, RoundReport
@@ -26,7 +27,7 @@ from swarm.policy.generator import Generator, SamplingParams
 from swarm.policy.grpo import group_advantages
 from swarm.policy.model import Policy
 from swarm.policy.prompts import build_prompt
-from swarm.policy.trainer import GRPOTrainer, TrainSample, UpdateResult, retokenized_samples
+from swarm.policy.trainer import GRPOTrainer, TrainSample, UpdateResult
 from swarm.sampling import (
     BatchChoice,
     Candidate,
@@ -97,9 +98,15 @@ class RoundLoop:
         else:
             batch = self._choose_batch(groups)
             local_samples = self._train_samples(batch.local)
-            shared_samples, shared_advantages = self._shared_samples(batch.shared)
             t = time.perf_counter()
-            result = self.trainer.update(local_samples + shared_samples)
+            shared = self._shared_part(batch.shared)
+            times.generate += time.perf_counter() - t if shared.generated else 0.0
+            shared_advantages = shared.advantages
+            samples = weighted(
+                local_samples + shared.own_samples, shared.samples, self.config.training
+            )
+            t = time.perf_counter()
+            result = self.trainer.update(samples)
             times.train = time.perf_counter() - t
         self.pool.take(batch.shared)
         version_before = self.state.policy_version
@@ -175,28 +182,36 @@ class RoundLoop:
             fresh_rounds=t.fresh_rounds or None,
             need=need,
             need_floor=t.need_floor,
+            baselines=self._family_baselines() if t.shared_advantage != "group" else None,
         )
 
-    def _shared_samples(
-        self, groups: list[SharedGroup]
-    ) -> tuple[list[TrainSample], list[list[float]]]:
-        """Re-tokenize peers' completions with our tokenizer; advantages from our own rewards.
+    def _family_baselines(self) -> dict[str, float]:
+        """This node's mean reward per family over its last `need_window` rounds of own groups."""
+        top = 1.0 + self.scoring.format_weight  # family_success is a share of the top reward
+        success = family_success((pair for rnd in self._recent_own for pair in rnd), top)
+        return {f: share * top for f, share in success.items()}
+
+    def _shared_part(self, groups: list[SharedGroup]) -> SharedPart:
+        """Peers' completions re-tokenized with our tokenizer, under the sharing channel
+        (`swarm.node.shared_samples`); advantages from our own re-scored rewards.
 
         Completions longer than 4x our own generation budget are left out (`retokenized_samples`).
         """
-        tok = self.policy.tokenizer
-        limit = 4 * self.config.generation.max_new_tokens
-        samples, advantages_per_group = [], []
-        for group in groups:
-            prompt = build_prompt(tok, group.task.question, self.config.policy.system_prompt)
-            advantages = group_advantages(
-                group.rewards, scale_by_std=self.config.training.scale_advantages
-            )
-            advantages_per_group.append(advantages)
-            samples += retokenized_samples(
-                tok, prompt, group.completions, group.finished, advantages, limit
-            )
-        return samples, advantages_per_group
+        t = self.config.training
+        baselines = self._family_baselines() if t.shared_advantage == "receiver" else {}
+        return shared_part(
+            groups,
+            settings=t,
+            tokenizer=self.policy.tokenizer,
+            system_prompt=self.config.policy.system_prompt,
+            max_tokens=4 * self.config.generation.max_new_tokens,
+            baselines=baselines,
+            generate=generate_for(
+                self.generator, self.config.generation.completions_per_question, self.sampling
+            ),
+            scoring=self.scoring,
+            seed=f"{self.config.node.seed}:shuffle:{self.state.round}",
+        )
 
     def _train_samples(self, groups: list[LocalGroup]) -> list[TrainSample]:
         """Turn groups into per-completion samples; the stop token is trained when it was produced."""
@@ -206,11 +221,7 @@ class RoundLoop:
             advantages = group_advantages(
                 group.rewards, scale_by_std=self.config.training.scale_advantages
             )
-            for completion, advantage in zip(group.completions, advantages, strict=True):
-                ids = completion.token_ids + (
-                    (eos,) if completion.finished and eos is not None else ()
-                )
-                samples.append(TrainSample(completion.prompt_ids, ids, advantage))
+            samples += own_samples(group.completions, advantages, eos)
         return samples
 
 

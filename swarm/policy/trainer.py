@@ -31,6 +31,8 @@ class TrainSample:
     prompt_ids: tuple[int, ...]
     completion_ids: tuple[int, ...]
     advantage: float
+    weight: float = 1.0  # multiplies its token losses (the shared part's weight, grpo.part_weights)
+    shaping: float = 0.0  # policy shaping's γ for an off-policy completion (0: clipped ratio)
 
 
 MAX_CHARS_PER_TOKEN = 32
@@ -207,6 +209,8 @@ class GRPOTrainer:
             with torch.no_grad():
                 ref = self._token_logprobs(self.reference, input_ids, attention, mask.shape[1])
         advantages = torch.tensor([s.advantage for s in batch], device=logprobs.device)
+        weights = torch.tensor([s.weight for s in batch], device=logprobs.device)
+        shaping = torch.tensor([s.shaping for s in batch], device=logprobs.device)
         return clipped_policy_loss(
             logprobs,
             old,
@@ -217,6 +221,8 @@ class GRPOTrainer:
             ref_logprobs=ref,
             kl_coef=self.settings.kl_coef,
             normalizer=total_tokens,
+            weights=weights,
+            shaping=shaping,
         )
 
     def _logprobs(self, batch: list[TrainSample], grad: bool):

@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import random
 
-from swarm.node.delta_holders import HolderRegistry, decode_hints, encode_hints, pick_holders
+from swarm.node.delta_holders import (
+    MAX_HINTS_BYTES,
+    HolderRegistry,
+    decode_hints,
+    encode_hints,
+    pick_holders,
+    read_hints,
+)
 from swarm.ops.delta_sim import DeltaSimSettings, simulate_deltas
-from swarm.p2p.transport import BlobServed, MemoryTransport
-from swarm.wire import HolderHint
+from swarm.p2p.transport import BlobServed, MemoryHub, MemoryTransport
+from swarm.wire import HolderHint, holders_key
 
 
 def test_followers_fetch_from_holders_and_the_trainer_sends_each_delta_about_once():
@@ -43,3 +50,21 @@ def test_the_registry_names_the_newest_holders_of_the_newest_payloads():
     )
     assert sorted(p for p, _ in picked) == ["x", "y"]
     assert HolderHint("a" * 64, "f4", ()) in hints
+
+
+def test_hints_longer_than_hints_can_be_are_refused_before_they_are_read():
+    """A trainer serving a megabyte as its holder hints: the follower refuses it on its
+    announced size and reads none of it; real hints are read as before."""
+    hub = MemoryHub()
+    trainer, follower = MemoryTransport("trainer", hub), MemoryTransport("follower", hub)
+    trainer.start()
+    follower.start()
+    base = "b" * 64
+    trainer.serve_blob(holders_key(base), b"\x00" * (1 << 20))
+    assert read_hints(follower, "trainer", base, timeout=1.0) == {}
+    assert follower.stats().blob_bytes_in == 0
+    most = [HolderHint(f"{i:064x}", "p" * 200, ("a" * 256,) * 4) for i in range(32)]
+    assert len(encode_hints(most)) <= MAX_HINTS_BYTES  # the longest hints a trainer serves
+    trainer.serve_blob(holders_key(base), encode_hints(most))
+    assert len(read_hints(follower, "trainer", base, timeout=1.0)) == 32
+    assert follower.stats().blob_bytes_in == len(encode_hints(most))

@@ -1,0 +1,146 @@
+"""Peers' groups as training samples, under the chosen sharing channel (docs/SAPO.md).
+
+Plain GRPO gives a shared completion its own group's advantage, which sums to zero over the
+group: whatever all of a peer's completions share (the answer tag, the kind of answer) gets
+no net push. The channels here change that, each a `[training]` option:
+
+- `shared_advantage = "joint"`: the node generates G completions of its own for each shared
+  task; one baseline covers the peer's and its own (`grpo.joint_advantages`), and its own
+  completions are trained on too (on-policy, unshaped).
+- `shared_advantage = "receiver"`: the baseline is the node's own recent mean reward on the
+  task's family (`grpo.receiver_advantages`), no extra generation.
+- `shared_shaping = γ`: the shared tokens' loss is LUFFY's regularised importance weight.
+- `shared_normalizer = "parts"`: own and shared tokens are normalised apart, the shared part
+  weighing `shared_weight` times the own part (`grpo.part_weights`).
+- `shuffle_shared_rewards`: the negative control (rewards shuffled within each shared group).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from swarm.config import TrainingSection
+from swarm.experience import SharedGroup
+from swarm.policy.generator import Completion, Generator, SamplingParams
+from swarm.policy.grpo import (
+    group_advantages,
+    joint_advantages,
+    part_weights,
+    receiver_advantages,
+)
+from swarm.policy.prompts import build_prompt
+from swarm.policy.trainer import TrainSample, retokenized_samples
+from swarm.tasks import Scoring
+
+
+@dataclass
+class SharedPart:
+    """What the shared groups of one update turn into."""
+
+    samples: list[TrainSample] = field(default_factory=list)  # peers' completions
+    own_samples: list[TrainSample] = field(default_factory=list)  # joint: ours on their tasks
+    advantages: list[list[float]] = field(default_factory=list)  # per group, as recorded
+    generated: int = 0  # completions generated for the joint baseline
+
+
+def own_samples(
+    completions: Sequence[Completion], advantages: Sequence[float], eos: int | None
+) -> list[TrainSample]:
+    """Samples of our own completions; the stop token is trained where one was produced."""
+    return [
+        TrainSample(
+            c.prompt_ids, c.token_ids + ((eos,) if c.finished and eos is not None else ()), a
+        )
+        for c, a in zip(completions, advantages, strict=True)
+    ]
+
+
+def shuffled(rewards: Sequence[float], seed: str) -> tuple[float, ...]:
+    """`rewards` in an order drawn from `seed` (the negative control's reward shuffle)."""
+    out = list(rewards)
+    random.Random(seed).shuffle(out)
+    return tuple(out)
+
+
+def shared_part(
+    groups: Sequence[SharedGroup],
+    *,
+    settings: TrainingSection,
+    tokenizer,
+    system_prompt: str,
+    max_tokens: int,
+    baselines: dict[str, float],
+    generate=None,
+    scoring: Scoring | None = None,
+    seed: str = "",
+) -> SharedPart:
+    """Training samples for `groups` under `settings`' channel.
+
+    `baselines`: the node's recent mean reward per family (for `receiver`; a family missing
+    from it falls back to the group's own mean). `generate(prompts) -> completions per prompt`
+    and `scoring` are needed for `joint` only.
+    """
+    part = SharedPart()
+    prompts = [build_prompt(tokenizer, g.task.question, system_prompt) for g in groups]
+    rewards = [
+        shuffled(g.rewards, f"{seed}:{g.content_hash}")
+        if settings.shuffle_shared_rewards
+        else g.rewards
+        for g in groups
+    ]
+    joint = settings.shared_advantage == "joint" and bool(groups)
+    if joint and (generate is None or scoring is None):
+        raise ValueError("the joint baseline needs a generator and a scoring")
+    own_groups = generate(prompts) if joint else [()] * len(groups)
+    eos = tokenizer.eos_token_id
+    for group, prompt, group_rewards, mine in zip(
+        groups, prompts, rewards, own_groups, strict=True
+    ):
+        if joint:
+            own_rewards = [scoring.reward(group.task, c.text) for c in mine]  # type: ignore[union-attr]
+            advantages, own_advantages = joint_advantages(
+                group_rewards, own_rewards, settings.scale_advantages
+            )
+            part.own_samples += own_samples(mine, own_advantages, eos)
+            part.generated += len(mine)
+        else:
+            advantages = _advantages(group_rewards, group.family, settings, baselines)
+        part.advantages.append(advantages)
+        samples = retokenized_samples(
+            tokenizer, prompt, group.completions, group.finished, advantages, max_tokens
+        )
+        part.samples += [replace(s, shaping=settings.shared_shaping) for s in samples]
+    return part
+
+
+def _advantages(
+    rewards: Sequence[float], family: str, settings: TrainingSection, baselines: dict[str, float]
+) -> list[float]:
+    if settings.shared_advantage == "receiver" and family in baselines:
+        return receiver_advantages(rewards, baselines[family])
+    return group_advantages(rewards, scale_by_std=settings.scale_advantages)
+
+
+def weighted(
+    own: list[TrainSample], shared: list[TrainSample], settings: TrainingSection
+) -> list[TrainSample]:
+    """`own + shared`, with the per-token weights of `shared_normalizer = "parts"`.
+
+    Only completions that train (non-zero advantage, non-empty) count as tokens, as in the
+    trainer's normaliser.
+    """
+    if settings.shared_normalizer != "parts":
+        return own + shared
+
+    def tokens(samples: list[TrainSample]) -> int:
+        return sum(len(s.completion_ids) for s in samples if s.advantage != 0.0)
+
+    w_own, w_shared = part_weights(tokens(own), tokens(shared), settings.shared_weight)
+    return [replace(s, weight=w_own) for s in own] + [replace(s, weight=w_shared) for s in shared]
+
+
+def generate_for(generator: Generator, completions: int, sampling: SamplingParams):
+    """A `generate(prompts)` for `shared_part`: `completions` per prompt, `sampling`'s way."""
+    return lambda prompts: generator.generate(prompts, completions, sampling)
