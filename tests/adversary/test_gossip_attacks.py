@@ -183,12 +183,39 @@ def test_an_ihave_flood_does_not_stall_delivery(attacked: Scene) -> None:
 
 
 @pytest.mark.timeout(120)
+def test_ihave_for_unknown_topics_is_bounded_per_rpc_and_penalised(attacked: Scene) -> None:
+    """RPCs of 2,000 IHAVE entries under made-up topics: each is refused whole before any
+    entry is looked at, counted, and held against the sender's score; a small one for an
+    unknown topic costs a penalty too. Before: ignored one entry at a time, score untouched."""
+    s = attacked
+    fake_ids = [os.urandom(46) for _ in range(4)]
+    made_up = [
+        rpc_pb2.ControlIHave(topicID=f"nowhere-{i}", messageIDs=fake_ids) for i in range(2000)
+    ]
+    stream = s.attacker.open_raw_stream(s.victim.peer_id, GOSSIP_PROTOCOL)
+    stream.write(_control(ihave=made_up[:3]))
+    flood = _control(ihave=made_up)
+    for _ in range(20):
+        stream.write(flood)
+    publish_paced(s.honest, "legit", LEGIT)
+    assert wait_until(lambda: s.victim.delivered("legit") == LEGIT, 20)
+    stats = s.victim.stats()
+    assert stats["stats"]["control_refused"] >= 2000
+    assert any(
+        r["reason"] == "gossip_control_flood" and "control entries in one RPC" in r["detail"]
+        for r in stats["rejections"]
+    )
+    assert any("topic we are not in" in r["detail"] for r in stats["rejections"])
+    assert stats["scores"][s.attacker.peer_id] < -10
+
+
+@pytest.mark.timeout(120)
 def test_graft_and_prune_floods_and_backoff_violations_are_penalised(attacked: Scene) -> None:
     s = attacked
     stream = s.attacker.open_raw_stream(s.victim.peer_id, GOSSIP_PROTOCOL)
     stream.write(_control(prune=[rpc_pb2.ControlPrune(topicID=TOPIC, backoff=60)]))
     written_before = s.victim.stats()["bytes_written"]
-    grafts = _control(graft=[rpc_pb2.ControlGraft(topicID=TOPIC)] * 200)
+    grafts = _control(graft=[rpc_pb2.ControlGraft(topicID=TOPIC)] * 100)
     strangers = _control(
         graft=[rpc_pb2.ControlGraft(topicID=f"nowhere-{i}") for i in range(500)],
         prune=[rpc_pb2.ControlPrune(topicID=f"nowhere-{i}", backoff=60) for i in range(500)],

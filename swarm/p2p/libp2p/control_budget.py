@@ -22,6 +22,12 @@ MAX_IWANT_ANSWERS = 5000  # messages sent in answer to IWANTs, per peer and hear
 IWANT_BYTES_PER_HEARTBEAT = 8 * 1024 * 1024  # bytes of those answers, per peer and heartbeat
 # How long an answered message ID is remembered: the message cache's history is 5 heartbeats.
 REMEMBER_HEARTBEATS = 6
+# Control entries (IHAVE, IWANT, GRAFT, PRUNE, IDONTWANT) of any topic, known or not: in one
+# RPC, and per peer and heartbeat. An honest peer sends one IHAVE per topic and heartbeat and
+# a GRAFT or PRUNE per topic now and then; a 4 MiB RPC can carry tens of thousands.
+MAX_CONTROL_PER_RPC = 128
+MAX_CONTROL_PER_HEARTBEAT = 512
+MAX_CONTROL_IDS_PER_RPC = MAX_IHAVE_LENGTH + MAX_IWANT_ANSWERS  # message IDs in IHAVE + IWANT
 
 
 class ControlBudget:
@@ -34,6 +40,7 @@ class ControlBudget:
         self._iwant_answers: collections.Counter = collections.Counter()
         self._iwant_bytes: collections.Counter = collections.Counter()
         self._prune_replies: set[tuple[Hashable, str]] = set()
+        self._control: collections.Counter = collections.Counter()
         self._answered: dict[tuple[Hashable, bytes], int] = {}
         self._answered_at: collections.deque[tuple[int, tuple[Hashable, bytes]]] = (
             collections.deque()
@@ -46,10 +53,23 @@ class ControlBudget:
         self._iwant_answers.clear()
         self._iwant_bytes.clear()
         self._prune_replies.clear()
+        self._control.clear()
         horizon = self._heartbeat - REMEMBER_HEARTBEATS
         while self._answered_at and self._answered_at[0][0] <= horizon:
             _, key = self._answered_at.popleft()
             self._answered.pop(key, None)
+
+    def admit_control(self, peer: Hashable, entries: int, ids: int) -> str | None:
+        """None if an RPC's `entries` control entries carrying `ids` message IDs may be looked
+        at; else why its whole control part is ignored (checked before any entry is)."""
+        if entries > MAX_CONTROL_PER_RPC:
+            return f"{entries} control entries in one RPC (at most {MAX_CONTROL_PER_RPC})"
+        if ids > MAX_CONTROL_IDS_PER_RPC:
+            return f"{ids} message IDs in one RPC (at most {MAX_CONTROL_IDS_PER_RPC})"
+        if self._control[peer] + entries > MAX_CONTROL_PER_HEARTBEAT:
+            return f"over {MAX_CONTROL_PER_HEARTBEAT} control entries this heartbeat"
+        self._control[peer] += entries
+        return None
 
     def admit_ihave(self, peer: Hashable, ids: int) -> int:
         """How many of an IHAVE's `ids` message IDs may be looked at (0: ignore it all)."""

@@ -63,7 +63,7 @@ from libp2p.pubsub.validators import signature_validator  # noqa: E402
 from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, MAX_WINDOW_SIZE, Yamux  # noqa: E402
 
 from swarm.p2p.libp2p import pnet  # noqa: E402
-from swarm.p2p.libp2p.control_budget import ControlBudget  # noqa: E402
+from swarm.p2p.libp2p.control_budget import MAX_CONTROL_PER_RPC, ControlBudget  # noqa: E402
 from swarm.p2p.libp2p.framing import (  # noqa: E402
     NET_ERRORS,
     STREAM_IO_TIMEOUT_S,
@@ -239,11 +239,46 @@ class SwarmGossipSub(GossipSub):
     def _below(self, peer_id: ID, threshold: float) -> bool:
         return self.scorer.score(peer_id, list(self.mesh)) < threshold
 
+    async def handle_rpc(self, rpc: rpc_pb2.RPC, sender_peer_id: ID) -> None:
+        """The control part of an RPC, bounded as a whole before any entry is looked at.
+
+        The library's own version checks the sender's signed record a second time (Pubsub
+        did) and hands every entry to its handler, however many there are.
+        """
+        control = rpc.control
+        kinds = (control.ihave, control.iwant, control.graft, control.prune, control.idontwant)
+        entries = sum(len(kind) for kind in kinds)
+        ids = 0
+        if entries <= MAX_CONTROL_PER_RPC:
+            ids = sum(len(e.messageIDs) for e in control.ihave)
+            ids += sum(len(e.messageIDs) for e in control.iwant)
+        refused = self.budget.admit_control(sender_peer_id, entries, ids)
+        if refused is not None:
+            self._counted("control_refused", entries)
+            self._counted(
+                "ihave_ignored", sum(len(e.messageIDs) for e in control.ihave[:MAX_CONTROL_PER_RPC])
+            )
+            self._note(sender_peer_id, PeerRejectReason.CONTROL_FLOOD, refused)
+            return
+        for ihave in control.ihave:
+            await self.handle_ihave(ihave, sender_peer_id)
+        for iwant in control.iwant:
+            await self.handle_iwant(iwant, sender_peer_id)
+        for graft in control.graft:
+            await self.handle_graft(graft, sender_peer_id)
+        for prune in control.prune:
+            await self.handle_prune(prune, sender_peer_id)
+        # IDONTWANT is GossipSub v1.2, which we do not speak: counted above, otherwise ignored.
+
     async def handle_ihave(self, ihave_msg: rpc_pb2.ControlIHave, sender_peer_id: ID) -> None:
         ids = ihave_msg.messageIDs
-        if ihave_msg.topicID not in self.mesh or self._below(
-            sender_peer_id, self.scorer.params.gossip_threshold
-        ):
+        if ihave_msg.topicID not in self.mesh:
+            self._counted("ihave_ignored", len(ids))
+            self._note(
+                sender_peer_id, PeerRejectReason.CONTROL_FLOOD, "IHAVE for a topic we are not in"
+            )
+            return
+        if self._below(sender_peer_id, self.scorer.params.gossip_threshold):
             self._counted("ihave_ignored", len(ids))
             return
         allowed = self.budget.admit_ihave(sender_peer_id, len(ids))

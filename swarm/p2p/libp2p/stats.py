@@ -32,7 +32,8 @@ class Libp2pStats(TransportStats):
     peer_rejections: collections.Counter = field(default_factory=collections.Counter)
     iwant_served_bytes: int = 0  # message bytes sent in answer to peers' IWANTs
     iwant_refused: int = 0  # IWANT message IDs not answered (repeat or over budget)
-    ihave_ignored: int = 0  # IHAVE message IDs ignored (over budget or low score)
+    ihave_ignored: int = 0  # IHAVE message IDs ignored (over budget, unknown topic, low score)
+    control_refused: int = 0  # control entries of RPCs whose control part was ignored whole
     px_ignored: int = 0  # PRUNE peer-exchange entries not used (low score, unsigned, too many)
     blob_streams_refused: int = 0  # blob fetches refused: over the per-peer limit
     flow_control_violations: int = 0  # connections closed: peer wrote past our window
@@ -54,6 +55,7 @@ class Libp2pStats(TransportStats):
             iwant_served_bytes=self.iwant_served_bytes,
             iwant_refused=self.iwant_refused,
             ihave_ignored=self.ihave_ignored,
+            control_refused=self.control_refused,
             px_ignored=self.px_ignored,
             blob_streams_refused=self.blob_streams_refused,
             flow_control_violations=self.flow_control_violations,
