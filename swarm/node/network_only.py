@@ -190,6 +190,8 @@ class NetworkNode:
         self.exchange.start()
 
     def close(self) -> None:
+        if isinstance(self.exchange, PullExchange):
+            self.exchange.close()
         self.transport.close()
 
     # -- one round ------------------------------------------------------------------------

@@ -32,10 +32,11 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 
-from swarm.errors import TransportError
-from swarm.p2p.transport import Transport
+from swarm.errors import RejectedMessage, TransportError
+from swarm.node.pull_fetch import SizeCap
+from swarm.p2p.transport import FetchLimits, Transport
 from swarm.wire import ANNOUNCEMENTS_KEY
-from swarm.wire.streams import VIEW_KEY, ViewEntry, decode_view, encode_view
+from swarm.wire.streams import VIEW_KEY, VIEW_MAX_BYTES, ViewEntry, decode_view, encode_view
 
 DEFAULT_CAPACITY = 64
 
@@ -126,8 +127,9 @@ class PeerView:
         if partner is None:
             return
         try:
-            answer = decode_view(self.transport.fetch_blob(partner, VIEW_KEY, timeout=timeout))
-        except TransportError:
+            limits = FetchLimits(check=SizeCap(VIEW_MAX_BYTES))
+            answer = decode_view(self.transport.fetch_blob(partner, VIEW_KEY, timeout, limits))
+        except (TransportError, RejectedMessage):
             self.failed_fetches += 1
             self.view.pop(partner, None)  # unreachable: make room for peers that answer
             return

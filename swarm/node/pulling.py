@@ -5,20 +5,27 @@ nodes sharing 16 groups a round it would receive and verify 16,000 groups a roun
 on J of them. Here a node's cost per round depends on its own settings only
 (docs/SCALE.md):
 
-- publishing: each of its groups is served under `group_key(content_hash)`, and a small
-  signed `GroupAnnouncement` of each (content hash, task, claimed rewards, version, size)
-  goes into the list it serves under `ANNOUNCEMENTS_KEY` (its latest round), with hints of
-  the peers that fetched each group in full (holders: they serve it too);
-- collecting: it refreshes its random view of the swarm (`swarm.node.peer_view`), asks
-  `lists_per_round` peers drawn uniformly from the view for their lists, checks each
-  announcement cheaply (`swarm.verify.announcements`), keeps the fresh ones as candidates,
-  chooses `pull_groups` of them with the trainer's sampler (uniform, at most
-  `per_sender_cap` per sender, only groups whose claimed rewards carry signal) taken one
-  sender at a time (`balanced`), and pulls
-  them, content-addressed, from their sender or, when it fails, from a holder;
-- a pulled group must be exactly the announced one (else it is refused and the peer that
-  served it is blamed), then passes `Verifier.admit` like a gossiped group, and the caller
-  verifies it fully (task rebuilt, rewards re-scored) before training, as always.
+- publishing: each of its groups is served under `group_key(blob_hash)` (the SHA-256 of
+  the signed group exactly as served), and a small signed `GroupAnnouncement` of each
+  (blob hash, size, task, claimed rewards, version) goes into the list it serves under
+  `ANNOUNCEMENTS_KEY` (its latest round), with hints of the peers that fetched each group
+  in full (holders: they serve it too);
+- collecting, within one time budget a round (`round_budget_s`; fetches side by side,
+  `swarm.node.pull_fetch`, each capped at the size it may have): it refreshes its view of
+  the swarm (`swarm.node.peer_view`), asks `lists_per_round` peers sampled from it for
+  their lists, checks each announcement cheaply (`swarm.verify.announcements`), keeps the
+  fresh ones as candidates, chooses `pull_groups` of them with the trainer's sampler
+  (uniform, at most `per_sender_cap` per sender, only groups whose claimed rewards carry
+  signal) taken one sender at a time (`balanced`), and pulls them, content-addressed, from
+  their sender or its known holders;
+- exact blame: served bytes of another size or hash are the serving peer's fault alone
+  (refused before decoding; the next source is tried); the announced bytes are the
+  sender's, so whatever is wrong with them (signature, fields) is blamed on the sender; a
+  pull that admits nothing counts as failed; a sender that announces and does not serve
+  leaves the view, and past `unserved_ban_after` such pulls in a row each is a hard
+  rejection (`not_served`), towards a ban;
+- an admitted group passes `Verifier.admit` like a gossiped group, and the caller verifies
+  it fully (task rebuilt, rewards re-scored) before training, as always.
 
 Why this is a fair sample of the swarm: the peers asked are a uniform sample of a view that
 is itself a random subset of the swarm, so every sender is equally likely to be asked, and
@@ -40,14 +47,16 @@ from dataclasses import asdict, dataclass
 
 from swarm.errors import RejectedMessage, TransportError
 from swarm.node.peer_view import DEFAULT_CAPACITY, PeerView
+from swarm.node.pull_choice import Attempt, choose_pulls
+from swarm.node.pull_fetch import Fetcher, Outcome, Request
 from swarm.p2p.transport import Transport
-from swarm.sampling import Candidate, Staleness, choose_batch
-from swarm.verify.announcements import AnnouncementGate, check_matches
+from swarm.verify.announcements import AnnouncementGate, check_matches, check_served
 from swarm.verify.gate import Verifier
 from swarm.verify.message import Accepted, Rejection
 from swarm.verify.reasons import Reason
 from swarm.wire import (
     ANNOUNCEMENTS_KEY,
+    MAX_ANNOUNCEMENTS_MESSAGE_BYTES,
     MAX_HOLDER_HINTS,
     GroupAnnouncement,
     HolderHint,
@@ -65,7 +74,7 @@ from swarm.wire import (
 from swarm.wire.signing import sign_announcement
 
 GROUP_KEY_PREFIX = group_key("")
-HINT_MEMORY = 4096  # content hashes whose holder hints a node remembers
+HINT_MEMORY = 4096  # blob hashes whose holder hints a node remembers (and senders' misses)
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,10 @@ class PullSettings:
     keep_rounds: int = 3  # own and pulled groups stay served this many rounds
     candidate_rounds: int = 1  # announcements stay candidates this many rounds
     max_age_s: float = 600.0  # older announcements are not pulled
-    fetch_timeout_s: float = 5.0
+    fetch_timeout_s: float = 5.0  # one fetch at most
+    round_budget_s: float = 15.0  # every fetch of a round (view, lists by half of it, groups)
+    parallel_fetches: int = 8  # fetches side by side (over libp2p; in memory one at a time)
+    unserved_ban_after: int = 8  # announced groups a sender did not serve in a row, then hard
     view_capacity: int = DEFAULT_CAPACITY
     max_holders: int = 4  # holder hints kept (and tried) per group
     seed_salt: int = 0  # this node's task seed, hashed with its peer ID into its task stream
@@ -94,7 +106,8 @@ class PullCounters:
     announcements_refused: int = 0
     candidates: int = 0
     pulls: int = 0
-    pulls_failed: int = 0  # no source served the group
+    pulls_failed: int = 0  # no group admitted: nothing served in time, or refused
+    pulls_refused: int = 0  # of those, the announced bytes came and were refused
     pulled_from_holders: int = 0
     holder_misses: int = 0  # a hinted holder did not serve the group
     bad_holders: int = 0  # a source served bytes that are not the announced group
@@ -114,6 +127,7 @@ class PullExchange:
         settings: PullSettings = PullSettings(),
         *,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
         self.transport = transport
         self.verifier = verifier
@@ -122,6 +136,13 @@ class PullExchange:
         self.own_id = own_id
         self.settings = settings
         self.clock = clock
+        self.monotonic = monotonic
+        self.fetcher = Fetcher(
+            transport,
+            settings.parallel_fetches,
+            fetch_timeout_s=settings.fetch_timeout_s,
+            monotonic=monotonic,
+        )
         v = verifier.settings
         self.gate = AnnouncementGate(
             swarm_id,
@@ -135,25 +156,30 @@ class PullExchange:
         )
         self.view = PeerView(transport, own_id, capacity=settings.view_capacity)
         self.round = 0
-        # content hash -> (announcement, round it was learned)
+        # blob hash -> (announcement, round it was learned)
         self.candidates: collections.OrderedDict[str, tuple[GroupAnnouncement, int]] = (
             collections.OrderedDict()
         )
-        # content hash -> {holder peer ID: addrs}, for own groups (who fetched them) and
+        # blob hash -> {holder peer ID: addrs}, for own groups (who fetched them) and
         # for candidates (hints from their senders' lists)
         self.holders: collections.OrderedDict[str, dict[str, tuple[str, ...]]] = (
             collections.OrderedDict()
         )
-        self._announced: list[tuple[str, SignedAnnouncement]] = []  # (content hash, signed)
+        self._announced: list[tuple[str, SignedAnnouncement]] = []  # (blob hash, signed)
         self._served: collections.deque[tuple[int, str]] = collections.deque()  # (round, key)
         self.counters = PullCounters()
+        self._unserved: collections.OrderedDict[str, int] = collections.OrderedDict()
 
     def start(self) -> None:
         self.transport.serve_blob(ANNOUNCEMENTS_KEY, pack_announcements([]))
         self.view.refresh(self.settings.fetch_timeout_s)
 
+    def close(self) -> None:
+        """Stop the fetch workers (the transport is the caller's)."""
+        self.fetcher.close()
+
     def announced(self) -> list[str]:
-        """Content hashes of the groups this node announces now (its latest round)."""
+        """Blob hashes of the groups this node announces now (its latest round)."""
         return [digest for digest, _ in self._announced]
 
     def take_counters(self) -> dict:
@@ -162,10 +188,13 @@ class PullExchange:
 
     # -- publishing -----------------------------------------------------------------------
 
-    def announcement_of(self, signed: SignedGroup, group: RolloutGroup) -> GroupAnnouncement:
+    def announcement_of(
+        self, signed: SignedGroup, group: RolloutGroup, served: bytes
+    ) -> GroupAnnouncement:
+        """What this node says of a group it serves as `served` (`encode_signed_group`)."""
         return GroupAnnouncement(
             base_hash=group.base_hash,
-            content_hash=signed.content_hash,
+            blob_hash=hashlib.sha256(served).hexdigest(),
             created_at=group.created_at,
             model=group.model,
             policy_version=group.policy_version,
@@ -173,7 +202,7 @@ class PullExchange:
             round=group.round,
             seed_salt=self.settings.seed_salt,
             sender=group.sender,
-            size=len(signed.body),
+            size=len(served),
             swarm_id=group.swarm_id,
             task=group.task,
         )
@@ -182,10 +211,11 @@ class PullExchange:
         """Serve this round's groups and the list announcing them (it replaces the last)."""
         self._announced = []
         for signed, group in groups:
-            self._serve(group_key(signed.content_hash), encode_signed_group(signed))
-            announcement = self.announcement_of(signed, group)
+            served = encode_signed_group(signed)
+            announcement = self.announcement_of(signed, group, served)
+            self._serve(group_key(announcement.blob_hash), served)
             self._announced.append(
-                (signed.content_hash, sign_announcement(announcement, self.key_pair))
+                (announcement.blob_hash, sign_announcement(announcement, self.key_pair))
             )
         self._serve_list()
 
@@ -231,38 +261,43 @@ class PullExchange:
     # -- collecting -----------------------------------------------------------------------
 
     def collect(self) -> tuple[list[Accepted], list[Rejection]]:
-        """Ask sampled peers for announcements, choose, pull and admit; then a new round."""
+        """Ask sampled peers for announcements, choose, pull and admit, all within the
+        round's time budget (lists by half of it); then a new round."""
         self._serve_list()
+        s = self.settings
+        started = self.monotonic()
+        self.view.refresh(min(s.fetch_timeout_s, s.round_budget_s / 4))
+        asked = self.view.sample(s.lists_per_round)
+        self.counters.lists_asked += len(asked)
+        requests = [Request(p, ANNOUNCEMENTS_KEY, MAX_ANNOUNCEMENTS_MESSAGE_BYTES) for p in asked]
         rejected: list[Rejection] = []
-        self.view.refresh(self.settings.fetch_timeout_s)
-        for peer in self.view.sample(self.settings.lists_per_round):
-            rejected += self._ask(peer)
-        accepted: list[Accepted] = []
-        for announcement in self._choose():
-            ok, bad = self._pull(announcement)
-            accepted += ok
-            rejected += bad
+        for outcome in self.fetcher.fetch_all(requests, started + s.round_budget_s / 2):
+            rejected += self._take_list(outcome)
+        accepted, refused = self._pull_all(self._choose(), started + s.round_budget_s)
+        rejected += refused
         self.counters.cheap_checked += len(accepted) + sum(
             r.reason != Reason.PULL_FAILED for r in rejected
         )
         self.round += 1
         for digest, (_, learned) in list(self.candidates.items()):
-            if learned <= self.round - self.settings.candidate_rounds:
+            if learned <= self.round - s.candidate_rounds:
                 del self.candidates[digest]
         return accepted, rejected
 
-    def _ask(self, peer: str) -> list[Rejection]:
-        """Fetch one peer's announcements; keep the fresh ones as candidates."""
-        self.counters.lists_asked += 1
-        try:
-            data = self.transport.fetch_blob(peer, ANNOUNCEMENTS_KEY, self.settings.fetch_timeout_s)
-        except TransportError:
+    def _take_list(self, outcome: Outcome) -> list[Rejection]:
+        """One peer's announcements: keep the fresh ones as candidates."""
+        peer = outcome.request.peer
+        if isinstance(outcome.error, TransportError) or outcome.data is None:
             self.counters.lists_failed += 1
             self.view.forget(peer)
             return []
+        data = outcome.data
         try:
+            if outcome.error is not None:
+                raise outcome.error
             items, hints = unpack_announcements(data)
         except RejectedMessage as e:
+            self.counters.lists_failed += 1
             return [Rejection(e.reason, e.detail, peer, hashlib.sha256(data).hexdigest())]
         rejected, now = [], self.clock()
         for signed in items:
@@ -275,7 +310,7 @@ class PullExchange:
                     digest = hashlib.sha256(signed.body).hexdigest()
                     rejected.append(Rejection(e.reason, e.detail, peer, digest, peer))
                 continue
-            self.candidates[announcement.content_hash] = (announcement, self.round)
+            self.candidates[announcement.blob_hash] = (announcement, self.round)
         for hint in hints:
             if hint.content_hash in self.candidates:
                 self._hint(hint.content_hash, hint.peer_id, hint.addrs)
@@ -288,98 +323,119 @@ class PullExchange:
             if learned <= self.round - s.candidate_rounds:
                 del self.candidates[digest]
         self.counters.candidates = len(self.candidates)
-        offered = [
-            Candidate(
-                a,
-                a.rewards,
-                sender=a.sender,
-                policy_version=a.policy_version,
-                received_at=a.created_at,
-                round=a.round,
-                family=a.task.dataset,
-            )
-            for a, _ in self.candidates.values()
-        ]
-        shuffled = choose_batch(
-            [],
-            offered,
-            0,
-            len(offered),
+        chosen = choose_pulls(
+            [a for a, _ in self.candidates.values()],
+            s.pull_groups,
             seed=f"{self.own_id}:pull:{self.round}",
             now=self.clock(),
-            staleness=Staleness(max_version_gap=None, max_age_s=s.max_age_s),
-            per_peer_cap=s.per_sender_cap or None,
-        ).shared
-        chosen = balanced(shuffled, s.pull_groups)
+            max_age_s=s.max_age_s,
+            per_sender_cap=s.per_sender_cap,
+        )
         for announcement in chosen:
-            self.candidates.pop(announcement.content_hash, None)
+            self.candidates.pop(announcement.blob_hash, None)
         return chosen
 
     def _sources(self, announcement: GroupAnnouncement) -> list[str]:
         """Whom to pull a group from: its sender, then its known holders in random order."""
-        hinted = self.holders.get(announcement.content_hash, {})
+        hinted = self.holders.get(announcement.blob_hash, {})
         holders = [p for p in hinted if p not in (announcement.sender, self.own_id)]
-        random.Random(f"{self.own_id}:{announcement.content_hash}").shuffle(holders)
+        random.Random(f"{self.own_id}:{announcement.blob_hash}").shuffle(holders)
         for peer in holders:
             if hinted[peer]:
                 self.transport.learn_peer(peer, hinted[peer])
         return [announcement.sender] + holders[: self.settings.max_holders]
 
-    def _pull(self, announcement: GroupAnnouncement) -> tuple[list[Accepted], list[Rejection]]:
-        """Fetch an announced group (sender first, then holders), check it is the announced
-        one, admit it; a source that serves other bytes is refused and blamed."""
-        self.counters.pulls += 1
-        sender, digest = announcement.sender, announcement.content_hash
-        refused: list[Rejection] = []
-        for source in self._sources(announcement):
-            try:
-                data = self.transport.fetch_blob(
-                    source, group_key(digest), self.settings.fetch_timeout_s
-                )
-            except TransportError:
-                self.counters.holder_misses += source != sender
-                continue
-            try:
-                signed = decode_signed_group(data)
-                check_matches(announcement, signed, decode_group(signed.body))
-            except RejectedMessage as e:
-                self.counters.bad_holders += 1
-                refused.append(Rejection(e.reason, e.detail, source, digest, ""))
-                continue
-            self.counters.pulled_from_holders += source != sender
-            ok, bad = self._admit(signed, data, sender)
-            return ok, refused + bad
+    def _pull_all(
+        self, chosen: list[GroupAnnouncement], deadline: float
+    ) -> tuple[list[Accepted], list[Rejection]]:
+        """Pull every chosen group by `deadline`: each wave fetches every pending group from
+        its next source, side by side; a source that fails or serves other bytes is passed
+        over for the next."""
+        attempts = [Attempt(a, self._sources(a)) for a in chosen]
+        self.counters.pulls += len(attempts)
+        pending = list(attempts)
+        while pending and self.monotonic() < deadline:
+            wave = [(attempt, attempt.sources.pop(0)) for attempt in pending]
+            requests = [
+                Request(source, group_key(a.announcement.blob_hash), a.announcement.size, True)
+                for a, source in wave
+            ]
+            for (attempt, source), outcome in zip(
+                wave, self.fetcher.fetch_all(requests, deadline), strict=True
+            ):
+                self._take_group(attempt, source, outcome)
+            pending = [a for a in pending if not a.done and a.sources]
+        accepted: list[Accepted] = []
+        rejected: list[Rejection] = []
+        for attempt in attempts:
+            accepted += attempt.accepted
+            rejected += self._outcome(attempt)
+        return accepted, rejected
+
+    def _take_group(self, attempt: Attempt, source: str, outcome: Outcome) -> None:
+        """One source's answer for one group. Bytes that are not the announced ones (size
+        or hash) are the serving peer's fault alone; the announced bytes are the sender's
+        own (it signed their hash): whatever is wrong with them is blamed on the sender, and
+        no other source is tried (it would serve the same bytes)."""
+        a = attempt.announcement
+        sender, digest = a.sender, a.blob_hash
+        if isinstance(outcome.error, TransportError):
+            self.counters.holder_misses += source != sender
+            attempt.sender_missed |= source == sender
+            return
+        data = outcome.data or b""
+        try:
+            if outcome.error is not None:
+                raise outcome.error
+            check_served(a, data)
+        except RejectedMessage as e:
+            self.counters.bad_holders += 1
+            attempt.refused.append(Rejection(e.reason, e.detail, source, digest, ""))
+            return
+        attempt.done = True
+        self.counters.pulled_from_holders += source != sender
+        self._unserved.pop(sender, None)
+        try:
+            signed = decode_signed_group(data)
+            check_matches(a, decode_group(signed.body))
+        except RejectedMessage as e:
+            attempt.refused.append(Rejection(e.reason, e.detail, sender, digest, sender))
+            return
+        ok, bad = self._admit(signed, data, a)
+        attempt.accepted, attempt.refused = ok, attempt.refused + bad
+
+    def _outcome(self, attempt: Attempt) -> list[Rejection]:
+        """The rejections of a pull; a sender that announced a group and did not serve it
+        leaves the view, and past `unserved_ban_after` such pulls in a row each one is a
+        hard rejection (towards a ban)."""
+        if attempt.accepted:
+            return attempt.refused
         self.counters.pulls_failed += 1
-        if refused:  # what was served is on record, blamed on whoever served it
-            return [], refused
-        detail = "neither the sender nor a known holder served it"
-        return [], [Rejection(Reason.PULL_FAILED, detail, sender, digest, sender)]
+        if attempt.done:  # the announced bytes came, and were refused
+            self.counters.pulls_refused += 1
+            return attempt.refused
+        sender, digest = attempt.announcement.sender, attempt.announcement.blob_hash
+        reason = Reason.PULL_FAILED
+        if attempt.sender_missed:
+            self.view.forget(sender)
+            misses = self._unserved.pop(sender, 0) + 1
+            self._unserved[sender] = misses
+            while len(self._unserved) > HINT_MEMORY:
+                self._unserved.popitem(last=False)
+            if misses > self.settings.unserved_ban_after > 0:
+                reason = Reason.NOT_SERVED
+        detail = "neither the sender nor a known holder served it in time"
+        return attempt.refused + [Rejection(reason, detail, sender, digest, sender)]
 
     def _admit(
-        self, signed: SignedGroup, data: bytes, sender: str
+        self, signed: SignedGroup, data: bytes, announcement: GroupAnnouncement
     ) -> tuple[list[Accepted], list[Rejection]]:
-        """The gossip validator's checks on a pulled group (its sender as the source: a
-        holder only relayed what the content hash pins); an admitted one is served on."""
+        """The gossip validator's checks on a pulled group (its sender as the source: the
+        announced hash pins every byte a holder served); an admitted one is served on."""
         message = pack_messages([signed])[0]
-        ok, bad = self.verifier.admit(message, sender)
+        ok, bad = self.verifier.admit(message, announcement.sender)
         if ok:
-            ok, bad = self.verifier.recheck(message, sender)
+            ok, bad = self.verifier.recheck(message, announcement.sender)
         if ok:
-            self._serve(group_key(signed.content_hash), data)  # a holder now
+            self._serve(group_key(announcement.blob_hash), data)  # a holder now
         return ok, bad
-
-
-def balanced(shuffled: list[GroupAnnouncement], k: int) -> list[GroupAnnouncement]:
-    """`k` of `shuffled` (a uniform order), one per sender in turn: every sender asked counts
-    the same, however many groups it announced (a loud sender gains nothing)."""
-    by_sender: dict[str, list[GroupAnnouncement]] = {}
-    for announcement in shuffled:
-        by_sender.setdefault(announcement.sender, []).append(announcement)
-    queues = list(by_sender.values())
-    chosen: list[GroupAnnouncement] = []
-    while len(chosen) < k and queues:
-        for queue in queues:
-            if len(chosen) < k:
-                chosen.append(queue.pop(0))
-        queues = [q for q in queues if q]
-    return chosen

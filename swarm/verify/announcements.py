@@ -8,8 +8,10 @@ belongs to the sender's own task stream (`swarm.tasks.stream_seed`: no peer can
 announce a group for another sender's task, which makes copying a group pointless), age
 and clock skew, duplicates, and a per-sender rate limit. Every refusal names a `Reason`.
 
-A pulled group must then be the one announced: its body hashes to the announced content
-hash (content addressing: any holder may serve it) and agrees with every announced field.
+A pulled group must then be the one announced: the served bytes (`[body, signature]`) are
+the announced size and hash to the announced `blob_hash` (content addressing: any holder
+may serve them, and a holder that serves anything else is blamed alone, before anything is
+decoded), and the group agrees with every announced field (else its sender is blamed).
 After that it goes through the same checks as a gossiped group (`Verifier.admit`, then
 `Verifier.verify_content` before training).
 
@@ -19,6 +21,7 @@ Deliberately not here: fetching, sampling or pooling (`swarm.node.pulling`).
 from __future__ import annotations
 
 import collections
+import hashlib
 import threading
 from collections.abc import Callable, Collection
 
@@ -27,10 +30,10 @@ from swarm.tasks import stream_seed
 from swarm.verify import rules
 from swarm.verify.reasons import Reason
 from swarm.verify.state import RateLimits
-from swarm.wire import GroupAnnouncement, RolloutGroup, SignedAnnouncement, SignedGroup
+from swarm.wire import GroupAnnouncement, RolloutGroup, SignedAnnouncement
 from swarm.wire.signing import verify_announcement
 
-SEEN_MEMORY = 100_000  # announced content hashes remembered (duplicates)
+SEEN_MEMORY = 100_000  # announced blob hashes remembered (duplicates)
 
 
 def check_task_binding(announcement: GroupAnnouncement) -> None:
@@ -43,15 +46,25 @@ def check_task_binding(announcement: GroupAnnouncement) -> None:
         )
 
 
-def check_matches(
-    announcement: GroupAnnouncement, signed: SignedGroup, group: RolloutGroup
-) -> None:
-    """A pulled group must be exactly the announced one (hash and every announced field)."""
-    problems = []
-    if signed.content_hash != announcement.content_hash:
-        problems.append("content hash")
-    if len(signed.body) != announcement.size:
-        problems.append("size")
+def check_served(announcement: GroupAnnouncement, data: bytes) -> None:
+    """Served bytes must be exactly the announced ones: `size` long, hashing to `blob_hash`.
+
+    Checked before anything is decoded, so a failure is the serving peer's alone (a holder
+    serving a good body with a broken signature fails here, not at the signature check)."""
+    if len(data) != announcement.size:
+        raise RejectedMessage(
+            Reason.ANNOUNCEMENT_MISMATCH,
+            f"served {len(data)} bytes where {announcement.size} were announced",
+        )
+    if hashlib.sha256(data).hexdigest() != announcement.blob_hash:
+        raise RejectedMessage(
+            Reason.ANNOUNCEMENT_MISMATCH, "the served bytes do not hash to the announced hash"
+        )
+
+
+def check_matches(announcement: GroupAnnouncement, group: RolloutGroup) -> None:
+    """The announced bytes' group must agree with every announced field (the sender signed
+    both: a disagreement is the sender's)."""
     pairs = {
         "sender": (group.sender, announcement.sender),
         "swarm": (group.swarm_id, announcement.swarm_id),
@@ -62,7 +75,7 @@ def check_matches(
         "model": ((group.model, group.base_hash), (announcement.model, announcement.base_hash)),
         "created_at": (group.created_at, announcement.created_at),
     }
-    problems += [name for name, (a, b) in pairs.items() if a != b]
+    problems = [name for name, (a, b) in pairs.items() if a != b]
     if problems:
         raise RejectedMessage(
             Reason.ANNOUNCEMENT_MISMATCH, "the pulled group differs in " + ", ".join(problems)
@@ -111,13 +124,13 @@ class AnnouncementGate:
         check_task_binding(announcement)
         rules.check_age(announcement.created_at, now, self.max_age_s, self.max_future_s)
         with self._lock:
-            if announcement.content_hash in self._seen:
+            if announcement.blob_hash in self._seen:
                 raise RejectedMessage(Reason.DUPLICATE, "announcement already seen")
             if not self._rates.allows(announcement.sender, 1, now):
                 raise RejectedMessage(
                     Reason.RATE_LIMITED, f"{source[:16]}... announced more than its rate allows"
                 )
-            self._seen[announcement.content_hash] = None
+            self._seen[announcement.blob_hash] = None
             while len(self._seen) > SEEN_MEMORY:
                 self._seen.popitem(last=False)
         return announcement

@@ -70,6 +70,7 @@ class Reason(enum.StrEnum):
     FOREIGN_TASK = "foreign_task"  # an announced task from another sender's task stream
     ANNOUNCEMENT_MISMATCH = "announcement_mismatch"  # the pulled group is not the one announced
     PULL_FAILED = "pull_failed", 0.2  # soft: an announced group its sender did not serve
+    NOT_SERVED = "not_served"  # the same, past `pull.unserved_ban_after` in a row: towards a ban
     # Following a trainer's deltas (`swarm.node.sync`); recorded in the ledger, not scored.
     NOT_FOLLOWED = "not_followed"
     WRONG_BASE = "wrong_base"

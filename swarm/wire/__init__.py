@@ -57,6 +57,7 @@ NONCE_BYTES = 16
 MAX_MESSAGE_BYTES = 512 * 1024  # one gossip message (a batch of groups)
 TARGET_MESSAGE_BYTES = 64 * 1024  # batches are cut near this size
 MAX_GROUP_BYTES = 256 * 1024
+MAX_SERVED_GROUP_BYTES = MAX_GROUP_BYTES + 128  # a signed group as served: [body, signature]
 MAX_GROUPS_PER_MESSAGE = 256
 MAX_COMPLETIONS = 256
 MAX_TEXT_CHARS = 32_768  # one completion or the question
@@ -72,7 +73,9 @@ MAX_MANIFEST_MESSAGE_BYTES = MAX_MANIFESTS_PER_MESSAGE * (MAX_MANIFEST_BYTES + 9
 MAX_BLOB_KEY_CHARS = 512
 MAX_PAYLOAD_BYTES = 1 << 40
 MANIFEST_KINDS = ("delta", "anchor")
-ANNOUNCEMENT_SCHEMA_VERSION = 1
+# 2: an announcement names the signed group exactly as served (`blob_hash` of `[body,
+# signature]`, `size` of those bytes), so a holder cannot serve a good body with a bad signature.
+ANNOUNCEMENT_SCHEMA_VERSION = 2
 MAX_ANNOUNCEMENT_BYTES = 4096  # one announcement body (~600 bytes in practice)
 MAX_ANNOUNCEMENTS_PER_MESSAGE = 256
 MAX_HOLDER_HINTS = 512  # (group, holder) hints in one announcements message
@@ -125,9 +128,10 @@ def holders_key(base_hash: str) -> str:
     return f"sync/{base_hash[:16]}/holders"
 
 
-def group_key(content_hash: str) -> str:
-    """Blob key under which a node serves the signed group with this content hash."""
-    return f"pull/group/{content_hash}"
+def group_key(blob_hash: str) -> str:
+    """Blob key under which a node serves a signed group: its announced `blob_hash`, the
+    SHA-256 of the bytes served (`encode_signed_group`)."""
+    return f"pull/group/{blob_hash}"
 
 
 def new_nonce() -> bytes:
@@ -212,14 +216,17 @@ class DeltaManifest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 class GroupAnnouncement(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What a sender says about one of its groups, so that peers can choose before pulling it.
 
-    The group itself is served under `group_key(content_hash)`; its body must hash to
-    `content_hash` and agree with every field named here. `seed_salt` binds the task to the
+    The group itself is served under `group_key(blob_hash)`: the served bytes (msgpack
+    `[body, signature]`, `encode_signed_group`) must hash to `blob_hash`, be `size` bytes
+    long, and the body must agree with every field named here. Hashing the signature too
+    pins exactly what may be served: a holder serving anything else (a broken signature
+    included) is caught before any decoding, and blamed alone. `seed_salt` binds the task to the
     sender: the task's seed must be `swarm.node.pulling.stream_seed(sender, seed_salt)`, so
     no peer can announce a group for another sender's task.
     """
 
     base_hash: Name
-    content_hash: HexHash  # SHA-256 of the group body
+    blob_hash: HexHash  # SHA-256 of the signed group as served ([body, signature])
     created_at: Time
     model: Name
     policy_version: Count
@@ -227,7 +234,7 @@ class GroupAnnouncement(Struct, frozen=True, kw_only=True, forbid_unknown_fields
     round: Count
     seed_salt: Annotated[int, Meta(ge=0, le=2**63 - 1)]
     sender: Name
-    size: Annotated[int, Meta(ge=1, le=MAX_GROUP_BYTES)]  # body bytes
+    size: Annotated[int, Meta(ge=1, le=MAX_SERVED_GROUP_BYTES)]  # bytes served
     swarm_id: Name
     task: TaskSpec
     v: int = ANNOUNCEMENT_SCHEMA_VERSION
@@ -594,7 +601,7 @@ def encode_signed_group(signed: SignedGroup) -> bytes:
 
 def decode_signed_group(data: bytes) -> SignedGroup:
     """A served signed group (envelope only: the body is checked by `decode_group`)."""
-    if len(data) > MAX_GROUP_BYTES + 128:
+    if len(data) > MAX_SERVED_GROUP_BYTES:
         raise RejectedMessage(Reason.OVERSIZE, f"served group of {len(data)} bytes")
     try:
         return msgspec.msgpack.decode(data, type=SignedGroup)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import msgspec
 import pytest
 
@@ -9,15 +11,17 @@ from swarm.errors import RejectedMessage
 from swarm.node.synthetic import SyntheticRollouts, SyntheticShape, wire_group
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.tasks import EASY_MIX, Scoring, canonical_config, stream_seed
-from swarm.verify.announcements import AnnouncementGate, check_matches
+from swarm.verify.announcements import AnnouncementGate, check_matches, check_served
 from swarm.verify.reasons import Reason
 from swarm.wire import (
     GroupAnnouncement,
     HolderHint,
     SignedAnnouncement,
+    SignedGroup,
     decode_announcement,
     decode_group,
     encode_announcement,
+    encode_signed_group,
     pack_announcements,
     unpack_announcements,
 )
@@ -45,9 +49,10 @@ def make(key_pair=None, *, salt: int = 0, seed: int | None = None, created_at: f
         format_bonus=0.1,
     )
     signed = sign_group(group, key_pair)
+    served = encode_signed_group(signed)
     announcement = GroupAnnouncement(
         base_hash=group.base_hash,
-        content_hash=signed.content_hash,
+        blob_hash=hashlib.sha256(served).hexdigest(),
         created_at=created_at,
         model="m",
         policy_version=0,
@@ -55,7 +60,7 @@ def make(key_pair=None, *, salt: int = 0, seed: int | None = None, created_at: f
         round=0,
         seed_salt=salt,
         sender=sender,
-        size=len(signed.body),
+        size=len(served),
         swarm_id="s",
         task=group.task,
     )
@@ -151,9 +156,20 @@ def test_a_sender_over_its_rate_is_refused():
 
 def test_a_pulled_group_must_be_the_announced_one():
     _, signed, announcement, _ = make()
-    check_matches(announcement, signed, decode_group(signed.body))
+    check_served(announcement, encode_signed_group(signed))
+    check_matches(announcement, decode_group(signed.body))
     _, other, _, _ = make()
     with pytest.raises(RejectedMessage) as e:
-        check_matches(announcement, other, decode_group(other.body))
+        check_matches(announcement, decode_group(other.body))
     assert e.value.reason == Reason.ANNOUNCEMENT_MISMATCH
-    assert "content hash" in e.value.detail and "sender" in e.value.detail
+    assert "sender" in e.value.detail
+
+
+def test_the_announced_hash_covers_the_signature_too():
+    """A good body with a broken signature is not the announced blob: refused unread."""
+    _, signed, announcement, _ = make()
+    broken = SignedGroup(signed.body, bytes(64))
+    for served in (encode_signed_group(broken), encode_signed_group(signed) + b"\0"):
+        with pytest.raises(RejectedMessage) as e:
+            check_served(announcement, served)
+        assert e.value.reason == Reason.ANNOUNCEMENT_MISMATCH

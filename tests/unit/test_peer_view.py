@@ -7,7 +7,7 @@ import statistics
 from collections import Counter
 
 from swarm.node.peer_view import PeerView, merge, oldest
-from swarm.node.pulling import balanced
+from swarm.node.pull_choice import balanced
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import MemoryHub
 from swarm.wire import GroupAnnouncement
@@ -81,7 +81,7 @@ def announcement(sender: str, i: int) -> GroupAnnouncement:
 
     return GroupAnnouncement(
         base_hash="0",
-        content_hash=f"{i:064x}",
+        blob_hash=f"{i:064x}",
         created_at=0.0,
         model="m",
         policy_version=0,

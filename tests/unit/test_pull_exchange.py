@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import msgspec
 
 from swarm.node.network_only import (
@@ -17,6 +19,11 @@ from swarm.p2p.transport import MemoryHub, MemoryTransport
 from swarm.verify.reasons import Reason
 from swarm.wire import decode_group, decode_signed_group, encode_signed_group, group_key
 from swarm.wire.signing import sign_group
+
+
+def served_hash(signed) -> str:
+    """The blob hash a group is announced and served under."""
+    return hashlib.sha256(encode_signed_group(signed)).hexdigest()
 
 
 def pull_nodes(n: int, linked: bool = True, **settings) -> list[NetworkNode]:
@@ -122,7 +129,7 @@ def test_a_holder_serving_other_bytes_is_refused_and_blamed_then_a_good_holder_s
     sender, puller, bad, digest = _holder_setup(bad_holders=2, good_holders=1)
     puller.exchange.start()
     accepted, rejected = puller.exchange.collect()
-    assert [a.signed.content_hash for a in accepted] == [digest]
+    assert [served_hash(a.signed) for a in accepted] == [digest]
     counters = puller.exchange.take_counters()
     assert counters["pulled_from_holders"] == 1
     mismatches = [r for r in rejected if r.reason == Reason.ANNOUNCEMENT_MISMATCH]
@@ -136,5 +143,6 @@ def test_only_bad_holders_left_the_pull_fails_and_every_bad_holder_is_recorded()
     accepted, rejected = puller.exchange.collect()
     assert accepted == []
     reasons = sorted((r.reason, r.source) for r in rejected)
-    assert reasons == sorted([(Reason.ANNOUNCEMENT_MISMATCH, b) for b in bad])
+    expected = [(Reason.ANNOUNCEMENT_MISMATCH, b) for b in bad]
+    assert reasons == sorted([*expected, (Reason.PULL_FAILED, sender.peer_id)])
     assert puller.exchange.take_counters()["pulls_failed"] == 1

@@ -1,0 +1,79 @@
+"""Which announced groups a node pulls, and the state of one pull (pure, no I/O).
+
+`choose_pulls` is the trainer's sampler (`swarm.sampling.choose_batch`: uniform, only
+groups whose claimed rewards carry signal, fresh enough, at most `per_sender_cap` per
+sender) over announcements, then `balanced`: one group per sender in turn, so a sender that
+announces more groups gains nothing. `Attempt` is one chosen group while its sources are
+tried (`swarm.node.pulling`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from swarm.sampling import Candidate, Staleness, choose_batch
+from swarm.verify.message import Accepted, Rejection
+from swarm.wire import GroupAnnouncement
+
+
+def choose_pulls(
+    announcements: list[GroupAnnouncement],
+    k: int,
+    *,
+    seed: str,
+    now: float,
+    max_age_s: float,
+    per_sender_cap: int,
+) -> list[GroupAnnouncement]:
+    """`k` announcements to pull: the trainer's draw, then one per sender in turn."""
+    offered = [
+        Candidate(
+            a,
+            a.rewards,
+            sender=a.sender,
+            policy_version=a.policy_version,
+            received_at=a.created_at,
+            round=a.round,
+            family=a.task.dataset,
+        )
+        for a in announcements
+    ]
+    shuffled = choose_batch(
+        [],
+        offered,
+        0,
+        len(offered),
+        seed=seed,
+        now=now,
+        staleness=Staleness(max_version_gap=None, max_age_s=max_age_s),
+        per_peer_cap=per_sender_cap or None,
+    ).shared
+    return balanced(shuffled, k)
+
+
+def balanced(shuffled: list[GroupAnnouncement], k: int) -> list[GroupAnnouncement]:
+    """`k` of `shuffled` (a uniform order), one per sender in turn: every sender asked counts
+    the same, however many groups it announced (a loud sender gains nothing)."""
+    by_sender: dict[str, list[GroupAnnouncement]] = {}
+    for announcement in shuffled:
+        by_sender.setdefault(announcement.sender, []).append(announcement)
+    queues = list(by_sender.values())
+    chosen: list[GroupAnnouncement] = []
+    while len(chosen) < k and queues:
+        for queue in queues:
+            if len(chosen) < k:
+                chosen.append(queue.pop(0))
+        queues = [q for q in queues if q]
+    return chosen
+
+
+@dataclass
+class Attempt:
+    """One chosen group being pulled: the sources left to try and what came of it."""
+
+    announcement: GroupAnnouncement
+    sources: list[str]
+    done: bool = False  # the announced bytes arrived (admitted or refused)
+    sender_missed: bool = False  # the sender was asked and did not serve them
+    accepted: list[Accepted] = field(default_factory=list)
+    refused: list[Rejection] = field(default_factory=list)

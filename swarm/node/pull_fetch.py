@@ -1,0 +1,115 @@
+"""Many blob fetches at once, within one deadline, each refused beyond the size it may have.
+
+The pull exchange fetches a view, up to `lists_per_round` lists and up to `pull_groups`
+groups a round. One after another, with a 5 s timeout each, peers that stall could cost a
+round 1 + 8 + 10 timeouts; here a round has one time budget, and the fetches of each step
+run side by side (`parallel` at a time, on worker threads that each wait on the transport:
+libp2p's runs every fetch on its own network thread, so they overlap there), every one
+ending by the round's deadline. Every fetch carries a `SizeCap`: a peer that announces more
+bytes than the blob may have is refused on its response header, before a byte of the blob
+is read (a group's announced size, a list's or a view's protocol limit).
+
+In-memory transports answer at once from the same thread, so they are fetched in turn.
+
+Deliberately not here: what a failed or refused fetch means (`swarm.node.pulling`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
+from dataclasses import dataclass
+
+from swarm.errors import FetchTooSlow, RejectedMessage, TransportError
+from swarm.p2p.transport import FetchLimits, MemoryTransport, Transport
+from swarm.verify.reasons import Reason
+
+
+class SizeCap:
+    """A `BlobCheck` that refuses a blob by its announced length: above `max_bytes`, or, when
+    `exact`, other than `max_bytes` (a group must be exactly the announced size)."""
+
+    def __init__(self, max_bytes: int, exact: bool = False):
+        self.max_bytes = max_bytes
+        self.exact = exact
+
+    def size(self, nbytes: int) -> None:
+        if self.exact and nbytes != self.max_bytes:
+            raise RejectedMessage(
+                Reason.ANNOUNCEMENT_MISMATCH,
+                f"served {nbytes} bytes where {self.max_bytes} were announced",
+            )
+        if nbytes > self.max_bytes:
+            raise RejectedMessage(Reason.OVERSIZE, f"{nbytes} bytes, at most {self.max_bytes}")
+
+    def head(self, data: bytes) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
+class Request:
+    """One blob to fetch: from whom, which, at most (or, `exact`, exactly) how many bytes."""
+
+    peer: str
+    key: str
+    max_bytes: int
+    exact: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one fetch gave: the bytes, or why not (a `TransportError`: the peer did not
+    serve in time; a `RejectedMessage`: it announced a size it may not have)."""
+
+    request: Request
+    data: bytes | None = None
+    error: TransportError | RejectedMessage | None = None
+
+
+class Fetcher:
+    """Runs batches of `Request`s side by side, each batch within a deadline."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        parallel: int = 8,
+        *,
+        fetch_timeout_s: float = 5.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
+        self.transport = transport
+        self.fetch_timeout_s = fetch_timeout_s
+        self.monotonic = monotonic
+        threaded = parallel > 1 and not isinstance(transport, MemoryTransport)
+        self._pool = ThreadPoolExecutor(parallel, "pull-fetch") if threaded else None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def fetch_all(self, requests: Sequence[Request], deadline: float) -> list[Outcome]:
+        """One `Outcome` per request, in order, all by `deadline` (a `monotonic` time)."""
+        if self._pool is None:
+            return [self._one(r, deadline) for r in requests]
+        futures = [self._pool.submit(self._one, r, deadline) for r in requests]
+        wait_all(futures, timeout=max(0.0, deadline - self.monotonic()) + 1.0)
+        return [
+            f.result() if f.done() else Outcome(r, error=FetchTooSlow("past the round's deadline"))
+            for f, r in zip(futures, requests, strict=True)
+        ]
+
+    def _one(self, request: Request, deadline: float) -> Outcome:
+        left = min(self.fetch_timeout_s, deadline - self.monotonic())
+        if left <= 0:
+            return Outcome(request, error=FetchTooSlow("the round's time budget is spent"))
+        cap = SizeCap(request.max_bytes, request.exact)
+        try:
+            data = self.transport.fetch_blob(
+                request.peer, request.key, left, FetchLimits(check=cap)
+            )
+            cap.size(len(data))  # the bytes themselves, whatever the transport checked
+        except (TransportError, RejectedMessage) as e:
+            return Outcome(request, error=e)
+        return Outcome(request, data=data)

@@ -1,0 +1,179 @@
+"""Hostile peers against the pull exchange: each attack refused, blamed on whoever did it."""
+
+from __future__ import annotations
+
+import time
+
+from swarm.errors import FetchTooSlow, RejectedMessage
+from swarm.node.network_only import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
+from swarm.node.pull_fetch import Fetcher, Request
+from swarm.node.pulling import PullSettings
+from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.p2p.transport import FetchLimits, MemoryHub, MemoryTransport
+from swarm.verify.gate import VerifySettings
+from swarm.verify.reasons import Reason
+from swarm.verify.reputation import ReputationSettings
+from swarm.wire import (
+    ANNOUNCEMENTS_KEY,
+    SignedGroup,
+    decode_group,
+    decode_signed_group,
+    encode_signed_group,
+    group_key,
+    pack_announcements,
+)
+from swarm.wire.signing import sign_announcement
+
+
+def swarm_of(n: int, **pull) -> tuple[list[NetworkNode], list[MemoryTransport]]:
+    """`n` pull nodes on one fully connected memory hub, one group a round each."""
+    hub = MemoryHub()
+    keys = [create_identity(bytes([i]) * 32) for i in range(n)]  # the same swarm every run
+    transports = [MemoryTransport(peer_id_of(k), hub) for k in keys]
+    verify = VerifySettings(swarm_id="swarm-local", reputation=ReputationSettings(ban_after=3))
+    settings = NetworkNodeSettings(
+        exchange=ExchangeKind.PULL,
+        groups_per_round=1,
+        shared_groups=1,
+        verify=verify,
+        pull=PullSettings(**{"pull_groups": 1, "lists_per_round": n, **pull}),
+    )
+    nodes = [NetworkNode(settings, t, k) for t, k in zip(transports, keys, strict=True)]
+    for t in transports:
+        t.start()
+    return nodes, transports
+
+
+def published(sender: NetworkNode) -> tuple[str, bytes]:
+    """The sender's one announced group: (blob hash, served bytes)."""
+    sender.exchange.start()
+    sender.publish_round(RoundCost(round=0))
+    (digest,) = sender.exchange.announced()
+    return digest, sender.transport.fetch_blob(sender.peer_id, group_key(digest))
+
+
+def broken_signature(data: bytes) -> bytes:
+    signed = decode_signed_group(data)
+    return encode_signed_group(SignedGroup(signed.body, bytes(64)))
+
+
+def test_a_holder_serving_the_body_with_a_broken_signature_is_blamed_not_the_sender():
+    nodes, _ = swarm_of(10)
+    sender, liar, good, pullers = nodes[0], nodes[1], nodes[2], nodes[3:]
+    digest, data = published(sender)
+    liar.transport.fetch_blob(sender.peer_id, group_key(digest))  # both become hinted holders
+    good.transport.fetch_blob(sender.peer_id, group_key(digest))
+    liar.transport.serve_blob(group_key(digest), broken_signature(data))
+    good.transport.serve_blob(group_key(digest), data)
+    sender.exchange.collect()  # its list now hints both holders
+    sender.transport.unserve_blob(group_key(digest))
+    blamed = []
+    for puller in pullers:  # each tries the holders in its own random order
+        puller.exchange.start()
+        accepted, rejected = puller.exchange.collect()
+        assert [a.group.sender for a in accepted] == [sender.peer_id]
+        assert all(r.reason == Reason.PULL_FAILED or r.sender == "" for r in rejected)
+        blamed += [(r.reason, r.source) for r in rejected if r.reason != Reason.PULL_FAILED]
+    assert blamed and set(blamed) == {(Reason.ANNOUNCEMENT_MISMATCH, liar.peer_id)}
+
+
+def test_only_a_broken_signature_served_the_pull_fails_and_the_sender_is_not_blamed_for_it():
+    nodes, _ = swarm_of(3)
+    sender, puller, liar = nodes
+    digest, data = published(sender)
+    liar.transport.fetch_blob(sender.peer_id, group_key(digest))
+    liar.transport.serve_blob(group_key(digest), broken_signature(data))
+    sender.exchange.collect()
+    sender.transport.unserve_blob(group_key(digest))
+    puller.exchange.start()
+    accepted, rejected = puller.exchange.collect()
+    assert accepted == []
+    assert puller.exchange.take_counters()["pulls_failed"] == 1
+    assert (Reason.ANNOUNCEMENT_MISMATCH, liar.peer_id) in [(r.reason, r.source) for r in rejected]
+    assert Reason.BAD_SIGNATURE not in [r.reason for r in rejected]
+
+
+def test_a_sender_whose_own_announced_bytes_are_bad_is_blamed_and_the_pull_fails():
+    nodes, _ = swarm_of(2)
+    sender, puller = nodes
+    digest, data = published(sender)
+    bad = broken_signature(data)
+    # announce the broken bytes themselves: the hash matches, the signature does not
+    sender.exchange.publish([])
+    signed = decode_signed_group(data)
+    forged = sender.exchange.announcement_of(signed, decode_group(signed.body), bad)
+    sender.transport.serve_blob(group_key(forged.blob_hash), bad)
+    sender.transport.serve_blob(
+        ANNOUNCEMENTS_KEY, pack_announcements([sign_announcement(forged, sender.key_pair)])
+    )
+    puller.exchange.start()
+    accepted, rejected = puller.exchange.collect()
+    assert accepted == []
+    assert [(r.reason, r.source) for r in rejected] == [(Reason.BAD_SIGNATURE, sender.peer_id)]
+    counters = puller.exchange.take_counters()
+    assert counters["pulls_failed"] == counters["pulls_refused"] == 1
+
+
+def test_a_sender_that_announces_and_never_serves_leaves_the_view_and_is_banned():
+    nodes, _ = swarm_of(2, unserved_ban_after=2)
+    sender, puller = nodes
+    sender.exchange.start()
+    puller.exchange.start()
+    for r in range(8):
+        sender.publish_round(RoundCost(round=r))
+        for digest in sender.exchange.announced():
+            sender.transport.unserve_blob(group_key(digest))
+        cost = RoundCost(round=r)
+        puller.collect(cost)
+        assert sender.peer_id not in puller.exchange.view.peers()
+        if sender.peer_id in puller.verifier.banned:
+            break
+    record = puller.verifier.reputation.record(sender.peer_id)
+    assert record.rejected[Reason.PULL_FAILED] == 2
+    assert record.rejected[Reason.NOT_SERVED] >= 3
+    assert sender.peer_id in puller.verifier.banned
+
+
+class StallingTransport:
+    """Answers every fetch only when its timeout is up (a peer that accepts and stalls), or
+    announces `size` bytes first, refused by the fetch's check before anything is read."""
+
+    def __init__(self, size: int = 0):
+        self.size = size
+        self.read = 0
+
+    def fetch_blob(self, peer_id: str, key: str, timeout: float, limits: FetchLimits) -> bytes:
+        if self.size:
+            assert limits.check is not None
+            limits.check.size(self.size)
+            self.read += self.size
+            return bytes(self.size)
+        time.sleep(timeout)
+        raise FetchTooSlow(f"{key} from {peer_id}: nothing in {timeout} s")
+
+
+def test_stalling_peers_cost_one_round_budget_not_one_timeout_each():
+    fetcher = Fetcher(StallingTransport(), parallel=8, fetch_timeout_s=5.0)  # type: ignore[arg-type]
+    requests = [Request(f"peer-{i}", ANNOUNCEMENTS_KEY, 1024) for i in range(16)]
+    started = time.monotonic()
+    outcomes = fetcher.fetch_all(requests, started + 0.6)
+    elapsed = time.monotonic() - started
+    fetcher.close()
+    assert all(isinstance(o.error, FetchTooSlow) for o in outcomes)
+    assert elapsed < 2.0  # 16 stalls one after another would take 16 x 5 s
+
+
+def test_a_blob_larger_than_it_may_be_is_refused_before_it_is_read():
+    transport = StallingTransport(size=64 << 20)
+    fetcher = Fetcher(transport, parallel=1)  # type: ignore[arg-type]
+    (outcome,) = fetcher.fetch_all(
+        [Request("peer", group_key("ab" * 32), 9_000, exact=True)], time.monotonic() + 5
+    )
+    assert isinstance(outcome.error, RejectedMessage) and outcome.data is None
+    assert outcome.error.reason == Reason.ANNOUNCEMENT_MISMATCH
+    (outcome,) = fetcher.fetch_all(
+        [Request("peer", ANNOUNCEMENTS_KEY, 1 << 20)], time.monotonic() + 5
+    )
+    assert isinstance(outcome.error, RejectedMessage)
+    assert outcome.error.reason == Reason.OVERSIZE
+    assert transport.read == 0
