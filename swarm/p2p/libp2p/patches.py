@@ -86,6 +86,10 @@ CONNECTION_CLOSE_S = 3.0
 # The peer that handed us a message (not necessarily its origin), for the current pubsub task.
 _FORWARDER: contextvars.ContextVar[ID | None] = contextvars.ContextVar("forwarder", default=None)
 # The message whose signature this pubsub task has just verified (see SwarmPubsub.push_msg).
+# The signer (`from`) of the message whose validation runs now, when another peer relayed it.
+_RELAYED_FROM: contextvars.ContextVar[ID | None] = contextvars.ContextVar(
+    "relayed_from", default=None
+)
 _VERIFIED: contextvars.ContextVar[rpc_pb2.Message | None] = contextvars.ContextVar(
     "verified", default=None
 )
@@ -179,6 +183,28 @@ def coalesce(
     return batch, None
 
 
+class BlameScorer(PeerScorer):
+    """The library's scorer, with an invalid message held against the peer that signed it.
+
+    The library counts a message our validator refuses against the peer that forwarded it
+    (P4). A relay validates what it forwards as far as it can, but it cannot know our state
+    (which trainer we follow, which nonces we saw, our rate limits): a trainer relaying
+    forged manifests to its follower lost its score there and then had its own messages
+    refused. The signature was checked before validation, so the signer is known for sure;
+    it is penalised instead, if it is one of our peers (a stranger has no score to lower;
+    the relay still pays the handling through its cost budget, `peer_costs`).
+    """
+
+    is_peer: Callable[[ID], bool] = staticmethod(lambda peer: False)
+
+    def on_invalid_message(self, peer: ID, topic: str) -> None:
+        signer = _RELAYED_FROM.get()
+        if signer is None or signer == peer:
+            super().on_invalid_message(peer, topic)
+        elif self.is_peer(signer):
+            super().on_invalid_message(signer, topic)
+
+
 class SwarmGossipSub(GossipSub):
     """GossipSub with its control messages bounded as GossipSub v1.1 intends, and no
     equivocation record.
@@ -220,6 +246,8 @@ class SwarmGossipSub(GossipSub):
     def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - GossipSub's own
         super().__init__(*args, **kwargs)
         self.budget = ControlBudget()
+        self.scorer = BlameScorer(self.scorer.params)
+        self.scorer.is_peer = lambda peer: self.pubsub is not None and peer in self.pubsub.peers
 
     def _check_equivocation(self, msg: rpc_pb2.Message) -> bool:
         return True
@@ -482,7 +510,7 @@ class SwarmPubsub(Pubsub):
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
         token = _FORWARDER.set(msg_forwarder)
-        verified = None
+        verified = relayed = None
         try:
             if msg_forwarder != self.my_id and not self._is_msg_seen(msg):
                 # The library drops these two without a trace: a message from a peer
@@ -504,6 +532,7 @@ class SwarmPubsub(Pubsub):
                     )
                     return
                 verified = _VERIFIED.set(msg)
+                relayed = _RELAYED_FROM.set(ID(msg.from_id) if msg.from_id else None)
             await super().push_msg(msg_forwarder, msg)
         except Exception as exc:  # noqa: BLE001 - a bad message is dropped, never fatal
             if msg_forwarder == self.my_id:
@@ -512,6 +541,8 @@ class SwarmPubsub(Pubsub):
         finally:
             if verified is not None:
                 _VERIFIED.reset(verified)
+            if relayed is not None:
+                _RELAYED_FROM.reset(relayed)
             _FORWARDER.reset(token)
 
     async def continuously_read_stream(self, stream: INetStream) -> None:
