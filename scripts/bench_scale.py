@@ -43,6 +43,9 @@ def parse_args(argv=None):
     sim.add_argument("--nodes", type=int, nargs="+", default=[100, 1000])
     sim.add_argument("--rounds", type=int, default=4)
     sim.add_argument("--warmup", type=int, default=2)
+    sim.add_argument("--hostile", type=float, default=0.0, help="share of colluding identities")
+    sim.add_argument("--greedy", type=int, default=0, help="greedy viewers (fetch every view)")
+    sim.add_argument("--sketch", type=int, default=128, help="history sample (0: from the view)")
     real = sub.add_parser("real", help="node processes over libp2p on 127.0.0.1")
     real.add_argument("--exchange", choices=("pull", "gossip"), default="pull")
     real.add_argument("--network", type=int, default=32, help="network-only processes")
@@ -64,12 +67,22 @@ def cmd_sim(args) -> None:
 
     for n in args.nodes:
         settings = SimSettings(
-            nodes=n, exchange=ExchangeKind(args.exchange), rounds=args.rounds, warmup=args.warmup
+            nodes=n,
+            exchange=ExchangeKind(args.exchange),
+            rounds=args.rounds,
+            warmup=args.warmup,
+            hostile=args.hostile,
+            greedy=args.greedy,
+            sketch=args.sketch,
         )
         label = f"  [{n} {args.exchange}]"
         result = simulate(settings, lambda m, label=label: print(f"{label} {m}", flush=True))
-        write(Path(args.out) / f"sim-{args.exchange}-{n}.json", result)
+        attack = f"-hostile{args.hostile:g}-greedy{args.greedy}" if result["adversary"] else ""
+        attack += f"-sketch{args.sketch}" if args.sketch != 128 else ""
+        write(Path(args.out) / f"sim-{args.exchange}-{n}{attack}.json", result)
         print(row(f"sim {args.exchange}", n, result["per_node"], result), flush=True)
+        if result["adversary"]:
+            print(f"  adversary: {json.dumps(result['adversary'])}", flush=True)
 
 
 def cmd_real(args) -> None:

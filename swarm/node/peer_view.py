@@ -33,12 +33,14 @@ import random
 from collections.abc import Iterable, Sequence
 
 from swarm.errors import RejectedMessage, TransportError
+from swarm.node.history_sample import DEFAULT_SKETCH, HistorySample
 from swarm.node.pull_fetch import SizeCap
 from swarm.p2p.transport import FetchLimits, Transport
 from swarm.wire import ANNOUNCEMENTS_KEY
 from swarm.wire.streams import VIEW_KEY, VIEW_MAX_BYTES, ViewEntry, decode_view, encode_view
 
 DEFAULT_CAPACITY = 64
+SHUFFLE_LENGTH = 8  # entries taken from one partner's view, and fetchers entered, a refresh
 
 View = dict[str, tuple[tuple[str, ...], int]]  # peer ID -> (addrs, age)
 
@@ -90,12 +92,14 @@ class PeerView:
         *,
         capacity: int = DEFAULT_CAPACITY,
         seed: str = "",
+        sketch: int = DEFAULT_SKETCH,
     ):
         self.transport = transport
         self.own_id = own_id
         self.capacity = capacity
         self.rng = random.Random(f"view:{own_id}:{seed}")
         self.view: View = {}
+        self.history = HistorySample(self.rng, sketch)
         self.failed_fetches = 0
         self.shuffles = 0
 
@@ -103,12 +107,17 @@ class PeerView:
         return sorted(self.view)
 
     def sample(self, k: int) -> list[str]:
-        return sample(list(self.view), k, self.rng)
+        """`k` peers to ask: drawn from the history sample (`swarm.node.history_sample`),
+        topped up from the view while that holds fewer (a node that just joined)."""
+        chosen = self.history.sample(k)
+        rest = [p for p in self.view if p not in chosen]
+        return chosen + sample(rest, k - len(chosen), self.rng)
 
     def forget(self, peer: str) -> None:
-        """`peer` did not answer: out of the view (it comes back if it asks us or is passed
-        on as alive)."""
+        """`peer` did not answer: out of the view and the history sample (it comes back to
+        the view if it asks us or is passed on as alive)."""
         self.view.pop(peer, None)
+        self.history.drop(peer)
 
     def refresh(self, timeout: float = 5.0) -> None:
         """Age, take in who asked us, serve our view, shuffle with our oldest entry."""
@@ -116,11 +125,17 @@ class PeerView:
         asked = self.transport.served_blobs(VIEW_KEY) + self.transport.served_blobs(
             ANNOUNCEMENTS_KEY
         )
+        self.history.tick()
         if asked or not self.view:
             connected = {p.peer_id: p.addrs for p in self.transport.peers()}
-            fresh = [ViewEntry(f.peer_id, tuple(connected.get(f.peer_id, ())), 0) for f in asked]
+            fetchers = sorted({f.peer_id for f in asked})
+            self.history.feed(fetchers)
+            # limited pushes: however many peers fetched from us, a few enter the view
+            pushed = self.rng.sample(fetchers, min(SHUFFLE_LENGTH, len(fetchers)))
+            fresh = [ViewEntry(p, tuple(connected.get(p, ())), 0) for p in pushed]
             if not self.view:  # a newcomer: its bootstrap peers
                 fresh += [ViewEntry(peer, tuple(addrs), 0) for peer, addrs in connected.items()]
+                self.history.feed(connected)
             self.view = merge(self.view, fresh, self.own_id, self.capacity, self.rng, hop=0)
         self.transport.serve_blob(VIEW_KEY, encode_view(self.entries()))
         partner = oldest(self.view, self.rng)
@@ -131,11 +146,14 @@ class PeerView:
             answer = decode_view(self.transport.fetch_blob(partner, VIEW_KEY, timeout, limits))
         except (TransportError, RejectedMessage):
             self.failed_fetches += 1
-            self.view.pop(partner, None)  # unreachable: make room for peers that answer
+            self.forget(partner)  # unreachable: make room for peers that answer
             return
         self.shuffles += 1
-        self.view = merge(self.view, answer, self.own_id, self.capacity, self.rng)
-        for entry in answer:
+        self.history.feed(e.id for e in answer if e.id != self.own_id)
+        # a shuffle takes a few of the partner's entries (its own first), not all of them
+        taken = answer[:1] + self.rng.sample(answer[1:], min(SHUFFLE_LENGTH, len(answer[1:])))
+        self.view = merge(self.view, taken, self.own_id, self.capacity, self.rng)
+        for entry in taken:
             if entry.id in self.view and entry.addrs:
                 self.transport.learn_peer(entry.id, entry.addrs)
 

@@ -17,7 +17,7 @@ on J of them. Here a node's cost per round depends on its own settings only
   fresh ones as candidates, chooses `pull_groups` of them with the trainer's sampler
   (uniform, at most `per_sender_cap` per sender, only groups whose claimed rewards carry
   signal) taken one sender at a time (`balanced`), and pulls them, content-addressed, from
-  their sender or its known holders;
+  their sender and its known holders in a random order (the load spreads over holders);
 - exact blame: served bytes of another size or hash are the serving peer's fault alone
   (refused before decoding; the next source is tried); the announced bytes are the
   sender's, so whatever is wrong with them (signature, fields) is blamed on the sender; a
@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from swarm.errors import RejectedMessage, TransportError
+from swarm.node.history_sample import DEFAULT_SKETCH
 from swarm.node.peer_view import DEFAULT_CAPACITY, PeerView
 from swarm.node.pull_choice import Attempt, choose_pulls
 from swarm.node.pull_fetch import Fetcher, Outcome, Request
@@ -92,6 +93,7 @@ class PullSettings:
     parallel_fetches: int = 8  # fetches side by side (over libp2p; in memory one at a time)
     unserved_ban_after: int = 8  # announced groups a sender did not serve in a row, then hard
     view_capacity: int = DEFAULT_CAPACITY
+    view_sketch: int = DEFAULT_SKETCH  # IDs in the history sample asked peers come from (0: view)
     max_holders: int = 4  # holder hints kept (and tried) per group
     seed_salt: int = 0  # this node's task seed, hashed with its peer ID into its task stream
 
@@ -154,7 +156,9 @@ class PullExchange:
             rate_per_s=v.rate_groups_per_s,
             burst=v.rate_burst,
         )
-        self.view = PeerView(transport, own_id, capacity=settings.view_capacity)
+        self.view = PeerView(
+            transport, own_id, capacity=settings.view_capacity, sketch=settings.view_sketch
+        )
         self.round = 0
         # blob hash -> (announcement, round it was learned)
         self.candidates: collections.OrderedDict[str, tuple[GroupAnnouncement, int]] = (
@@ -169,6 +173,7 @@ class PullExchange:
         self._served: collections.deque[tuple[int, str]] = collections.deque()  # (round, key)
         self.counters = PullCounters()
         self._unserved: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self.last_asked: list[str] = []  # the peers asked for their lists in the last round
 
     def start(self) -> None:
         self.transport.serve_blob(ANNOUNCEMENTS_KEY, pack_announcements([]))
@@ -267,7 +272,7 @@ class PullExchange:
         s = self.settings
         started = self.monotonic()
         self.view.refresh(min(s.fetch_timeout_s, s.round_budget_s / 4))
-        asked = self.view.sample(s.lists_per_round)
+        asked = self.last_asked = self.view.sample(s.lists_per_round)
         self.counters.lists_asked += len(asked)
         requests = [Request(p, ANNOUNCEMENTS_KEY, MAX_ANNOUNCEMENTS_MESSAGE_BYTES) for p in asked]
         rejected: list[Rejection] = []
@@ -336,14 +341,19 @@ class PullExchange:
         return chosen
 
     def _sources(self, announcement: GroupAnnouncement) -> list[str]:
-        """Whom to pull a group from: its sender, then its known holders in random order."""
+        """Whom to pull a group from, in turn: its sender and up to `max_holders` of its known
+        holders, all in one random order. The load of a popular group spreads over everyone
+        who holds it instead of falling on its sender first."""
         hinted = self.holders.get(announcement.blob_hash, {})
         holders = [p for p in hinted if p not in (announcement.sender, self.own_id)]
-        random.Random(f"{self.own_id}:{announcement.blob_hash}").shuffle(holders)
-        for peer in holders:
-            if hinted[peer]:
+        rng = random.Random(f"{self.own_id}:{announcement.blob_hash}")
+        rng.shuffle(holders)
+        sources = [announcement.sender] + holders[: self.settings.max_holders]
+        rng.shuffle(sources)
+        for peer in sources:
+            if hinted.get(peer):
                 self.transport.learn_peer(peer, hinted[peer])
-        return [announcement.sender] + holders[: self.settings.max_holders]
+        return sources
 
     def _pull_all(
         self, chosen: list[GroupAnnouncement], deadline: float

@@ -39,12 +39,15 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from swarm.errors import TransportError
+from swarm.node.history_sample import DEFAULT_SKETCH
 from swarm.node.network_only import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
 from swarm.node.pulling import PullSettings
 from swarm.ops.footprint import peak_mb
 from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import MemoryHub, MemoryTransport
+from swarm.wire.streams import VIEW_KEY, VIEW_MAX_ENTRIES, ViewEntry, encode_view
 
 METRICS = ("bytes_in", "bytes_out", "cpu_s", "verified", "cheap_checked", "ledger_rows", "peers")
 
@@ -65,6 +68,9 @@ class SimSettings:
     links: int = 64
     loud_factor: int = 4  # loud nodes (1 in 100, at least one) make this many times Q a round
     seed: int = 0
+    hostile: float = 0.0  # share of identities that collude to capture views (see `Adversary`)
+    greedy: int = 0  # greedy viewers: fetch every node's view every round
+    sketch: int = DEFAULT_SKETCH  # history sample of each node (0: ask peers from the view)
 
 
 class SimClock:
@@ -103,6 +109,7 @@ def build(settings: SimSettings, clock: SimClock) -> list[NetworkNode]:
                 pull_groups=settings.pulls,
                 keep_rounds=settings.keep_rounds,
                 max_age_s=3 * settings.period_s,
+                view_sketch=settings.sketch,
             ),
         )
         nodes.append(NetworkNode(node_settings, transport, key_pair, clock=clock))
@@ -111,13 +118,73 @@ def build(settings: SimSettings, clock: SimClock) -> list[NetworkNode]:
     return nodes
 
 
+class Adversary:
+    """Hostile identities of a simulated pull swarm, trying to own honest nodes' samples.
+
+    - colluders (`hostile` of the identities, never node 0): ordinary nodes, except that
+      the view each serves lists only colluders, all at age 0 (the youngest, so kept first);
+    - greedy viewers (`greedy`, also colluders): fetch every node's view every round, which
+      enters them at age 0 in every view they fetch.
+
+    `measure` counts whom honest nodes asked for their lists.
+    """
+
+    def __init__(self, settings: SimSettings, nodes: list[NetworkNode]):
+        rng = random.Random(settings.seed + 3)
+        count = round(settings.hostile * len(nodes))
+        picked = rng.sample(range(1, len(nodes)), min(len(nodes) - 1, max(count, settings.greedy)))
+        self.hostile = {nodes[i].peer_id for i in picked}
+        self.greedy = [nodes[i] for i in picked[: settings.greedy]]
+        self.nodes = nodes
+        self.asked: Counter = Counter()
+
+    def act(self) -> None:
+        """Serve the colluders' views and let the greedy viewers fetch every view."""
+        entries = [ViewEntry(p, (), 0) for p in sorted(self.hostile)][:VIEW_MAX_ENTRIES]
+        for node in self.nodes:
+            if node.peer_id in self.hostile:
+                own = [e for e in entries if e.id == node.peer_id]
+                others = [e for e in entries if e.id != node.peer_id]
+                node.transport.serve_blob(VIEW_KEY, encode_view(own + others))
+        for viewer in self.greedy:
+            for node in self.nodes:
+                if node is not viewer:
+                    try:
+                        viewer.transport.fetch_blob(node.peer_id, VIEW_KEY)
+                    except TransportError:
+                        continue
+
+    def measure(self) -> None:
+        for node in self.nodes:
+            if node.peer_id not in self.hostile:
+                self.asked.update(getattr(node.exchange, "last_asked", ()))
+
+    def report(self) -> dict:
+        """Hostile share of honest nodes' samples over their share of the swarm (1: fair),
+        and how often a greedy viewer was asked over an honest peer (1: no gain)."""
+        total = sum(self.asked.values())
+        honest = [p.peer_id for p in self.nodes if p.peer_id not in self.hostile]
+        per_honest = sum(self.asked[p] for p in honest) / max(1, len(honest))
+        share = len(self.hostile) / len(self.nodes)
+        in_samples = sum(self.asked[p] for p in self.hostile) / total if total else 0.0
+        greedy = [self.asked[v.peer_id] for v in self.greedy]
+        return {
+            "hostile_identities": len(self.hostile),
+            "hostile_share": share,
+            "hostile_share_in_samples": in_samples,
+            "capture_ratio": in_samples / share if share else 0.0,
+            "greedy_ratio": statistics.fmean(greedy) / per_honest if greedy and per_honest else 0.0,
+        }
+
+
 def simulate(settings: SimSettings, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Run the swarm; per-node cost per measured round (summaries) and fairness."""
     clock = SimClock()
     t0 = time.perf_counter()
     nodes = build(settings, clock)
     progress(f"{settings.nodes} {settings.exchange} nodes built in {time.perf_counter() - t0:.0f}s")
-    shuffle_views(nodes, settings.view_rounds, random.Random(settings.seed + 2))
+    adversary = Adversary(settings, nodes) if settings.hostile or settings.greedy else None
+    shuffle_views(nodes, settings.view_rounds, random.Random(settings.seed + 2), adversary)
     progress(f"views shuffled {settings.view_rounds} times: {time.perf_counter() - t0:.0f}s")
     per_node: list[dict] = []
     chosen: Counter = Counter()
@@ -133,6 +200,10 @@ def simulate(settings: SimSettings, progress: Callable[[str], None] = lambda s: 
         for position, i in enumerate(order):
             clock.now = clock.start + (r + position / len(nodes)) * settings.period_s
             costs[i] = nodes[i].run_round()
+        if adversary is not None:
+            adversary.act()
+            if r >= settings.warmup:
+                adversary.measure()
         after = [node.byte_meter() for node in nodes]
         progress(f"round {r}: {time.perf_counter() - t:.0f}s")
         if r < settings.warmup:
@@ -164,6 +235,7 @@ def simulate(settings: SimSettings, progress: Callable[[str], None] = lambda s: 
         },
         "age_s": {"mean": statistics.fmean(ages) if ages else 0.0, "p95": percentile(ages, 0.95)},
         "fairness": fairness(chosen, [n.peer_id for n in nodes], loud_count(settings)),
+        "adversary": adversary.report() if adversary is not None else None,
         "wall_s": time.perf_counter() - t0,
         "process_peak_mb": peak_mb(),  # the whole simulation's, all nodes together
     }
@@ -174,13 +246,21 @@ def simulate(settings: SimSettings, progress: Callable[[str], None] = lambda s: 
     return result
 
 
-def shuffle_views(nodes: list[NetworkNode], rounds: int, rng: random.Random) -> None:
-    """Refresh the views of pull nodes `rounds` times (nodes in a new order each time)."""
+def shuffle_views(
+    nodes: list[NetworkNode],
+    rounds: int,
+    rng: random.Random,
+    adversary: Adversary | None = None,
+) -> None:
+    """Refresh the views of pull nodes `rounds` times (nodes in a new order each time; the
+    adversary acting after each time)."""
     views = [v for v in (getattr(n.exchange, "view", None) for n in nodes) if v is not None]
     for _ in range(rounds if views else 0):
         rng.shuffle(views)
         for view in views:
             view.refresh()
+        if adversary is not None:
+            adversary.act()
 
 
 def summarize(rows: list[dict]) -> dict:

@@ -103,3 +103,45 @@ def test_balanced_takes_one_group_per_sender_in_turn():
     chosen = balanced(shuffled, 5)
     assert Counter(a.sender for a in chosen) == {"loud": 3, "quiet": 1, "other": 1}
     assert [a.sender for a in balanced(shuffled, 3)] == ["loud", "quiet", "other"]
+
+
+def test_colluders_and_a_greedy_viewer_do_not_capture_the_peers_a_node_asks():
+    """20 % of identities serve views listing only each other at age 0, one of them fetches
+    every view every round: their share of the peers honest nodes ask stays near 20 %."""
+    from swarm.wire.streams import VIEW_KEY, encode_view
+
+    hub, views, first = MemoryHub(), [], ""
+    for i in range(150):
+        peer = f"peer-{i:04d}"
+        transport = LinkedMemoryTransport(peer, hub, bootstrap=[first] if first else [])
+        transport.start()
+        first = first or peer
+        views.append(PeerView(transport, peer, capacity=16, sketch=32))
+    rng = random.Random(2)
+    hostile = [v for v in views[1:] if rng.random() < 0.2]
+    names = {v.own_id for v in hostile}
+    asked: Counter = Counter()
+    for r in range(30):
+        order = list(views)
+        rng.shuffle(order)
+        for view in order:
+            view.refresh()
+        for view in hostile:
+            entries = [ViewEntry(view.own_id, (), 0)] + [
+                ViewEntry(p, (), 0) for p in sorted(names - {view.own_id})
+            ]
+            view.transport.serve_blob(VIEW_KEY, encode_view(entries))
+        for view in views:  # the greedy viewer
+            if view is not hostile[0]:
+                hostile[0].transport.fetch_blob(view.own_id, VIEW_KEY)
+        if r >= 20:
+            for view in views:
+                if view.own_id not in names:
+                    asked.update(view.sample(8))
+    share = len(names) / len(views)
+    in_samples = sum(asked[p] for p in names) / sum(asked.values())
+    assert in_samples <= 1.5 * share, (in_samples, share)
+    honest_mean = sum(asked[v.own_id] for v in views if v.own_id not in names) / (
+        len(views) - len(names)
+    )
+    assert asked[hostile[0].own_id] <= 2 * honest_mean  # the greedy viewer gains nothing

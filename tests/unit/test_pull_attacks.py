@@ -177,3 +177,21 @@ def test_a_blob_larger_than_it_may_be_is_refused_before_it_is_read():
     assert isinstance(outcome.error, RejectedMessage)
     assert outcome.error.reason == Reason.OVERSIZE
     assert transport.read == 0
+
+
+def test_a_popular_group_is_served_mostly_by_its_holders_not_its_sender():
+    nodes, _ = swarm_of(24)
+    sender, holders, pullers = nodes[0], nodes[1:5], nodes[5:]
+    digest, data = published(sender)
+    for holder in holders:
+        holder.transport.fetch_blob(sender.peer_id, group_key(digest))
+        holder.transport.serve_blob(group_key(digest), data)
+    sender.exchange.collect()  # its list now hints the four holders
+    from_holders = 0
+    for puller in pullers:
+        puller.exchange.start()
+        accepted, _ = puller.exchange.collect()
+        assert len(accepted) == 1
+        from_holders += puller.exchange.take_counters()["pulled_from_holders"]
+    # 4 holders and the sender in a random order: about 4 pulls in 5 from a holder
+    assert from_holders >= len(pullers) // 2

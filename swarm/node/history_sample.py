@@ -1,0 +1,108 @@
+"""A uniform sample of every peer ID a node has heard of, that repetition cannot bias.
+
+The peers a node asks for announcements each round must be a uniform sample of the swarm,
+and a few hostile identities must not be able to crowd them out. A Cyclon-style view alone
+cannot promise that: a peer that fetches every node's view each round is entered in every
+view at age 0, and colluders that serve views listing only each other at age 0 fill the
+views of whoever shuffles with them. What they cannot change is *which* identities exist.
+
+So, after Brahms's history samplers (Bortnikov et al., "Brahms: Byzantine resilient random
+membership sampling", 2009), each node keeps a min-wise sample of every ID it was ever told
+of: with a secret key, the `capacity` IDs whose keyed hash is smallest (a bottom-k sketch:
+a uniform random subset of the distinct IDs seen, without replacement). An ID told a
+thousand times counts once, and nobody can choose IDs that hash small without the key. A
+hostile share h of the identities therefore gets a share h of the sample, however loudly
+they push and however many views they fill, as long as the honest IDs are heard of at all.
+
+The sample is fixed for a fixed key, so keys rotate: every `epoch` refreshes the next
+sketch (fed with every ID since the last rotation, under a new key) replaces the current
+one. A peer that does not answer leaves the sketch (it may re-enter only by hashing below
+the sketch's bound, as any other ID).
+
+Pure, no I/O (`swarm.node.peer_view` feeds and draws from it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterable
+
+DEFAULT_SKETCH = 128
+DEFAULT_EPOCH = 50
+
+
+class BottomK:
+    """The `capacity` IDs with the smallest keyed hash among all IDs fed (see above)."""
+
+    def __init__(self, capacity: int, key: bytes):
+        self.capacity = capacity
+        self.key = key
+        self.kept: dict[str, bytes] = {}  # ID -> its keyed hash
+        self._bound: bytes | None = None  # the largest kept hash, once full
+
+    def rank(self, peer: str) -> bytes:
+        return hashlib.blake2b(peer.encode(), key=self.key, digest_size=8).digest()
+
+    def feed(self, peer: str) -> None:
+        if peer in self.kept or self.capacity <= 0:
+            return
+        h = self.rank(peer)
+        if self._bound is not None and h >= self._bound:
+            return
+        self.kept[peer] = h
+        if len(self.kept) > self.capacity:
+            worst = max(self.kept, key=self.kept.__getitem__)
+            del self.kept[worst]
+        if len(self.kept) >= self.capacity:
+            self._bound = max(self.kept.values())
+
+    def drop(self, peer: str) -> None:
+        """Out (it did not answer); the bound stays, so the gap is not filled by whoever
+        happens to be fed next."""
+        self.kept.pop(peer, None)
+
+
+class HistorySample:
+    """Two bottom-k sketches under rotating secret keys: draw from the current one."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        capacity: int = DEFAULT_SKETCH,
+        epoch: int = DEFAULT_EPOCH,
+    ):
+        self.rng = rng
+        self.capacity = capacity
+        self.epoch = epoch
+        self.current = BottomK(capacity, rng.randbytes(16))
+        self.next = BottomK(capacity, rng.randbytes(16))
+        self.refreshes = 0
+
+    def feed(self, peers: Iterable[str]) -> None:
+        for peer in peers:
+            if peer:
+                self.current.feed(peer)
+                self.next.feed(peer)
+
+    def drop(self, peer: str) -> None:
+        self.current.drop(peer)
+        self.next.drop(peer)
+
+    def tick(self) -> None:
+        """One refresh passed: every `epoch` of them the next sketch becomes the current."""
+        self.refreshes += 1
+        if self.epoch > 0 and self.refreshes % self.epoch == 0 and self.next.kept:
+            self.current = self.next
+            self.next = BottomK(self.capacity, self.rng.randbytes(16))
+            self.next.kept = {}
+            for peer in self.current.kept:  # a uniform subset of the older history
+                self.next.feed(peer)
+
+    def peers(self) -> list[str]:
+        return sorted(self.current.kept)
+
+    def sample(self, k: int) -> list[str]:
+        """`k` distinct IDs drawn uniformly from the current sketch (all if it holds fewer)."""
+        ordered = self.peers()
+        return self.rng.sample(ordered, min(k, len(ordered)))
