@@ -121,6 +121,10 @@ def join(
     preflight(cfg, loaded.where)
     if _target_reached(cfg):
         return
+    from swarm.policy.source import use_cache_offline
+
+    if cfg.node.role != "observer" and use_cache_offline(cfg.policy.model):
+        typer.echo(f"the hub is unreachable: {cfg.policy.model} loads from the local cache")
     _run_node(cfg, display)
 
 

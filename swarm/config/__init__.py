@@ -82,6 +82,10 @@ class PolicySection:
         "swarm-tiny",
         "Hugging Face model name or local path; 'swarm-tiny' is the built-in tiny model (built on first use).",
     )
+    model_name: str = opt(
+        "",
+        "The name peers see for this model, before '@' and its content hash (e.g. 'qwen2.5-0.5b-math'); empty: the hub model's name, or the model type a local folder's config.json declares. Never the folder's name; peers compare models by content alone.",
+    )
     device: str = opt("auto", "auto (CUDA if present, else CPU), cpu, cuda or cuda:N.")
     dtype: str = opt(
         "auto",

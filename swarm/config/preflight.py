@@ -11,12 +11,14 @@ Cheapest checks first, so most mistakes are refused within a second or two:
 2. the listen address parses and its port is free on an address of this machine; the
    bootstrap addresses and the allow-list's peer IDs parse; the metrics address parses and
    its port is free; TensorBoard is installed when asked for;
-3. the swarm key file reads; the run folder's identity, if any, reads and is on the
-   allow-list (a member without its identity would otherwise make a new, unlisted one);
+3. the swarm key file reads; the run folder's identity, if any, reads (made private if
+   group or others could read it) and is on the allow-list (a member without its identity
+   would otherwise make a new, unlisted one); a run folder with a ledger has its identity;
    the run folder's ledger belongs to this model;
 4. the task mix builds;
-5. the model: a local folder holds a config, weights and a tokenizer; CUDA and vLLM are
-   there when asked for; the task mix's prompts (a sample of the questions, formatted as the node
+5. the model: a local folder holds a config, weights and a tokenizer; a hub model is in the
+   cache or the hub answers within seconds (no identity or ledger is made before); CUDA and
+   vLLM are there when asked for; the task mix's prompts (a sample of the questions, formatted as the node
    formats them) plus `generation.max_new_tokens` fit the model's context (an observer has no
    model: none of these apply to it).
 
@@ -206,11 +208,18 @@ def ledger_model_problem(config: Config, model: str | None) -> str | None:
 
 
 def check_model(config: Config, where: Where = _nowhere) -> None:
-    """A local model folder holds a config, weights and a tokenizer; a name is well formed."""
-    from swarm.policy.source import model_problem
+    """A local model folder holds a config, weights and a tokenizer; a hub model is cached or
+    the hub is reachable; names are well formed."""
+    from swarm.policy.source import model_name_problem, model_problem
 
     if config.node.role == OBSERVER:
         return
+    problem = model_name_problem(config.policy.model_name)
+    if problem:
+        raise ConfigError(
+            f"{where('policy.model_name')}: policy.model_name = "
+            f"{config.policy.model_name!r}: {problem}"
+        )
     problem = model_problem(config.policy.model)
     if problem:
         raise ConfigError(

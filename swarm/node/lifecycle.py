@@ -114,7 +114,12 @@ class Node:
         self._started = False
         self.ledger = Ledger(config.ledger_url)
         torch.manual_seed(config.node.seed)
-        self.policy = load_policy(config.policy.model, config.policy.device, config.policy.dtype)
+        self.policy = load_policy(
+            config.policy.model,
+            config.policy.device,
+            config.policy.dtype,
+            shown_name=config.policy.model_name,
+        )
         self.monitoring.identify(config.node.name, self.peer_id, self.policy.model_id)
         self.generator = make_generator(config, self.policy)
         self.trainer = make_trainer(config, self.policy)

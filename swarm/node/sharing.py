@@ -42,6 +42,7 @@ from swarm.ops.display import Reporter
 from swarm.p2p.transport import InboundMessage, PeerRejection, Transport
 from swarm.policy.model import Policy
 from swarm.policy.prompts import build_prompt
+from swarm.policy.source import same_model
 from swarm.tasks import Task
 from swarm.verify.gate import Verifier, blamed_peer
 from swarm.verify.message import Accepted, Rejection
@@ -328,11 +329,10 @@ class Sharing:
         group, policy = item.group, self.policy
         if self.spot_checker is None or policy is None or self._spot_checks_left <= 0:
             return
-        if (group.model, group.base_hash, group.policy_version) != (
-            policy.model_id,
-            policy.base_hash,
-            self.state.policy_version,
-        ):
+        if not same_model(group.model, policy.model_id) or (
+            group.base_hash,
+            group.policy_version,
+        ) != (policy.base_hash, self.state.policy_version):
             return
         self._spot_checks_left -= 1
         prompt = build_prompt(policy.tokenizer, group.question, self.config.policy.system_prompt)
@@ -342,9 +342,10 @@ class Sharing:
         self, row_id: int, item: Accepted, task: Task, rewards, received_at: float
     ) -> SharedGroup:
         group = item.group
-        same_model = self.policy is not None and (group.model, group.base_hash) == (
-            self.policy.model_id,
-            self.policy.base_hash,
+        ours = (
+            self.policy is not None
+            and same_model(group.model, self.policy.model_id)
+            and group.base_hash == self.policy.base_hash
         )
         return SharedGroup(
             row_id=row_id,
@@ -356,7 +357,7 @@ class Sharing:
             rewards=rewards,
             claimed_rewards=group.rewards,
             policy_version=group.policy_version,
-            same_model=same_model,
+            same_model=ours,
             received_at=received_at,
             round=group.round,
             family=group.task.dataset,

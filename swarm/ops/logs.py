@@ -8,8 +8,8 @@ publish failures). With `monitor.log_format = "json"` each line is one JSON obje
 fields under `data`.
 
 `capture_process()` (what `swarm-node join` does: one node per process) also sends the
-process's own logging there: libraries (py-libp2p, transformers, ...) at WARNING and up,
-swarm's own modules at INFO and up, and Python warnings. Library noise then stays out of the
+process's own logging there: libraries (py-libp2p, transformers, huggingface_hub, ...) at
+WARNING and up, swarm's own modules at INFO and up, and Python warnings. Library noise then stays out of the
 terminal, whose view is the reporter's alone; swarm's own warnings still reach stderr as
 before. Several nodes in one process (tests, experiments) each keep their own node.log
 without capturing the process.
@@ -42,6 +42,10 @@ LOG_FILE = "node.log"
 # when it is imported (unless LIBP2P_DEBUG is set). They are imported first (so that they
 # are configured already) and get the file handler directly.
 ISOLATED_LIBRARIES = ("libp2p",)
+# Libraries that print to the terminal through a handler of their own (huggingface_hub: its
+# download retries), with the module whose import adds it. While captured, that handler is
+# removed: their records reach the file through the root logger.
+CONSOLE_LIBRARIES = {"huggingface_hub": "huggingface_hub.file_download"}
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 SWARM_LOGGER = "swarm"
 
@@ -126,6 +130,8 @@ class NodeLog:
         self._undo.append(undo)
         for name in ISOLATED_LIBRARIES:
             self._capture_isolated(name)
+        for name, module in CONSOLE_LIBRARIES.items():
+            self._silence_console(name, module)
         if transformers and importlib.util.find_spec("transformers") is not None:
             from transformers.utils import logging as hf_logging
 
@@ -153,6 +159,26 @@ class NodeLog:
         def undo() -> None:
             logger.removeHandler(self.handler)
             logger.setLevel(previous)
+
+        self._undo.append(undo)
+
+    def _silence_console(self, name: str, module: str) -> None:
+        """Take a library's own terminal handlers off its logger (put back by `close`)."""
+        if importlib.util.find_spec(name) is None:
+            return
+        importlib.import_module(module)  # it adds its handler on import: let it first
+        logger = logging.getLogger(name)
+        console = [
+            h
+            for h in logger.handlers
+            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+        ]
+        for handler in console:
+            logger.removeHandler(handler)
+
+        def undo() -> None:
+            for handler in console:
+                logger.addHandler(handler)
 
         self._undo.append(undo)
 

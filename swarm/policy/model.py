@@ -33,7 +33,7 @@ class Policy:
     device: torch.device
     dtype: torch.dtype
     base_hash: str  # identifies the base weights, so peers know whether deltas can apply
-    model_id: str  # how peers know the model: name@revision or folder@hash, never a local path
+    model_id: str  # how peers know the model: name@content hash, never a local path
 
     @property
     def stop_token_ids(self) -> set[int]:
@@ -89,8 +89,12 @@ def load_tokenizer(path: str):
     return tokenizer
 
 
-def load_policy(name: str, device: str = "auto", dtype: str = "auto") -> Policy:
-    """Load model and tokenizer by Hugging Face name or local path (or `TINY_MODEL_NAME`)."""
+def load_policy(
+    name: str, device: str = "auto", dtype: str = "auto", shown_name: str = ""
+) -> Policy:
+    """Load model and tokenizer by Hugging Face name or local path (or `TINY_MODEL_NAME`).
+
+    `shown_name` is the name peers see before the content hash (`policy.model_name`)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -119,7 +123,7 @@ def load_policy(name: str, device: str = "auto", dtype: str = "auto") -> Policy:
         device=dev,
         dtype=dt,
         base_hash=base_hash,
-        model_id=model_identity(name, base_hash),
+        model_id=model_identity(name, base_hash, shown_name),
     )
 
 

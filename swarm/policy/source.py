@@ -5,9 +5,12 @@ Face model name (`Qwen/Qwen2.5-0.5B-Instruct`). `model_problem` says in one line
 wrong with one before any weights are read: a path that does not exist (rather than the
 hub's complaint about a malformed repo id), a folder without config, weights or tokenizer,
 a name that cannot be a hub name, or a hub model missing from the cache while the hub is
-offline. `context_source` gives what the context-length check needs: a tokenizer and the
+offline or unreachable (a short connection attempt, not the hub client's retries).
+`context_source` gives what the context-length check needs: a tokenizer and the
 number of positions, for built-in models, local folders and hub models already cached.
-`model_identity` is how a node names its model to peers: by content, never by a local path.
+`model_identity` is how a node names its model to peers: a name the operator chooses (or one
+derived from the model, never its folder) and a hash of its content; `same_model` compares
+two identities by content alone.
 
 No torch here unless a built-in model is named (its recipes live in `swarm.policy.tiny`).
 """
@@ -17,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +37,9 @@ WEIGHT_FILES = (
 IDENTITY_HASH_CHARS = 12  # hex characters of a local model's content hash in its identity
 # config.json keys that say where or with what a folder was written, not what the model is
 _UNSTABLE_CONFIG_KEYS = ("transformers_version",)
+HUB_TIMEOUT_S = 3.0  # how long `hub_reachable` waits for a connection to the hub
+MAX_MODEL_NAME_CHARS = 96
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 _POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx")
 
 
@@ -83,7 +91,7 @@ def folder_problem(folder: Path) -> str | None:
 
 
 def hub_problem(name: str) -> str | None:
-    """A hub name must be well formed; with the hub offline, it must be in the cache."""
+    """A hub name must be well formed, and cached unless the hub can be reached now."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -93,16 +101,69 @@ def hub_problem(name: str) -> str | None:
             "not a local folder, and not a Hugging Face model name (org/name: letters, digits, "
             "'-', '_', '.'); built-in: swarm-tiny"
         )
-    offline = any(
+    if cached_folder(name) is not None:
+        return None
+    if hub_offline():
+        return (
+            "not in the Hugging Face cache, and the hub is offline (HF_HUB_OFFLINE): "
+            "download it first, or set policy.model to a local model folder"
+        )
+    endpoint = hub_endpoint()
+    if not hub_reachable(endpoint):
+        return (
+            f"not a local folder nor in the Hugging Face cache, and the hub ({endpoint}) is "
+            f"unreachable: download it first (hf download {name}), or set policy.model to a "
+            "local model folder; with no network, HF_HUB_OFFLINE=1 uses the cache alone"
+        )
+    return None
+
+
+def hub_offline() -> bool:
+    """Whether the Hugging Face hub client is told to stay offline (by env or by this process)."""
+    from huggingface_hub import constants
+
+    return constants.is_offline_mode() or any(
         os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
         for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
     )
-    if offline and cached_folder(name) is None:
-        return (
-            "not in the Hugging Face cache, and the hub is offline (HF_HUB_OFFLINE): "
-            "download it first"
-        )
-    return None
+
+
+def hub_endpoint() -> str:
+    """The hub the Hugging Face client would ask (HF_ENDPOINT, else huggingface.co)."""
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def hub_reachable(endpoint: str, timeout: float = HUB_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to the hub's host opens within `timeout` seconds."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(endpoint)
+    if not parts.hostname:
+        return False
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            return True
+    except OSError:  # no DNS, refused, unreachable, timed out
+        return False
+
+
+def use_cache_offline(name: str) -> bool:
+    """For a hub model already cached while the hub is unreachable: load it offline.
+
+    Without this the hub client retries each file for most of a minute before falling back
+    to the cache. Returns whether offline mode was switched on."""
+    if local_folder(name) is not None or name.startswith(TINY_PREFIX) or looks_like_path(name):
+        return False
+    if hub_offline() or cached_folder(name) is None or hub_reachable(hub_endpoint()):
+        return False
+    from huggingface_hub import constants
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    constants.HF_HUB_OFFLINE = True  # what transformers and the hub client read at each call
+    return True
 
 
 def cached_folder(name: str) -> Path | None:
@@ -155,23 +216,63 @@ def context_source(name: str) -> ContextSource | None:
     return ContextSource(tokenizer, max_positions(folder))
 
 
-def model_identity(name: str, base_hash: str) -> str:
+def model_identity(name: str, base_hash: str, shown: str = "") -> str:
     """The name a node gives its model on the wire (groups, delta manifests): never a path.
 
-    A built-in model keeps its name (its recipe fixes its weights); a hub model is
-    `org/name@<revision>`, the commit of its snapshot in the Hugging Face cache; a local
-    folder is `<folder name>@<hash>`, a short hash of its config and of `base_hash` (its
-    version-0 weights), so two copies of one model agree wherever they are stored. Peers
-    compare these strings (with `base_hash`) to decide whether a group is of their model.
+    `<shown>@<content>`: `shown` is the name the operator chose (`policy.model_name`); when
+    empty, a hub model's name, or for a local folder the model type its config.json declares
+    (never the folder's name). `<content>` is a short hash of the model's config and of
+    `base_hash` (its version-0 weights), so copies of one model agree wherever and under
+    whatever name they are stored. A built-in model is its name alone (its recipe fixes its
+    weights), or `<shown>@<name>` when a name is chosen. Peers compare identities by
+    `same_model` (content only), together with `base_hash`.
     """
     folder = local_folder(name)
     if folder is None and name.startswith(TINY_PREFIX):
-        return name
-    if folder is not None:
-        return f"{folder.resolve().name}@{content_digest(folder, base_hash)}"
-    snapshot = cached_folder(name)
-    revision = snapshot.name if snapshot is not None else base_hash[:IDENTITY_HASH_CHARS]
-    return f"{name}@{revision}"
+        return f"{shown}@{name}" if shown else name
+    hub = folder is None
+    if hub:
+        folder = cached_folder(name)
+    content = (
+        content_digest(folder, base_hash)
+        if folder is not None
+        else base_hash[:IDENTITY_HASH_CHARS]  # a hub model not cached (cannot happen once loaded)
+    )
+    return f"{shown or (name if hub else declared_name(folder))}@{content}"
+
+
+def declared_name(folder: Path | None) -> str:
+    """A local model's default name: the model type its config.json declares, else 'model'."""
+    try:
+        config = json.loads((folder / "config.json").read_text()) if folder else {}
+    except (OSError, ValueError):
+        config = {}
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    return kind if isinstance(kind, str) and _MODEL_NAME.fullmatch(kind) else "model"
+
+
+def model_name_problem(shown: str) -> str | None:
+    """What is wrong with `shown` as the name peers see for a model, in one line; None if fine."""
+    if not shown:
+        return None
+    if len(shown) > MAX_MODEL_NAME_CHARS or not _MODEL_NAME.fullmatch(shown):
+        return (
+            f"a model's name is up to {MAX_MODEL_NAME_CHARS} letters, digits, '.', '_', '-' "
+            "or '/', starting with a letter or digit (no '@'), e.g. 'qwen2.5-0.5b-math'"
+        )
+    if looks_like_path(shown):
+        return "a model's name must not look like a path (peers see it): e.g. 'qwen2.5-0.5b-math'"
+    return None
+
+
+def content_key(identity: str) -> str:
+    """What identifies a model's content in its identity: the part after the last '@'."""
+    return identity.rpartition("@")[2]
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two model identities name the same content, whatever names were chosen."""
+    return content_key(a) == content_key(b)
 
 
 def content_digest(folder: Path, base_hash: str) -> str:

@@ -350,6 +350,33 @@ def test_tiny_model_refuses_the_sapo_mix_it_cannot_fit(tmp_path):
 # -- run folders ----------------------------------------------------------------------------------
 
 
+def test_a_hub_model_neither_cached_nor_reachable_is_one_line_before_any_identity(tmp_path):
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused at once
+    env = {
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_CACHE": str(tmp_path / "hf" / "hub"),
+        "HF_ENDPOINT": f"http://127.0.0.1:{closed.getsockname()[1]}",
+        "HF_HUB_OFFLINE": "",
+        "TRANSFORMERS_OFFLINE": "",
+    }
+    model = "--set=policy.model=Qwen/Qwen2.5-0.5B-Instruct"
+    try:
+        checked = _one_line_error(
+            _cli("config", model, "--set=node.run_dir=r", cwd=tmp_path, env=env)
+        )
+        started = time.monotonic()
+        joined = _one_line_error(_cli("join", model, "--run-dir=r", cwd=tmp_path, env=env))
+        took = time.monotonic() - started
+    finally:
+        closed.close()
+    assert "download it first" in checked and "HF_HUB_OFFLINE" in checked, checked
+    assert "policy.model" in joined and "download it first" in joined, joined
+    assert not (tmp_path / "r" / "identity.key").exists()
+    assert not (tmp_path / "r" / "ledger.sqlite").exists()
+    assert took < 30, took  # no retries (they took 47 s); a loaded machine still starts Python
+
+
 def test_a_second_join_on_a_run_folder_is_refused_naming_the_holder(tmp_path):
     from swarm.node.runlock import RunLock
 

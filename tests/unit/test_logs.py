@@ -55,10 +55,14 @@ def test_json_lines_carry_the_report(tmp_path):
 
 
 def test_library_noise_goes_to_the_file_not_the_terminal(tmp_path, capfd):
+    import huggingface_hub.file_download  # noqa: F401  (adds its terminal handler)
+
+    hub_handlers = list(logging.getLogger("huggingface_hub").handlers)
     log = NodeLog(tmp_path)
     log.capture_process(transformers=False)
     try:
         logging.getLogger("libp2p.pubsub").warning("stream reset by peer")
+        logging.getLogger("huggingface_hub.utils._http").warning("Retrying in 1s [Retry 1/5].")
         logging.getLogger("libp2p.pubsub").info("heartbeat chatter")  # below WARNING: dropped
         logging.getLogger("swarm.p2p.swarm_key").warning("old key format")  # ours: both
         logging.getLogger("swarm.node.something").info("our own info")
@@ -74,10 +78,12 @@ def test_library_noise_goes_to_the_file_not_the_terminal(tmp_path, capfd):
     assert "old key format" in text and "our own info" in text
     assert "a library's deprecation" in text
     assert "stream reset" not in terminal.err + terminal.out
+    assert "Retrying in 1s" in text and "Retrying" not in terminal.err + terminal.out
     assert "deprecation" not in terminal.err + terminal.out
     assert "old key format" in terminal.err  # swarm's own warnings still reach stderr
     # closed: the process's logging is as it was
     assert log.handler not in logging.getLogger().handlers
+    assert hub_handlers and logging.getLogger("huggingface_hub").handlers == hub_handlers
 
 
 def test_the_log_is_rotated(tmp_path):
