@@ -79,9 +79,12 @@ def claim_run_folder(
         raise
 
 
-def write_node_info(config: Config, peer_id: str, addrs: list[str]) -> None:
-    """node.json in the run folder: how other nodes (and `swarm-node demo`) reach this one."""
+def write_node_info(config: Config, peer_id: str, addrs: list[str], metrics_url: str = "") -> None:
+    """node.json in the run folder: how other nodes (and `swarm-node demo`) reach this one,
+    and where its metrics are served (`metrics`, with the bound port; absent without)."""
     info = {"peer_id": peer_id, "addrs": addrs, "pid": os.getpid(), "name": config.node.name}
+    if metrics_url:
+        info["metrics"] = metrics_url
     path = config.run_dir / "node.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(info, indent=2))

@@ -279,6 +279,7 @@ class Node:
                 ]
                 if self.state.round
                 else [],
+                metrics_url=self.monitoring.metrics_url,
             )
         )
         try:
@@ -317,7 +318,9 @@ class Node:
                 self.run_lock.release()
 
     def _write_node_info(self) -> None:
-        write_node_info(self.config, self.peer_id, self.transport.listen_addrs())
+        write_node_info(
+            self.config, self.peer_id, self.transport.listen_addrs(), self.monitoring.metrics_url
+        )
 
     # -- rounds, evaluation and checkpoints --------------------------------------------------------
 

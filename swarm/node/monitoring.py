@@ -64,6 +64,11 @@ class Monitoring:
         if self.metrics is not None:
             self.metrics.serve()
 
+    @property
+    def metrics_url(self) -> str:
+        """Where the metrics are served, with the port bound (once started); '' without."""
+        return self.metrics.url if self.metrics is not None else ""
+
     def close(self) -> None:
         """Close every reporter (the metrics server, the files), then node.log if it is ours."""
         try:

@@ -171,7 +171,8 @@ class Observer:
         """Observe pass after pass until `node.rounds` passes (0: until stopped)."""
         target, every = self.config.node.rounds, self.config.node.observe_every_s
         self.start()
-        write_node_info(self.config, self.peer_id, self.transport.listen_addrs())
+        metrics_url = self.monitoring.metrics_url
+        write_node_info(self.config, self.peer_id, self.transport.listen_addrs(), metrics_url)
         self.reporter.start(
             RunInfo(
                 name=self.config.node.name,
@@ -181,6 +182,7 @@ class Observer:
                 peer_id=self.peer_id,
                 start_round=0,
                 target_rounds=target,
+                metrics_url=metrics_url,
             )
         )
         try:

@@ -108,6 +108,7 @@ class RunInfo:
     start_round: int
     target_rounds: int  # 0: until stopped
     notes: list[str] = field(default_factory=list)
+    metrics_url: str = ""  # where Prometheus metrics are served (the bound port), if they are
 
 
 class Reporter:
@@ -211,6 +212,8 @@ def header_lines(info: RunInfo) -> list[str]:
         f"node {info.name} ({info.peer_id}) model {info.model} on {info.device}, "
         f"starting at round {info.start_round}, {until}; files in {info.run_dir}"
     )
+    if info.metrics_url:
+        first += f"; metrics at {info.metrics_url}"
     return [first, *info.notes]
 
 

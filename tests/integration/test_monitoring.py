@@ -216,3 +216,24 @@ def test_a_metrics_port_in_use_is_refused_before_loading(tmp_path):
         config = small_config(tmp_path / "n", monitor={"metrics": f"127.0.0.1:{port}"})
         with pytest.raises(ConfigError, match=f"port {port} on 127.0.0.1 is already in use"):
             preflight(config)
+
+
+def test_the_metrics_url_with_its_bound_port_is_in_the_start_line_and_node_json(tmp_path):
+    key = create_identity(b"\x07" * 32)
+    config = small_config(
+        tmp_path / "n",
+        node={"rounds": 1},
+        tasks={"eval_size": 2},
+        monitor={"metrics": "127.0.0.1:0"},
+    )
+    node = Node(config, transport=MemoryTransport(peer_id_of(key), MemoryHub()), key_pair=key)
+    try:
+        node.run()
+        url = node.monitoring.metrics_url
+    finally:
+        node.close()
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    assert url == f"http://127.0.0.1:{port}/metrics" and port != 0
+    assert json.loads((config.run_dir / "node.json").read_text())["metrics"] == url
+    start = (config.run_dir / "node.log").read_text().splitlines()[0]
+    assert start.endswith(f"; metrics at {url}"), start

@@ -1,5 +1,6 @@
 """The progress display renders rounds, evaluations and a reward sparkline."""
 
+import dataclasses
 import io
 import re
 
@@ -11,6 +12,7 @@ from swarm.ops.display import (
     LiveReporter,
     RoundReport,
     RunInfo,
+    header_lines,
     sparkline,
 )
 
@@ -72,3 +74,9 @@ def test_line_reporter_prints_one_line_per_round():
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("node n (p) model swarm-tiny on cpu")
     assert "round     0  v1     reward 0.250" in lines[1]
+
+
+def test_the_start_line_names_the_metrics_url_when_served():
+    served = dataclasses.replace(_info(), metrics_url="http://127.0.0.1:41234/metrics")
+    assert header_lines(served)[0].endswith("; metrics at http://127.0.0.1:41234/metrics")
+    assert "metrics" not in header_lines(_info())[0]
