@@ -37,8 +37,13 @@ def tiny_policy(tiny_model_path):
 
 
 def small_config(run_dir, **sections):
-    """A fast config for node tests: few questions, small groups, frequent checkpoints."""
+    """A fast config for node tests: few questions, small groups, frequent checkpoints.
+
+    These tests drive nodes a round at a time over the memory transport and were written
+    for the gossip exchange (every group reaches every node within the round), so it is
+    set here explicitly; pass p2p={"exchange": "pull"} for the default exchange."""
     raw = {
+        "p2p": {"exchange": "gossip"},
         "node": {"name": "test", "run_dir": str(run_dir), "checkpoint_every": 2, "seed": 0},
         "policy": {"device": "cpu", "dtype": "float32"},
         "generation": {

@@ -375,11 +375,12 @@ class P2PSection:
         "Peer IDs allowed to connect and send (empty: anyone). Connections from other peers are closed.",
     )
     exchange: str = opt(
-        "gossip",
-        "How rollout groups travel: gossip (every group to every node: a node's cost grows with "
-        "the swarm) or pull (signed announcements served, a few sampled peers asked, only the "
-        "groups sampled for training pulled: a node's cost does not grow with the swarm; "
-        "docs/SCALE.md). Every node of a swarm must use the same.",
+        "pull",
+        "How rollout groups travel: pull (signed announcements served, a few sampled peers "
+        "asked, only the groups sampled for training pulled and verified: a node's cost does "
+        "not grow with the swarm; docs/SCALE.md) or gossip (every group to every node, each "
+        "verified and recorded: a node's cost grows with the swarm). Every node of a swarm "
+        "must use the same.",
         choices=("gossip", "pull"),
     )
     pull_lists: int = opt(

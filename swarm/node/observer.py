@@ -10,6 +10,12 @@ ledger (accepted ones with their signed bytes, so `swarm-node replay` re-verifie
 or trains on them) and every delta manifest (`swarm.node.manifests`). Gossip relays what it
 accepts to its other peers, so it also serves the swarm.
 
+In a pull swarm (`p2p.exchange = "pull"`, the default) nothing is gossiped: each pass the
+observer asks peers sampled from its view for their announcements and pulls what they
+announce (`p2p.pull_groups` a pass, -1: 64; any fresh group, with or without signal; one
+sender at a time), then checks and records each group as above. It serves what it pulled,
+like any holder.
+
 It works in passes rather than rounds: every `node.observe_every_s` seconds it drains what
 arrived and records it; `node.rounds` (if not 0) is the number of passes to run. Its
 reporters get a `SwarmSample` after each pass (metrics, metrics.jsonl, node.log).
@@ -38,6 +44,7 @@ from swarm.node.assembly import (
 )
 from swarm.node.manifests import ManifestLog
 from swarm.node.monitoring import OBSERVER, swarm_sample
+from swarm.node.pulling import PullExchange, PullSettings
 from swarm.node.records import Records
 from swarm.node.sharing import Sharing
 from swarm.node.state import NodeState
@@ -49,6 +56,7 @@ from swarm.wire import rollout_topic
 
 NO_MODEL = OBSERVER_MODEL
 PRUNE_EVERY = 50  # passes between two applications of the ledger's retention
+OBSERVER_PULLS = 64  # groups pulled a pass in a pull swarm when p2p.pull_groups is -1
 
 
 class Observer:
@@ -82,6 +90,7 @@ class Observer:
         # Delta manifests go to the manifest log, never into the rollout inbox.
         self.transport = TopicTap(inner, self.manifests.topic, self.manifests.offer)
         self.verifier = make_verifier(config, self.peer_id)
+        self.exchange = self._pull_exchange() if config.p2p.exchange == "pull" else None
         self.state = NodeState()
         self.ledger = Ledger(config.ledger_url)
         try:
@@ -111,12 +120,28 @@ class Observer:
             ledger=self.ledger,
             records=self.records,
             reporter=self.reporter,
+            exchange=self.exchange,
         )
         self.sharing.restore_memory()
         self.policy = None  # no model, by design
         self._stop = threading.Event()
         self._started = False
         self._shown: tuple[int, ...] | None = None
+
+    def _pull_exchange(self) -> PullExchange:
+        """What an observer of a pull swarm pulls: what is announced, not what would train."""
+        p2p = self.config.p2p
+        settings = PullSettings(
+            lists_per_round=p2p.pull_lists,
+            pull_groups=p2p.pull_groups if p2p.pull_groups >= 0 else OBSERVER_PULLS,
+            per_sender_cap=0,
+            max_age_s=self.config.verify.max_age_s,
+            view_capacity=p2p.view_size,
+            every_group=True,
+        )
+        return PullExchange(
+            self.transport, self.verifier, p2p.swarm_id, self.key_pair, self.peer_id, settings
+        )
 
     def _claim_ledger(self) -> None:
         """Mark the ledger an observer's (`peers` and `status` show it; a trainer is refused
@@ -145,7 +170,10 @@ class Observer:
         self.verifier.start()  # the verification worker gets ready in the background
         self.transport.set_rejection_hook(self.sharing.refused)  # recorded, the peer penalised
         self.transport.start()
-        self.transport.subscribe(self.topic, self.sharing.validate)
+        if self.exchange is None:
+            self.transport.subscribe(self.topic, self.sharing.validate)
+        else:
+            self.exchange.start()
         self.transport.subscribe(self.manifests.topic, self.manifests.validator)
         self.monitoring.start()
         self._started = True
@@ -153,6 +181,8 @@ class Observer:
     def stop(self) -> None:
         """Leave the swarm (a closed libp2p transport cannot start again)."""
         self._started = False
+        if self.exchange is not None:
+            self.exchange.close()
         self.transport.close()
 
     def close(self) -> None:

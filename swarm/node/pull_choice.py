@@ -9,6 +9,7 @@ tried (`swarm.node.pulling`).
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 from swarm.sampling import Candidate, Staleness, choose_batch
@@ -24,8 +25,15 @@ def choose_pulls(
     now: float,
     max_age_s: float,
     per_sender_cap: int,
+    every_group: bool = False,
 ) -> list[GroupAnnouncement]:
-    """`k` announcements to pull: the trainer's draw, then one per sender in turn."""
+    """`k` announcements to pull: the trainer's draw, then one per sender in turn. With
+    `every_group` (an observer, which records rather than trains), any fresh announcement
+    in a uniform order, signal or not."""
+    if every_group:
+        fresh = [a for a in announcements if now - a.created_at <= max_age_s]
+        random.Random(seed).shuffle(fresh)
+        return balanced(fresh, k)
     offered = [
         Candidate(
             a,

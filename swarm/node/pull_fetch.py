@@ -82,7 +82,8 @@ class Fetcher:
         self.transport = transport
         self.fetch_timeout_s = fetch_timeout_s
         self.monotonic = monotonic
-        threaded = parallel > 1 and not isinstance(transport, MemoryTransport)
+        inner = getattr(transport, "inner", transport)  # a `TopicTap` wraps the real one
+        threaded = parallel > 1 and not isinstance(inner, MemoryTransport)
         self._pool = ThreadPoolExecutor(parallel, "pull-fetch") if threaded else None
 
     def close(self) -> None:

@@ -96,6 +96,7 @@ class PullSettings:
     view_sketch: int = DEFAULT_SKETCH  # IDs in the history sample asked peers come from (0: view)
     max_holders: int = 4  # holder hints kept (and tried) per group
     seed_salt: int = 0  # this node's task seed, hashed with its peer ID into its task stream
+    every_group: bool = False  # pull any fresh group, signal or not (an observer records them)
 
 
 @dataclass
@@ -272,7 +273,8 @@ class PullExchange:
         s = self.settings
         started = self.monotonic()
         self.view.refresh(min(s.fetch_timeout_s, s.round_budget_s / 4))
-        asked = self.last_asked = self.view.sample(s.lists_per_round)
+        # a node that pulls nothing (training.shared_groups = 0) asks for no lists either
+        asked = self.last_asked = self.view.sample(s.lists_per_round if s.pull_groups else 0)
         self.counters.lists_asked += len(asked)
         requests = [Request(p, ANNOUNCEMENTS_KEY, MAX_ANNOUNCEMENTS_MESSAGE_BYTES) for p in asked]
         rejected: list[Rejection] = []
@@ -335,6 +337,7 @@ class PullExchange:
             now=self.clock(),
             max_age_s=s.max_age_s,
             per_sender_cap=s.per_sender_cap,
+            every_group=s.every_group,
         )
         for announcement in chosen:
             self.candidates.pop(announcement.blob_hash, None)

@@ -37,6 +37,7 @@ DEMO_DEFAULTS = (
     "generation.max_new_tokens=8",
     "training.lr=3e-4",
     "training.local_groups=16",
+    "training.shared_groups=4",  # so that the demo shows the pull exchange at work
     "tasks.eval_size=100",
     "tasks.eval_every=10",
     "node.checkpoint_every=10",

@@ -88,8 +88,8 @@ def test_an_observer_process_records_a_trainer_process(tmp_path, tiny_model_path
     obs_dir.mkdir()
     (obs_dir / "config.toml").write_text(
         '[node]\nname = "watcher"\nrole = "observer"\nrun_dir = "."\nobserve_every_s = 0.5\n'
-        '[p2p]\nlisten = "/ip4/127.0.0.1/tcp/0"\n'
-    )
+        '[p2p]\nlisten = "/ip4/127.0.0.1/tcp/0"\nexchange = "gossip"\n'
+    )  # the gossip exchange, explicitly (an observer of a pull swarm: test_observer_pull.py)
     observer = trainer = None
     peaks = {}
     try:
@@ -120,6 +120,8 @@ def test_an_observer_process_records_a_trainer_process(tmp_path, tiny_model_path
             "tasks.eval_size=4",
             "--set",
             "sync.publish_deltas=true",
+            "--set",
+            'p2p.exchange="gossip"',
             log=tmp_path / "trainer.out",
         )
         while trainer.poll() is None:

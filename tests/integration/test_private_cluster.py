@@ -41,6 +41,8 @@ FAST = [
     "tasks.eval_every=50",
     "--set",
     'policy.device="cpu"',
+    "--set",  # every group to every member (with the pull exchange, the default, a member
+    'p2p.exchange="gossip"',  # that trains on no peer's groups pulls none)
 ]
 
 

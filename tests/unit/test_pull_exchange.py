@@ -146,3 +146,12 @@ def test_only_bad_holders_left_the_pull_fails_and_every_bad_holder_is_recorded()
     expected = [(Reason.ANNOUNCEMENT_MISMATCH, b) for b in bad]
     assert reasons == sorted([*expected, (Reason.PULL_FAILED, sender.peer_id)])
     assert puller.exchange.take_counters()["pulls_failed"] == 1
+
+
+def test_a_node_that_trains_on_no_shared_group_asks_pulls_and_verifies_nothing():
+    nodes = pull_nodes(6, groups_per_round=4, pull=PullSettings(pull_groups=0))
+    costs = run_rounds(nodes, 3)
+    for cost in costs[-1]:
+        assert cost.extra["lists_asked"] == cost.extra["pulls"] == 0
+        assert cost.verified == cost.cheap_checked == 0
+        assert cost.published == 4  # it still serves its own groups to whoever asks
