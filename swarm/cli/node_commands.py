@@ -204,11 +204,15 @@ def init(
     """Create this node's persistent identity (Ed25519, libp2p format, mode 0600); show its peer ID.
 
     'join' with the same run folder reuses it. Running init again keeps the existing identity:
-    an identity is never overwritten.
+    an identity is never overwritten. Refused, as by 'join', where a new identity would not be
+    on p2p.allow_list, or where the run folder holds a ledger but its identity was lost.
     """
-    cfg = load(config, sets, {"node.run_dir": ("--run-dir", run_dir)})
+    loaded = load_traced(config, sets, {"node.run_dir": ("--run-dir", run_dir)})
+    cfg = loaded.config
+    from swarm.config.preflight import check_identity
     from swarm.p2p.identity import identity_exists, load_or_create_identity, peer_id_of
 
+    check_identity(cfg, loaded.where)  # what join refuses: off the allow-list, a lost key
     path = cfg.run_dir / "identity.key"
     verb = "existing" if identity_exists(path) else "new"
     peer_id = peer_id_of(load_or_create_identity(path))  # never replaces a file

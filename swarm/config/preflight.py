@@ -141,9 +141,17 @@ def check_swarm_key(config: Config, where: Where = _nowhere) -> None:
 
 
 def check_identity(config: Config, where: Where = _nowhere) -> None:
-    """The run folder's identity reads; with an allow-list it must exist and be on it."""
+    """The run folder's identity reads (made private if others could read it); with an
+    allow-list it must exist and be on it; a run folder holding a ledger must hold its
+    identity (a lost key is not replaced silently by a new peer)."""
     path = Path(config.run_dir) / "identity.key"
     peer_id = None
+    if not path.exists() and not config.ledger.url and (path.parent / "ledger.sqlite").exists():
+        raise ConfigError(
+            f"{where('node.run_dir')}: {path.parent} holds a ledger but no identity.key: this "
+            "node's identity was lost, and a new one would be another peer; put its identity.key "
+            "back (from a backup), or use a new node.run_dir"
+        )
     if path.exists():
         from swarm.p2p.identity import load_identity, peer_id_of
 

@@ -8,7 +8,8 @@ signature against the public key embedded in the claimed peer ID, with no key ex
 and no lookup.
 
 This module is for: creating an identity (random or from a 32-byte seed), saving it
-(mode 0600, atomic replace) and loading it back, deriving the peer ID, and plain
+(mode 0600, atomic replace) and loading it back (a file open to group or others is made
+0600, with a warning, or refused when it cannot be), deriving the peer ID, and plain
 sign / verify helpers over bytes.
 
 It deliberately is not: a keystore (one key per file, no passphrase, no rotation), a
@@ -24,7 +25,9 @@ File format: the libp2p protobuf ``PrivateKey`` (KeyType Ed25519, 32-byte seed),
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -40,6 +43,7 @@ from nacl.exceptions import CryptoError  # noqa: E402
 
 from swarm.errors import TransportError  # noqa: E402
 
+_log = logging.getLogger(__name__)
 KEY_FILE_MODE = 0o600
 SEED_SIZE = 32
 SIGNATURE_SIZE = 64
@@ -151,9 +155,40 @@ def load_identity(path: str | os.PathLike[str]) -> KeyPair:
         raise IdentityError(f"identity file {source} does not exist") from None
     except OSError as exc:
         raise IdentityError(f"cannot read identity file {source}: {exc.strerror or exc}") from exc
+    make_private(source)
     if len(data) > _MAX_KEY_FILE_SIZE:
         raise IdentityError(f"identity file {source} is too large to be a key file")
     return _parse_private_key(data, source)
+
+
+def make_private(source: Path) -> bool:
+    """An identity file that group or others may read is made private (0600), with a warning
+    that says so; one that cannot be is refused (`IdentityError`). Returns whether it changed.
+
+    Whoever could read the file can sign as this node: the warning says to use a new identity
+    if that may have happened."""
+    if os.name != "posix":
+        return False
+    try:
+        mode = stat.S_IMODE(source.stat().st_mode)
+    except OSError:
+        return False
+    if not mode & 0o077:
+        return False
+    try:
+        os.chmod(source, KEY_FILE_MODE)
+    except OSError as exc:
+        raise IdentityError(
+            f"identity file {source} is open to group or others (mode {mode:04o}) and cannot be "
+            f"made private ({exc.strerror or exc}): chmod 600 {source}"
+        ) from None
+    _log.warning(
+        "identity file %s was open to group or others (mode %04o): made private (0600); whoever "
+        "could read it can sign as this node: if that may have happened, use a new identity",
+        source,
+        mode,
+    )
+    return True
 
 
 def _parse_private_key(data: bytes, source: Path) -> KeyPair:

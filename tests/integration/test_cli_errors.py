@@ -377,6 +377,38 @@ def test_a_hub_model_neither_cached_nor_reachable_is_one_line_before_any_identit
     assert took < 30, took  # no retries (they took 47 s); a loaded machine still starts Python
 
 
+def test_init_refuses_what_join_refuses_and_a_lost_key_is_not_replaced(tmp_path):
+    out = tmp_path / "cluster"
+    made = _cli("cluster", "init", "--nodes", "1", "--out", str(out), "--base-port", "4710")
+    assert made.returncode == 0, made.stderr
+    member = out / "member-0"
+    (member / "identity.key").unlink()  # a member whose key was lost
+    for command in ("init", "join"):  # config: in the bad configs above
+        line = _one_line_error(_cli(command, "-c", str(member / "config.toml")))
+        assert "no identity at" in line and "p2p.allow_list" in line, (command, line)
+    assert not (member / "identity.key").exists()
+
+    from swarm.ledger import Ledger
+
+    solo = tmp_path / "solo"
+    solo.mkdir()
+    Ledger(f"sqlite:///{solo / 'ledger.sqlite'}").close()  # a run folder that has run, key lost
+    for command in ("init", "join"):
+        line = _one_line_error(_cli(command, "--run-dir", str(solo), cwd=tmp_path))
+        assert "holds a ledger but no identity.key" in line, (command, line)
+    assert not (solo / "identity.key").exists()
+
+
+def test_an_identity_open_to_others_is_made_private_and_said_so(tmp_path):
+    assert _cli("init", "--run-dir", "n", cwd=tmp_path).returncode == 0
+    key = tmp_path / "n" / "identity.key"
+    key.chmod(0o644)
+    again = _cli("init", "--run-dir", "n", cwd=tmp_path)
+    assert again.returncode == 0 and "existing identity" in again.stdout
+    assert "(mode 0644): made private (0600)" in again.stderr, again.stderr
+    assert key.stat().st_mode & 0o777 == 0o600
+
+
 def test_a_second_join_on_a_run_folder_is_refused_naming_the_holder(tmp_path):
     from swarm.node.runlock import RunLock
 

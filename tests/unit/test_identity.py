@@ -109,6 +109,34 @@ def test_unreadable_key_file_raises_identity_error(tmp_path: Path) -> None:
         identity.load_identity(path)
 
 
+def test_a_key_file_open_to_others_is_made_private_and_said_so(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "node.key"
+    key_pair = identity.create_identity()
+    identity.save_identity(key_pair, path)
+    path.chmod(0o644)
+    with caplog.at_level("WARNING", logger="swarm.p2p.identity"):
+        loaded = identity.load_identity(path)
+    assert identity.peer_id_of(loaded) == identity.peer_id_of(key_pair)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert "mode 0644): made private (0600)" in caplog.text
+    caplog.clear()
+    identity.load_identity(path)  # private already: nothing to say
+    assert "made private" not in caplog.text
+
+
+def test_a_key_file_open_to_others_that_cannot_be_fixed_is_refused(tmp_path: Path, monkeypatch):
+    path = tmp_path / "node.key"
+    identity.save_identity(identity.create_identity(), path)
+    path.chmod(0o640)
+
+    def refuse(*_args, **_kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "chmod", refuse)  # as for a file owned by someone else
+    with pytest.raises(IdentityError, match=r"mode 0640\) and cannot be made private.*chmod 600"):
+        identity.load_identity(path)
+
+
 def test_go_libp2p_64_byte_keys_load(tmp_path: Path) -> None:
     key_pair = identity.create_identity(b"\x09" * 32)
     seed, public = key_pair.private_key.to_bytes(), key_pair.public_key.to_bytes()
