@@ -51,6 +51,7 @@ class PeerRejectReason(enum.StrEnum):
     FLOW_CONTROL = "flow_control_violation"  # bytes sent beyond our stream receive window
     INBOUND_BUDGET = "inbound_budget"  # more queued inbound messages than one peer may have
     LOW_SCORE = "below_publish_score"  # a message forwarded by a peer scored under the gate
+    OVER_BUDGET = "over_cost_budget"  # past its cost budget: RPCs dropped unparsed, then banned
 
 
 @dataclass(frozen=True)

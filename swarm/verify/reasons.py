@@ -105,6 +105,7 @@ class Reason(enum.StrEnum):
     FLOW_CONTROL_VIOLATION = "flow_control_violation", 1.0, True
     INBOUND_BUDGET = "inbound_budget", 0.2, True
     BELOW_PUBLISH_SCORE = "below_publish_score", 0.2, True  # its GossipSub score fell that low
+    OVER_COST_BUDGET = "over_cost_budget", 1.0, True  # made us handle more than its budget
 
     @classmethod
     def from_stored(cls, code: str) -> Reason:

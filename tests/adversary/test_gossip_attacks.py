@@ -254,3 +254,52 @@ def test_prune_peer_exchange_from_a_new_peer_is_not_dialled(attacked: Scene) -> 
     assert wait_until(lambda: s.victim.stats()["stats"]["px_ignored"] >= 20, 10)
     time.sleep(1.5)
     assert s.victim.stats()["stats"]["dial_failures"] == 0  # nothing was dialled
+
+
+@pytest.mark.timeout(120)
+def test_a_peer_past_its_cost_budget_is_graylisted_then_banned_and_stays_out(
+    attacked: Scene,
+) -> None:
+    """RPCs of 100 refused (unsigned) messages, for as long as the victim reads them: each
+    costs the peer its handling and a refusal, so it passes its budget: its RPCs are then
+    dropped unparsed, it is disconnected and banned with the reason recorded, and cannot
+    connect again. Before: refused one by one (then, under the graylist score, one RPC at
+    a time) for as long as it kept sending, and never disconnected."""
+    s = attacked
+    stream = s.attacker.open_raw_stream(s.victim.peer_id, GOSSIP_PROTOCOL)
+    sent = 0
+
+    def attack() -> None:
+        nonlocal sent
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            junk = [
+                unsigned_message(s.attacker_key, TOPIC, b"junk:%d:" % (sent + i))
+                for i in range(100)
+            ]
+            try:
+                stream.write(rpc_frame(rpc_pb2.RPC(publish=junk)), timeout=2.0)
+            except Exception:  # noqa: BLE001 - the victim hung up on the banned peer
+                return
+            sent += 1
+
+    attack_thread = during(attack)
+    publish_paced(s.honest, "legit", LEGIT)
+    assert wait_until(lambda: s.victim.delivered("legit") == LEGIT, 20)
+    assert wait_until(lambda: s.victim.stats()["stats"]["cost_bans"] == 1, 20)
+    attack_thread.join(30)
+    stats = s.victim.stats()
+    print(
+        f"cost ban after {sent} RPCs of 100 unsigned messages; {stats['stats']['graylisted_rpcs']} dropped unparsed"
+    )
+    bans = [
+        r
+        for r in stats["rejections"]
+        if r["reason"] == "over_cost_budget" and "banned" in r["detail"]
+    ]
+    assert bans and bans[0]["peer"] == s.attacker.peer_id
+    assert "refusal" in bans[0]["detail"]
+    assert stats["stats"]["graylisted_rpcs"] > 0
+    assert wait_until(lambda: s.attacker.peer_id not in s.victim.call(cmd="peers")["peers"], 10)
+    time.sleep(2.0)  # the attacker's dialer tries again: each connection is closed at once
+    assert s.attacker.peer_id not in s.victim.call(cmd="peers")["peers"]

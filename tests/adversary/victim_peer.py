@@ -114,6 +114,7 @@ def main() -> int:
                         "bytes_written": bytes_written(),
                         "rejections": rejections.all(),
                         "scores": transport.peer_scores(),
+                        "costs": transport.peer_costs(),
                     }
                 else:
                     body = handle(transport, recorder, args.topic, cmd)

@@ -28,6 +28,7 @@ from swarm.p2p.libp2p.framing import (
     reset_quietly,
 )
 from swarm.p2p.libp2p.host import AccessPolicy
+from swarm.p2p.libp2p.peer_costs import Cost
 from swarm.p2p.libp2p.stats import Counters
 from swarm.p2p.transport import BlobServed, FetchLimits, PeerRejectReason, ServedBlobLog
 from swarm.wire import streams as wire_streams
@@ -95,6 +96,7 @@ class BlobServer:
 
     async def _handle_stream(self, stream: INetStream) -> None:
         peer_id = stream.muxed_conn.peer_id
+        self._policy.charge(peer_id, Cost.STREAM)
         if self._active[peer_id] >= MAX_FETCHES_PER_PEER:
             await self._refuse_fetch(stream, peer_id)
             return

@@ -33,6 +33,7 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from swarm.p2p.libp2p.host import AccessPolicy
 from swarm.p2p.libp2p.patches import SwarmGossipSub, SwarmPubsub, abort_peer_connections
+from swarm.p2p.libp2p.peer_costs import Ban, Cost
 from swarm.p2p.libp2p.rejections import RejectionRecorder
 from swarm.p2p.libp2p.scoring import PENALTY, build_score_params
 from swarm.p2p.libp2p.stats import Counters
@@ -136,6 +137,8 @@ class Gossip:
             on_queue_discard=self._count_queue_discard,
             on_peer_error=self._count_peer_error,
             refuse=self.refuse,
+            charge=policy.charge,
+            graylisted=policy.graylisted,
             queue_depth=OUTBOUND_QUEUE_DEPTH,
             max_rpc_size=max_message_size + RPC_OVERHEAD,
             max_message_size=max_message_size,
@@ -143,6 +146,7 @@ class Gossip:
         )
         self.gossipsub.refuse = self.refuse
         self.gossipsub.count = self._count
+        policy.on_ban = self.ban
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -187,9 +191,20 @@ class Gossip:
                 return True
             with self._counters.locked() as stats:
                 stats.rejected[str(reason)] += 1
+            self._charge_refused(forwarder, source)
             return False
 
         return gossip_validator
+
+    def _charge_refused(self, forwarder: ID, source: str) -> None:
+        """A message the validator refused costs its signer the refusal; a relay that is not
+        its signer pays only for handling it (it validated as far as it could)."""
+        policy = self._policy
+        if source == policy.peer_str(forwarder.to_bytes()):
+            policy.charge(forwarder, Cost.REFUSAL)
+        else:
+            policy.charge(source, Cost.REFUSAL)
+            policy.charge(forwarder, Cost.RELAYED_REFUSAL)
 
     def _deliver(self, msg: rpc_pb2.Message, forwarder: ID | None) -> None:
         """Called by pubsub for every accepted message: straight into the inbox, counted."""
@@ -297,6 +312,21 @@ class Gossip:
                 scorer.on_invalid_message(peer_id, topic)  # P4, as for invalid messages
         else:
             scorer.penalize_behavior(peer_id, PENALTY[reason])
+        if reason is PeerRejectReason.OVER_BUDGET:
+            with self._counters.locked() as stats:
+                stats.graylisted_rpcs += 1
+        self._policy.charge(peer_id, Cost.REFUSAL)  # transport refusals count toward bans
+
+    def ban(self, peer_id: ID, ban: Ban) -> None:
+        """`peer_id` crossed its cost budget's ban level: recorded, then disconnected (its
+        new connections, streams and messages are refused by the policy until the ban ends)."""
+        peer = self._policy.peer_str(peer_id.to_bytes())
+        logger.warning("banning %s for %.0f s: %s", peer, ban.until - time.monotonic(), ban.reason)
+        detail = f"banned: {ban.reason}"
+        self._rejections.note(peer, PeerRejectReason.OVER_BUDGET, detail, at_once=True)
+        with self._counters.locked() as stats:
+            stats.cost_bans += 1
+        self.pubsub.manager.run_task(abort_peer_connections, self._host.get_network(), peer_id)
 
     # ------------------------------------------------------------------ counting callbacks
 

@@ -41,6 +41,7 @@ from swarm.p2p.libp2p.patches import (
     use_bounded_yamux,
     use_spec_private_networks,
 )
+from swarm.p2p.libp2p.peer_costs import Ban, Cost, PeerCosts, Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -125,16 +126,44 @@ def resolve_key_pair(
 
 
 class AccessPolicy:
-    """The allow-list check, plus a cache of peer IDs' base58 forms (used per message).
+    """Who may talk to us: the allow-list and the cost bans (`peer_costs`), checked wherever
+    a peer's bytes arrive; `charge` bills a peer for what it makes us handle. Also a cache
+    of peer IDs' base58 forms (used per message).
 
     Used on the network thread only.
     """
 
-    def __init__(self, my_id: ID, allow_list: frozenset[str] | None) -> None:
+    def __init__(
+        self, my_id: ID, allow_list: frozenset[str] | None, costs: PeerCosts | None = None
+    ) -> None:
         self.my_id = my_id
         self.my_peer_id = my_id.to_base58()
         self.allow_list = allow_list
+        self.costs = costs
+        self.on_ban: Callable[[ID, Ban], None] | None = None  # set by gossip.Gossip
         self._peer_strs: dict[bytes, str] = {}
+
+    def charge(self, peer_id: ID | str, cost: Cost, n: float = 1.0) -> Verdict:
+        """Bill `peer_id` for `n` of `cost`; a peer that crosses its ban level is reported
+        to `on_ban` (which disconnects it) once."""
+        if self.costs is None or not n:
+            return Verdict.OK
+        peer = peer_id if isinstance(peer_id, str) else self.peer_str(peer_id.to_bytes())
+        if peer == self.my_peer_id:
+            return Verdict.OK
+        verdict = self.costs.charge(peer, cost, n)
+        if verdict is Verdict.BANNED and self.on_ban is not None:
+            ban = self.costs.ban(peer)
+            if ban is not None:
+                self.on_ban(ID.from_base58(peer) if isinstance(peer_id, str) else peer_id, ban)
+        return verdict
+
+    def graylisted(self, peer_id: ID) -> bool:
+        """Whether `peer_id` is past its budget: its RPCs are dropped before parsing."""
+        return self.costs is not None and self.costs.graylisted(self.peer_str(peer_id.to_bytes()))
+
+    def banned_str(self, peer_id: str) -> bool:
+        return self.costs is not None and self.costs.banned(peer_id)
 
     def peer_str(self, peer_id_bytes: bytes) -> str:
         """base58 of a peer ID's bytes; base58 is pure Python, so a small cache keeps it cheap."""
@@ -146,6 +175,8 @@ class AccessPolicy:
         return cached
 
     def allows(self, peer_id: ID) -> bool:
+        if self.costs is not None and self.costs.banned(self.peer_str(peer_id.to_bytes())):
+            return False
         return (
             self.allow_list is None
             or peer_id == self.my_id
@@ -153,24 +184,34 @@ class AccessPolicy:
         )
 
     def allows_str(self, peer_id: str) -> bool:
+        if self.banned_str(peer_id):
+            return False
         return self.allow_list is None or peer_id == self.my_peer_id or peer_id in self.allow_list
 
 
 class AllowListNotifee(INotifee):
-    """Closes every connection whose (Noise-authenticated) peer ID is not on the allow-list.
+    """Closes every connection whose (Noise-authenticated) peer ID is not allowed: off the
+    allow-list, or banned for its costs; `on_connected` bills each connection that stays.
 
     The library's connection gate filters by IP only; this is the peer-ID gate. Messages
     and streams from unlisted peers are also refused where they arrive, in case one slips
     in before its connection is closed.
     """
 
-    def __init__(self, is_allowed: Callable[[ID], bool], on_refused: Callable[[ID], None]) -> None:
+    def __init__(
+        self,
+        is_allowed: Callable[[ID], bool],
+        on_refused: Callable[[ID], None],
+        on_connected: Callable[[ID], object] = lambda peer_id: None,
+    ) -> None:
         self._is_allowed = is_allowed
         self._on_refused = on_refused
+        self._on_connected = on_connected
 
     async def connected(self, network: INetwork, conn: INetConn) -> None:
         peer_id = conn.muxed_conn.peer_id
         if self._is_allowed(peer_id):
+            self._on_connected(peer_id)
             return
         self._on_refused(peer_id)
         try:

@@ -74,6 +74,7 @@ from swarm.p2p.libp2p.framing import (  # noqa: E402
     reset_quietly,
 )
 from swarm.p2p.libp2p.inbound import InboundBudget  # noqa: E402
+from swarm.p2p.libp2p.peer_costs import Cost  # noqa: E402
 from swarm.p2p.transport import PeerRejectReason  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -453,6 +454,8 @@ class SwarmPubsub(Pubsub):
         on_queue_discard: Callable[[int], None],
         on_peer_error: Callable[[str, BaseException], None],
         refuse: Refuse,
+        charge: Callable[[ID, Cost, float], object],
+        graylisted: Callable[[ID], bool],
         queue_depth: int,
         max_rpc_size: int,
         max_message_size: int,
@@ -462,6 +465,8 @@ class SwarmPubsub(Pubsub):
         self._deliver = deliver
         self._on_peer_error = on_peer_error
         self._refuse = refuse
+        self._charge = charge
+        self._graylisted = graylisted
         self.max_message_size = max_message_size
         self.inbound = InboundBudget()
         self.peer_queues = TunedQueues(queue_depth, max_rpc_size, on_queue_drop, on_queue_discard)
@@ -559,15 +564,50 @@ class SwarmPubsub(Pubsub):
                 size = await read_uvarint(stream)
                 if size is None:
                     return  # the peer closed its stream between RPCs
+                self._charge(peer_id, Cost.RPC, 1.0)
+                self._charge(peer_id, Cost.RPC_MIB, size / (1 << 20))
+                if self._graylisted(peer_id):
+                    await self._skip_rpc(stream, peer_id, size, PeerRejectReason.OVER_BUDGET)
+                    continue
+                if self._score_graylisted(peer_id):
+                    await self._skip_rpc(stream, peer_id, size, PeerRejectReason.CONTROL_FLOOD)
+                    continue
                 if size > self.max_inbound_rpc_size:
                     await self._skip_oversize_rpc(stream, peer_id, size)
                     continue
                 rpc = rpc_pb2.RPC()
                 rpc.ParseFromString(await read_exactly(stream, size))
+                self._charge_contents(peer_id, rpc)
                 await self._handle_inbound_rpc(peer_id, rpc)
         except (StreamError, IOException, RawConnError) as exc:
             # As in the library: the stream or connection closed under us; nothing to count.
             logger.debug("pubsub stream from %s ended: %s", peer_id, exc)
+
+    def _charge_contents(self, peer_id: ID, rpc: rpc_pb2.RPC) -> None:
+        """Bill the peer for each message and control entry of a parsed RPC."""
+        if rpc.publish:
+            self._charge(peer_id, Cost.MESSAGE, float(len(rpc.publish)))
+        if rpc.HasField("control"):
+            c = rpc.control
+            entries = len(c.ihave) + len(c.iwant) + len(c.graft) + len(c.prune) + len(c.idontwant)
+            self._charge(peer_id, Cost.CONTROL, float(entries))
+
+    def _score_graylisted(self, peer_id: ID) -> bool:
+        scorer = cast(SwarmGossipSub, self.router).scorer
+        return scorer.score(peer_id, list(self.topic_ids)) < scorer.params.graylist_threshold
+
+    async def _skip_rpc(
+        self, stream: INetStream, peer_id: ID, size: int, reason: PeerRejectReason
+    ) -> None:
+        """Read an RPC of a graylisted peer (past its cost budget, or scored under the
+        graylist threshold) past, unparsed; refused, and billed like any refusal."""
+        why = "over its cost budget" if reason is PeerRejectReason.OVER_BUDGET else "graylisted"
+        detail = f"RPC of {size} bytes dropped unparsed: {why}"
+        self._refuse(peer_id, reason, detail, None)
+        if size > OVERSIZE_DISCARD_LIMIT:
+            raise StreamProtocolError(detail)  # stream_handler resets and reconnects
+        with trio.fail_after(STREAM_IO_TIMEOUT_S + size / 1_000_000):
+            await discard_exactly(stream, size)
 
     async def _skip_oversize_rpc(self, stream: INetStream, peer_id: ID, size: int) -> None:
         detail = f"RPC of {size} bytes, limit {self.max_inbound_rpc_size}"
@@ -578,14 +618,6 @@ class SwarmPubsub(Pubsub):
             await discard_exactly(stream, size)
 
     async def _handle_inbound_rpc(self, peer_id: ID, rpc: rpc_pb2.RPC) -> None:
-        scorer = cast(SwarmGossipSub, self.router).scorer
-        if scorer.score(peer_id, list(self.topic_ids)) < scorer.params.graylist_threshold:
-            # GossipSub v1.1: a graylisted peer's RPCs are ignored whole (the library only
-            # refused its GRAFTs).
-            self._refuse(
-                peer_id, PeerRejectReason.CONTROL_FLOOD, "RPC from a graylisted peer", None
-            )
-            return
         if not maybe_consume_signed_record(rpc, self.host, peer_id):
             self._on_peer_error("signed_record", ValueError("invalid signed peer record"))
             return

@@ -29,6 +29,7 @@ from swarm.p2p.libp2p.framing import (
 )
 from swarm.p2p.libp2p.host import AccessPolicy, connected_peers, is_dialable_tcp, peer_addrs
 from swarm.p2p.libp2p.patches import is_protocol_not_supported
+from swarm.p2p.libp2p.peer_costs import Cost
 from swarm.p2p.libp2p.stats import Counters
 from swarm.wire import streams as wire_streams
 from swarm.wire.streams import (
@@ -109,6 +110,7 @@ class PeerExchange:
 
     async def _handle_stream(self, stream: INetStream) -> None:
         remote = stream.muxed_conn.peer_id
+        self._policy.charge(remote, Cost.STREAM)
         try:
             if not self._policy.allows(remote):
                 await reset_quietly(stream)

@@ -53,12 +53,17 @@ class RejectionRecorder:
         *,
         source: str = "",
         topic: str = "",
+        at_once: bool = False,
     ) -> None:
-        """One refusal from `peer_id`: counted now, reported now or with the next summary."""
+        """One refusal from `peer_id`: counted now, reported now or with the next summary
+        (`at_once`: reported now whatever, on its own; for rare events such as a ban)."""
         with self._counters.locked() as stats:
             stats.peer_rejections[reason.value] += 1
         now = self._clock()
         rejection = PeerRejection(peer_id, reason, detail, 1, source, topic)
+        if at_once:
+            self._report(rejection)
+            return
         key = (peer_id, reason)
         pending = self._pending.get(key)
         if pending is None or now - pending.last_report >= REPORT_INTERVAL_S:

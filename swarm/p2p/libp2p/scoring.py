@@ -42,6 +42,7 @@ PENALTY: dict[PeerRejectReason, float] = {
     PeerRejectReason.FLOW_CONTROL: 10.0,
     PeerRejectReason.INBOUND_BUDGET: 1.0,
     PeerRejectReason.LOW_SCORE: 0.0,  # the penalties that put it there are enough
+    PeerRejectReason.OVER_BUDGET: 1.0,
 }
 
 

@@ -34,6 +34,8 @@ class Libp2pStats(TransportStats):
     iwant_refused: int = 0  # IWANT message IDs not answered (repeat or over budget)
     ihave_ignored: int = 0  # IHAVE message IDs ignored (over budget, unknown topic, low score)
     control_refused: int = 0  # control entries of RPCs whose control part was ignored whole
+    graylisted_rpcs: int = 0  # RPCs dropped unparsed: their sender was past its cost budget
+    cost_bans: int = 0  # peers disconnected and banned for their costs (`peer_costs`)
     px_ignored: int = 0  # PRUNE peer-exchange entries not used (low score, unsigned, too many)
     blob_streams_refused: int = 0  # blob fetches refused: over the per-peer limit
     flow_control_violations: int = 0  # connections closed: peer wrote past our window
@@ -56,6 +58,8 @@ class Libp2pStats(TransportStats):
             iwant_refused=self.iwant_refused,
             ihave_ignored=self.ihave_ignored,
             control_refused=self.control_refused,
+            graylisted_rpcs=self.graylisted_rpcs,
+            cost_bans=self.cost_bans,
             px_ignored=self.px_ignored,
             blob_streams_refused=self.blob_streams_refused,
             flow_control_violations=self.flow_control_violations,

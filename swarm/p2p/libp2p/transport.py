@@ -41,6 +41,7 @@ from swarm.p2p.libp2p.framing import NET_ERRORS, STREAM_IO_TIMEOUT_S, close_quie
 from swarm.p2p.libp2p.gossip import DEFAULT_MESH_DEGREE, MAX_MESSAGE_SIZE, Gossip
 from swarm.p2p.libp2p.network_thread import NetworkThread
 from swarm.p2p.libp2p.patches import abort_peer_connections
+from swarm.p2p.libp2p.peer_costs import Cost, CostSettings, PeerCosts
 from swarm.p2p.libp2p.peer_exchange import PeerExchange
 from swarm.p2p.libp2p.publish import PUBLISH_WAIT_S, Outbox
 from swarm.p2p.libp2p.rejections import RejectionRecorder
@@ -132,6 +133,7 @@ class Libp2pTransport(Transport):
         answer_peer_exchange: bool = True,
         max_blob_size: int = DEFAULT_MAX_BLOB_SIZE,
         publish_wait: float = PUBLISH_WAIT_S,
+        cost_settings: CostSettings | None = None,
     ) -> None:
         if max_message_size <= 0:
             raise TransportError("max_message_size must be positive")
@@ -144,7 +146,10 @@ class Libp2pTransport(Transport):
         self._bootstrap = [i for i in hosting.parse_bootstrap(bootstrap) if i.peer_id != my_id]
         self._initial_topics = list(dict.fromkeys(topics))
         self._psk = hosting.parse_psk(psk)
-        self._policy = hosting.AccessPolicy(my_id, hosting.parse_allow_list(allow_list))
+        self._costs = PeerCosts(cost_settings)
+        self._policy = hosting.AccessPolicy(
+            my_id, hosting.parse_allow_list(allow_list), self._costs
+        )
         self._max_message_size = max_message_size
         self._dial_timeout = float(dial_timeout)
         self._max_peers = max_peers
@@ -245,9 +250,13 @@ class Libp2pTransport(Transport):
         self._blobs.register(host, gossip.refuse)
         if self._answer_peer_exchange:
             peer_exchange.register()
-        if self._policy.allow_list is not None:
-            notifee = hosting.AllowListNotifee(self._policy.allows, self._count_refused)
-            host.get_network().register_notifee(notifee)
+        # Every connection is checked (allow-list, cost bans) and billed to its peer.
+        notifee = hosting.AllowListNotifee(
+            self._policy.allows,
+            self._count_refused,
+            lambda p: self._policy.charge(p, Cost.CONNECTION),
+        )
+        host.get_network().register_notifee(notifee)
         return _Network(host=host, gossip=gossip, dialer=dialer, peer_exchange=peer_exchange)
 
     def _start_background_tasks(self, net: _Network, nursery: trio.Nursery) -> None:
@@ -271,7 +280,7 @@ class Libp2pTransport(Transport):
             self._nursery.start_soon(abort_peer_connections, net.host.get_network(), peer_id)
 
     def _count_refused(self, peer_id: ID) -> None:
-        logger.info("closing connection from %s: not on the allow-list", peer_id)
+        logger.info("closing connection from %s: not on the allow-list, or banned", peer_id)
         with self._counters.locked() as stats:
             stats.refused_peers += 1
 
@@ -428,6 +437,10 @@ class Libp2pTransport(Transport):
     def set_rejection_hook(self, hook: RejectionHook | None) -> None:
         """Hand every `PeerRejection` to `hook` (on the network thread; see `Transport`)."""
         self._rejections.set_hook(hook)
+
+    def peer_costs(self) -> dict[str, dict]:
+        """Each tracked peer's cost level and spending, and each cost ban (`peer_costs`)."""
+        return self._thread.call_sync(self._costs.snapshot)
 
     def peer_scores(self) -> dict[str, float]:
         """GossipSub's score of each connected peer (negative: penalised)."""

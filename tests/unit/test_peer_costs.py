@@ -1,0 +1,62 @@
+"""The per-peer cost budget (`swarm.p2p.libp2p.peer_costs`): leaks at its rate, graylists,
+then bans for a while with the reason, and forgets a ban that has run out."""
+
+from __future__ import annotations
+
+from swarm.p2p.libp2p.peer_costs import UNITS, Cost, CostSettings, PeerCosts, Verdict
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+SETTINGS = CostSettings(rate=100.0, graylist_at=1000.0, ban_at=2000.0, ban_s=60.0)
+
+
+def test_an_honest_rate_never_adds_up() -> None:
+    clock = Clock()
+    costs = PeerCosts(SETTINGS, clock)
+    for _ in range(10_000):  # 50 messages a second for 200 s, each in its own RPC
+        clock.now += 0.02
+        assert costs.charge("p", Cost.RPC) is Verdict.OK
+        assert costs.charge("p", Cost.MESSAGE) is Verdict.OK
+    assert costs.level("p") < 10 and not costs.graylisted("p") and not costs.banned("p")
+
+
+def test_a_flood_of_refusals_is_graylisted_then_banned_with_its_reason() -> None:
+    clock = Clock()
+    costs = PeerCosts(SETTINGS, clock)
+    verdicts = []
+    for _ in range(400):  # 200 refused messages a second
+        clock.now += 0.005
+        costs.charge("bad", Cost.MESSAGE)
+        verdicts.append(costs.charge("bad", Cost.REFUSAL))
+    assert Verdict.GRAYLISTED in verdicts
+    assert verdicts.count(Verdict.BANNED) == 1
+    first_gray = verdicts.index(Verdict.GRAYLISTED)
+    assert first_gray < verdicts.index(Verdict.BANNED)
+    assert costs.banned("bad") and costs.graylisted("bad")
+    ban = costs.ban("bad")
+    assert ban is not None and "refusal" in ban.reason and 60.0 < ban.until < 62.0
+    assert costs.bans_made == 1
+    assert "bad" in costs.snapshot() and "reason" in costs.snapshot()["bad"]
+    assert not costs.banned("good")
+    clock.now += 61.0
+    assert not costs.banned("bad") and costs.level("bad") == 0.0  # served its time
+
+
+def test_a_graylisted_peer_that_stops_recovers() -> None:
+    clock = Clock()
+    costs = PeerCosts(SETTINGS, clock)
+    costs.charge("p", Cost.REFUSAL, 120)  # 1,200 units at once
+    assert costs.graylisted("p") and not costs.banned("p")
+    clock.now += 3.0  # 300 units leak away
+    assert not costs.graylisted("p")
+
+
+def test_a_relayed_refusal_costs_the_relay_a_tenth_of_the_signers_share() -> None:
+    assert UNITS[Cost.RELAYED_REFUSAL] * 10 == UNITS[Cost.REFUSAL]
