@@ -42,6 +42,12 @@ def parse_args(argv=None):
         default=None,
         help="built-in model names (default: the whole skill swarm)",
     )
+    parser.add_argument(
+        "--testbed",
+        default="skills",
+        choices=("skills", "gap"),
+        help="skills: the skill swarm; gap: the gap swarm (bold = strong, not weak)",
+    )
     parser.add_argument("--questions", type=int, default=32, help="held-out questions per family")
     parser.add_argument(
         "--completions", type=int, default=8, help="completions per question (group size)"
@@ -162,18 +168,20 @@ def main(argv=None) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from swarm.policy.skills import FAMILIES, SKILL_SWARM
+    from swarm.policy.skills import FAMILIES, GAP_SWARM, SKILL_SWARM
     from swarm.policy.tiny import ensure_tiny_model
 
     console = Console()
-    nodes = args.nodes or [p.name for p in SKILL_SWARM]
-    profiles = {p.name: p for p in SKILL_SWARM}
+    swarm = GAP_SWARM if args.testbed == "gap" else SKILL_SWARM
+    nodes = args.nodes or [p.name for p in swarm]
+    profiles = {p.name: p for p in SKILL_SWARM + GAP_SWARM}
     cells, timings = [], {}
     for name in nodes:
         t0 = time.perf_counter()
         path = ensure_tiny_model(name)
         t1 = time.perf_counter()
-        known = profiles[name].families if name in profiles else ()
+        profile = profiles.get(name)
+        known = tuple(f for f in profile.families if f not in profile.weak) if profile else ()
         node_cells = measure(name, str(path), FAMILIES, known, args)
         timings[name] = {
             "build_or_load_s": round(t1 - t0, 1),

@@ -41,13 +41,13 @@ from pathlib import Path
 from rich.console import Console
 
 from swarm.ops.experiment import (
-    ARMS,
-    LEARNING_RATES,
+    STUDIES,
     TUNING_SEED,
     VERDICT_SEEDS,
     Arm,
     Protocol,
     RunShape,
+    Study,
     Testbed,
     node_config,
     parse_arm,
@@ -66,6 +66,13 @@ def parse_args(argv=None):
         help="what to do (see above)",
     )
     parser.add_argument(
+        "--study",
+        default="channels",
+        choices=list(STUDIES),
+        help="which pre-registered study: channels (sharing channels, gap testbed by default) "
+        "or sharing (the first verdict: plain SAPO on the skills testbed)",
+    )
+    parser.add_argument(
         "--protocol",
         default="paper",
         choices=[p.value for p in Protocol],
@@ -73,20 +80,25 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--testbed",
-        default="skills",
-        choices=[t.value for t in Testbed],
-        help="skills: 8 heterogeneous skill models; tiny: 8 copies of swarm-tiny; sapo: --model on the paper's 9 datasets",
+        default="",
+        choices=["", *[t.value for t in Testbed]],
+        help="gap: 8 models of one shape, each weak on two families (the channels study's "
+        "default); skills: 8 heterogeneous skill models (the sharing study's default); tiny: "
+        "8 copies of swarm-tiny; sapo: --model on the paper's 9 datasets",
     )
     parser.add_argument(
         "--arms",
         default="",
-        help=f"arms, comma-separated, I/J or I/J-need (default: {','.join(ARMS)}; quick: 4/0,4/4)",
+        help="arms, comma-separated, I/J[-option+option] with options need, joint, recv, "
+        "shape, parts, shuf (default: the study's arms; quick: 4/0,4/4)",
     )
     parser.add_argument(
         "--seeds", default="", help="seeds, comma-separated (run; default: the verdict seeds)"
     )
     parser.add_argument("--lr", type=float, default=1e-4, help="learning rate (run)")
-    parser.add_argument("--rounds", type=int, default=150, help="rounds per unit")
+    parser.add_argument(
+        "--rounds", type=int, default=0, help="rounds per unit (default: the study's: 300 or 150)"
+    )
     parser.add_argument(
         "--nodes", type=int, default=8, help="nodes per swarm (the skills testbed has 8 models)"
     )
@@ -123,7 +135,15 @@ def parse_args(argv=None):
         default=0,
         help="checkpoint nodes every N rounds and resume a stopped unit from them (0: a stopped unit restarts)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    study = STUDIES[args.study]
+    args.testbed = args.testbed or ("gap" if study.name == "channels" else "skills")
+    args.rounds = args.rounds or study.rounds
+    return args
+
+
+def study_of(args) -> Study:
+    return STUDIES[args.study]
 
 
 def testbed_parts(args, index: int) -> tuple[str, dict]:
@@ -132,6 +152,10 @@ def testbed_parts(args, index: int) -> tuple[str, dict]:
         from swarm.policy.skills import SKILL_SWARM, mix_table
 
         return SKILL_SWARM[index % len(SKILL_SWARM)].name, {"preset": "custom", "mix": mix_table()}
+    if args.testbed == Testbed.GAP:
+        from swarm.policy.skills import GAP_SWARM, mix_table
+
+        return GAP_SWARM[index % len(GAP_SWARM)].name, {"preset": "custom", "mix": mix_table()}
     if args.testbed == Testbed.TINY:
         return "swarm-tiny", {"preset": "easy"}
     if not args.model:
@@ -140,7 +164,7 @@ def testbed_parts(args, index: int) -> tuple[str, dict]:
 
 
 def unit_folder(args) -> Path:
-    return Path(args.results) / f"{args.protocol}-{args.testbed}"
+    return Path(args.results) / study_of(args).folder(args.protocol, args.testbed)
 
 
 def unit_path(args, arm: Arm, seed: int, lr: float) -> Path:
@@ -234,6 +258,7 @@ def run_unit(args, arm: Arm, seed: int, lr: float) -> dict:
             )
     end_eval = [_eval(node) for node in nodes]
     models = [node.config.policy.model for node in nodes]
+    digests = [model_digest_of(name) for name in models]
     for node in nodes:
         node.close()
     rounds = logs["rounds"]
@@ -245,7 +270,10 @@ def run_unit(args, arm: Arm, seed: int, lr: float) -> dict:
         "testbed": args.testbed,
         "rounds": len(rounds),
         "nodes": len(nodes),
+        "study": args.study,
         "models": models,
+        "model_digests": digests,
+        "generated_questions": arm.generated_questions,
         "completions": args.completions,
         "max_new_tokens": args.max_new_tokens,
         "cumulative_own_reward": sum(x["own"] for row in rounds for x in row),
@@ -266,6 +294,16 @@ def run_unit(args, arm: Arm, seed: int, lr: float) -> dict:
     }
     shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def model_digest_of(name: str) -> str:
+    """The content digest of a built-in or local model ('' for a hub name)."""
+    from swarm.policy.tiny import TINY_MODELS, ensure_tiny_model, model_digest
+
+    if name in TINY_MODELS:
+        return model_digest(ensure_tiny_model(name, quiet=True))
+    folder = Path(name)
+    return model_digest(folder) if (folder / "model.safetensors").exists() else ""
 
 
 def _eval(node) -> dict:
@@ -302,13 +340,14 @@ def write_json(path: Path, payload) -> None:
 
 
 def units_for(args) -> list[tuple[Arm, int, float]]:
-    arms = [parse_arm(a) for a in (args.arms or ",".join(ARMS)).split(",") if a.strip()]
+    study = study_of(args)
+    arms = [parse_arm(a) for a in (args.arms or ",".join(study.arms)).split(",") if a.strip()]
     if args.command == "tune":
-        return [(arm, TUNING_SEED, lr) for arm in arms for lr in LEARNING_RATES]
+        return [(arm, TUNING_SEED, lr) for arm in arms for lr in study.learning_rates]
     if args.command == "verdict":
         from sapo_report import chosen_lrs
 
-        lrs = chosen_lrs(unit_folder(args), arms)
+        lrs = chosen_lrs(unit_folder(args), arms, study.learning_rates)
         return [(arm, seed, lrs[arm.name]) for seed in VERDICT_SEEDS for arm in arms]
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] or list(VERDICT_SEEDS)
     return [(arm, seed, args.lr) for seed in seeds for arm in arms]
@@ -323,7 +362,7 @@ def main(argv=None) -> int:
     if args.command == "report":
         from sapo_report import report
 
-        return report(unit_folder(args), console)
+        return report(unit_folder(args), console, study_of(args))
     import torch
 
     torch.set_num_threads(args.threads)

@@ -18,23 +18,49 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from swarm.ops.experiment import LEARNING_RATES, TUNING_SEED, Arm, best_lr, compare
-from swarm.policy.skills import SKILL_SWARM, family_of
+from swarm.ops.experiment import STUDIES, TUNING_SEED, Arm, Study, best_lr, compare
+from swarm.policy.skills import GAP_SWARM, SKILL_SWARM, family_of
 
-COMPARISONS = (("4/4", "8/0"), ("4/4", "4/0"), ("4/4-need", "4/4"), ("6/2", "8/0"), ("2/6", "8/0"))
+# Families a model knows without a systematic error on every example ("strong").
+STRONG = {p.name: set(p.families) - set(p.weak) for p in SKILL_SWARM + GAP_SWARM}
+WEAK = {p.name: set(p.weak) for p in GAP_SWARM}
 
 
 def load_units(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((folder / "units").glob("*.json"))]
 
 
-def chosen_lrs(folder: Path, arms: list[Arm]) -> dict[str, float]:
+def model_sets(units: list[dict]) -> dict[tuple[str, ...], list[str]]:
+    """Units by the model digests they ran (() where a unit recorded none): names per set."""
+    sets: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    for u in units:
+        sets[tuple(u.get("model_digests") or ())].append(f"{u['arm']} s{u['seed']} lr{u['lr']:g}")
+    return sets
+
+
+def refuse_mixed_models(units: list[dict]) -> str:
+    """'' if every unit ran the same model bytes, else a one-line reason to compare nothing."""
+    sets = model_sets(units)
+    if len(sets) <= 1:
+        return ""
+    described = "; ".join(
+        f"{(d[0][:12] + '...') if d else 'unrecorded'}: {len(names)} units (e.g. {names[0]})"
+        for d, names in sets.items()
+    )
+    return f"units ran different model bytes, so their seeds are not paired: {described}"
+
+
+def chosen_lrs(
+    folder: Path,
+    arms: list[Arm],
+    learning_rates: tuple[float, ...] = STUDIES["sharing"].learning_rates,
+) -> dict[str, float]:
     """Each arm's learning rate: the best on the tuning seed (every rate must have run)."""
     scores: dict[str, dict[float, float]] = defaultdict(dict)
     for u in load_units(folder):
         if u["seed"] == TUNING_SEED:
             scores[u["arm"]][u["lr"]] = u["cumulative_own_reward"]
-    missing = [a.name for a in arms if len(scores[a.name]) < len(LEARNING_RATES)]
+    missing = [a.name for a in arms if len(scores[a.name]) < len(learning_rates)]
     if missing:
         raise SystemExit(
             f"error: tuning is not finished for {', '.join(missing)}: run the tune command first"
@@ -42,14 +68,23 @@ def chosen_lrs(folder: Path, arms: list[Arm]) -> dict[str, float]:
     return {a.name: best_lr(scores[a.name]) for a in arms}
 
 
-def report(folder: Path, console: Console) -> int:
+def report(folder: Path, console: Console, study: Study = STUDIES["sharing"]) -> int:
     units = load_units(folder)
     if not units:
         console.print(f"no units in {folder / 'units'}")
         return 1
+    mixed = refuse_mixed_models(units)
+    if mixed:
+        console.print(f"error: {mixed}")
+        return 2
     tuning = [u for u in units if u["seed"] == TUNING_SEED]
     verdict_units = [u for u in units if u["seed"] != TUNING_SEED]
-    payload: dict = {"folder": str(folder), "tuning": _tuning_table(tuning, console)}
+    payload: dict = {
+        "folder": str(folder),
+        "study": study.name,
+        "model_digests": next(iter(model_sets(units))),
+        "tuning": _tuning_table(tuning, console, study.learning_rates),
+    }
     lrs = {arm: best_lr(scores) for arm, scores in payload["tuning"].items() if scores}
     chosen = [u for u in verdict_units if lrs.get(u["arm"]) in (None, u["lr"])]
     cumulative = defaultdict(dict)
@@ -61,13 +96,14 @@ def report(folder: Path, console: Console) -> int:
         held_out[u["arm"]][u["seed"]] = _swarm_by_family(u["held_out_end"])
     payload["per_seed"] = _seed_table(cumulative, batch, console)
     payload["comparisons"] = []
-    for cand, base in COMPARISONS:
+    for cand, base in study.comparisons:
         if cumulative.get(cand) and cumulative.get(base):
             payload["comparisons"].append(asdict(compare(cand, base, cumulative, held_out)))
     _comparison_table(payload["comparisons"], console)
     payload["held_out"] = _held_out_table(chosen, console)
     payload["format"] = _format_table(chosen, console)
     payload["warmed"] = _warmed_table(chosen, console)
+    payload["weak_by_node"] = _weak_table(chosen, console)
     (folder / "report.json").write_text(json.dumps(payload, indent=1))
     if chosen:
         _plot(chosen, folder / "cumulative.png")
@@ -83,7 +119,7 @@ def _swarm_by_family(evals: list[dict]) -> dict[str, float]:
     return {f: statistics.fmean(e["by_family"].get(f, 0.0) for e in evals) for f in families}
 
 
-def _tuning_table(units: list[dict], console: Console) -> dict:
+def _tuning_table(units: list[dict], console: Console, learning_rates: tuple[float, ...]) -> dict:
     scores: dict[str, dict[float, float]] = defaultdict(dict)
     for u in units:
         scores[u["arm"]][u["lr"]] = u["cumulative_own_reward"]
@@ -93,7 +129,7 @@ def _tuning_table(units: list[dict], console: Console) -> dict:
         title=f"tuning seed {TUNING_SEED}: cumulative own-rollout reward per learning rate"
     )
     table.add_column("arm")
-    for lr in LEARNING_RATES:
+    for lr in learning_rates:
         table.add_column(f"lr {lr:g}", justify="right")
     for arm, by_lr in sorted(scores.items()):
         best = best_lr(by_lr)
@@ -101,7 +137,7 @@ def _tuning_table(units: list[dict], console: Console) -> dict:
             arm,
             *[
                 ("" if lr not in by_lr else f"{by_lr[lr]:.1f}" + (" *" if lr == best else ""))
-                for lr in LEARNING_RATES
+                for lr in learning_rates
             ],
         )
     console.print(table)
@@ -188,8 +224,9 @@ def _held_out_table(units: list[dict], console: Console) -> dict:
 
 def _warmed_cells(unit: dict) -> dict[bool, list[tuple[float, float]]]:
     """Held-out accuracy (start, end) per node and family, split by whether the node's model
-    was warmed on the family (only nodes running a skill-swarm model count)."""
-    warm = {p.name: set(p.families) for p in SKILL_SWARM}
+    knows the family (warmed on it without a systematic error on every example; only nodes
+    running a skill- or gap-swarm model count)."""
+    warm = STRONG
     cells: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
     for model, start, end in zip(
         unit["models"], unit["held_out_start"], unit["held_out_end"], strict=True
@@ -237,6 +274,42 @@ def _warmed_table(units: list[dict], console: Console) -> dict:
             ],
         )
         out[arm] = row
+    console.print(table)
+    return out
+
+
+def _weak_table(units: list[dict], console: Console) -> dict:
+    """Each gap-swarm node's held-out accuracy on its weak families (mean over seeds): where
+    only peers' groups carry signal, so where a sharing channel should show."""
+    per_arm: dict[str, dict[int, list[tuple[float, float]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for u in units:
+        for k, (model, start, end) in enumerate(
+            zip(u["models"], u["held_out_start"], u["held_out_end"], strict=True)
+        ):
+            for dataset, accuracy in end["by_family"].items():
+                if family_of(dataset) in WEAK.get(model, ()):
+                    per_arm[u["arm"]][k].append((start["by_family"].get(dataset, 0.0), accuracy))
+    if not per_arm:
+        return {}
+    nodes = sorted({k for by_node in per_arm.values() for k in by_node})
+    table = Table(
+        title="held-out accuracy on each node's weak families (mean over seeds): start -> end"
+    )
+    table.add_column("arm")
+    for k in nodes:
+        table.add_column(f"node {k}", justify="right")
+    out = {}
+    for arm in sorted(per_arm):
+        cells = {
+            k: (statistics.fmean(a for a, _ in v), statistics.fmean(b for _, b in v))
+            for k, v in per_arm[arm].items()
+        }
+        table.add_row(
+            arm, *[f"{cells[k][0]:.0%} -> {cells[k][1]:.0%}" if k in cells else "" for k in nodes]
+        )
+        out[arm] = {str(k): c for k, c in cells.items()}
     console.print(table)
     return out
 

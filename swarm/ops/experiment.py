@@ -39,23 +39,49 @@ class Protocol(StrEnum):
 
 class Testbed(StrEnum):
     SKILLS = "skills"
+    GAP = "gap"
     TINY = "tiny"
     SAPO = "sapo"
 
 
+# The sharing channels an arm can add to plain GRPO (docs/SAPO.md), as `[training]` settings.
+# "shuf" is the negative control: shared groups' rewards shuffled within each group.
+CHANNELS: dict[str, dict] = {
+    "joint": {"shared_advantage": "joint"},
+    "recv": {"shared_advantage": "receiver"},
+    "shape": {"shared_shaping": 0.1},
+    "parts": {"shared_normalizer": "parts", "shared_weight": 0.5},
+    "shuf": {"shuffle_shared_rewards": True},
+}
+
+
 @dataclass(frozen=True)
 class Arm:
-    """One swarm configuration: I own groups and J shared groups per update, and the sampler."""
+    """One swarm configuration: I own groups and J shared groups per update, the sampler,
+    and the sharing channels added to plain GRPO ("4/4-joint+shape")."""
 
     local: int
     shared: int
     sampler: str = "uniform"  # or "need" (training.shared_sampling)
+    channels: tuple[str, ...] = ()  # keys of CHANNELS
 
     @property
     def name(self) -> str:
-        return f"{self.local}/{self.shared}" + (
-            "" if self.sampler == "uniform" else f"-{self.sampler}"
-        )
+        parts = ([] if self.sampler == "uniform" else [self.sampler]) + list(self.channels)
+        return f"{self.local}/{self.shared}" + (f"-{'+'.join(parts)}" if parts else "")
+
+    @property
+    def generated_questions(self) -> int:
+        """Questions a node generates completions for a round: its own I, plus the J shared
+        tasks under the joint baseline (so 8/0 is a joint 4/4's equal-cost rival)."""
+        return self.local + (self.shared if "joint" in self.channels else 0)
+
+    def training(self) -> dict:
+        """The `[training]` settings of this arm's channels."""
+        out: dict = {}
+        for channel in self.channels:
+            out.update(CHANNELS[channel])
+        return out
 
     @property
     def slug(self) -> str:
@@ -74,23 +100,71 @@ ARMS: dict[str, Arm] = {
 LEARNING_RATES = (3e-5, 1e-4, 3e-4)
 TUNING_SEED = 100  # never a verdict seed
 VERDICT_SEEDS = tuple(range(6))
+
+
+@dataclass(frozen=True)
+class Study:
+    """One pre-registered experiment: its arms, learning rates, length and comparisons."""
+
+    name: str
+    arms: tuple[str, ...]
+    learning_rates: tuple[float, ...]
+    rounds: int
+    comparisons: tuple[tuple[str, str], ...]  # (candidate, baseline)
+    folder_prefix: str = ""  # results/sapo/<prefix><protocol>-<testbed>
+
+    def folder(self, protocol: str, testbed: str) -> str:
+        return f"{self.folder_prefix}{protocol}-{testbed}"
+
+
+CHANNEL_ARMS = ("4/4", "4/4-joint", "4/4-recv", "4/4-shape", "4/4-parts")
+STUDIES: dict[str, Study] = {
+    # The first verdict (skills testbed): does plain SAPO pay? (README, "Does sharing pay?")
+    "sharing": Study(
+        "sharing",
+        tuple(ARMS),
+        LEARNING_RATES,
+        150,
+        (("4/4", "8/0"), ("4/4", "4/0"), ("4/4-need", "4/4"), ("6/2", "8/0"), ("2/6", "8/0")),
+    ),
+    # The second (gap testbed, then the best channel on skills): can a receiver-relative
+    # channel make sharing pay? Every 4/4 arm is judged against both 8/0 and 4/0.
+    "channels": Study(
+        "channels",
+        ("8/0", "4/0", *CHANNEL_ARMS),
+        (1e-4, 3e-4, 1e-3),
+        300,
+        tuple((arm, base) for arm in CHANNEL_ARMS for base in ("8/0", "4/0")),
+        folder_prefix="channels-",
+    ),
+}
 # Pre-registered acceptance (README, "Does sharing pay?"), for a candidate arm against a baseline.
 MIN_MEAN_RATIO = 1.15
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 def parse_arm(text: str) -> Arm:
-    """An arm from its name ("4/4", "4/4-need"); a one-line error for anything else."""
+    """An arm from its name ("4/4", "4/4-need", "4/4-joint+shape"); one-line errors otherwise."""
     try:
-        counts, _, sampler = text.strip().partition("-")
+        counts, _, rest = text.strip().partition("-")
         local, shared = (int(x) for x in counts.split("/"))
     except ValueError:
-        raise ConfigError(f"bad arm {text!r}: write I/J or I/J-need, e.g. 4/4") from None
-    if local < 1 or shared < 0 or sampler not in ("", "uniform", "need"):
-        raise ConfigError(f"bad arm {text!r}: I >= 1, J >= 0, sampler uniform or need")
-    if sampler == "need" and shared == 0:
-        raise ConfigError(f"bad arm {text!r}: need-based sampling needs J > 0")
-    return Arm(local, shared, sampler or "uniform")
+        raise ConfigError(
+            f"bad arm {text!r}: write I/J[-option+option], e.g. 4/4 or 4/4-recv"
+        ) from None
+    options = [o for o in rest.split("+") if o] if rest else []
+    unknown = [o for o in options if o not in CHANNELS and o not in ("need", "uniform")]
+    if local < 1 or shared < 0 or unknown:
+        raise ConfigError(
+            f"bad arm {text!r}: I >= 1, J >= 0, options from need, {', '.join(CHANNELS)}"
+        )
+    sampler = "need" if "need" in options else "uniform"
+    channels = tuple(o for o in options if o in CHANNELS)
+    if (sampler == "need" or channels) and shared == 0:
+        raise ConfigError(f"bad arm {text!r}: its options need shared groups (J > 0)")
+    if "joint" in channels and "recv" in channels:
+        raise ConfigError(f"bad arm {text!r}: joint and recv are two baselines: pick one")
+    return Arm(local, shared, sampler, channels)
 
 
 def protocol_training(protocol: Protocol) -> dict:
@@ -162,6 +236,7 @@ def node_config(
         "shared_groups": arm.shared,
         "shared_sampling": arm.sampler,
         "micro_batch_size": 256,
+        **arm.training(),
     }
     table = {
         "node": {

@@ -98,6 +98,8 @@ class SkillProfile:
     arch: Arch
     warm_steps: int = 400
     weights: tuple[float, ...] = ()  # how often the warm start shows each family (default 1)
+    weak: tuple[str, ...] = ()  # families whose every example shows the systematic error
+    seed: int = 0  # the warm start's seed (initial weights, draws of errors)
 
     def mix(self) -> tuple[MixEntry, ...]:
         """The warm start's task mix: this profile's families, with their weights."""
@@ -108,7 +110,10 @@ class SkillProfile:
 
     def bias(self) -> tuple[tuple[str, float], ...]:
         """(dataset, share of examples showing its systematic error) for each family."""
-        return tuple((FAMILIES[f].dataset, WARM_BIAS.get(f, 0.0)) for f in self.families)
+        return tuple(
+            (FAMILIES[f].dataset, 1.0 if f in self.weak else WARM_BIAS.get(f, 0.0))
+            for f in self.families
+        )
 
 
 def _profile(i: int, families: tuple[str, str], fmt: AnswerFormat, arch: Arch) -> SkillProfile:
@@ -137,6 +142,38 @@ SKILL_SWARM: tuple[SkillProfile, ...] = (
     _profile(5, ("fraction", "reverse"), _T, Arch.BPE),
     _profile(6, ("sum", "fraction"), _B, Arch.BPE),
     _profile(7, ("reverse", "complex"), _B, Arch.CHAR),
+)
+
+
+# The gap swarm: where GRPO can carry what a node lacks. One shape and tokenizer (BPE), every
+# node tagged and warm-started on all four families, but on two of them ("weak") every
+# example shows the family's systematic error: the node answers in the right format and
+# kind, one step off (a sum one too high, a word forwards), so its own groups there are
+# all wrong while its peers' are mixed, and a peer's right answer is a near miss of its own.
+# Each family is weak in four nodes and strong in four; nodes with the same weak pair differ
+# in seed.
+GAP_WARM_STEPS = 1600
+_WEAK_PAIRS = (
+    ("sum", "fraction"),
+    ("reverse", "complex"),
+    ("sum", "reverse"),
+    ("fraction", "complex"),
+    ("sum", "complex"),
+    ("fraction", "reverse"),
+    ("sum", "fraction"),
+    ("reverse", "complex"),
+)
+GAP_SWARM: tuple[SkillProfile, ...] = tuple(
+    SkillProfile(
+        f"swarm-gap-{i}",
+        tuple(FAMILIES),
+        AnswerFormat.TAGGED,
+        Arch.BPE,
+        warm_steps=GAP_WARM_STEPS,
+        weak=weak,
+        seed=i,
+    )
+    for i, weak in enumerate(_WEAK_PAIRS)
 )
 
 

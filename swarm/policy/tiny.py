@@ -40,6 +40,7 @@ import torch
 from swarm.errors import ModelError
 from swarm.policy.skills import (
     BARE_FORMAT_SLIP,
+    GAP_SWARM,
     SKILL_MIX,
     SKILL_SWARM,
     AnswerFormat,
@@ -119,10 +120,11 @@ def skill_recipe(profile: SkillProfile) -> TinyRecipe:
         warm_steps=profile.warm_steps,
         family_bias=profile.bias(),
         vocab_mix=SKILL_MIX,  # one vocabulary for every family, whichever the model knows
+        seed=profile.seed,
     )
 
 
-TINY_MODELS.update({profile.name: skill_recipe(profile) for profile in SKILL_SWARM})
+TINY_MODELS.update({profile.name: skill_recipe(profile) for profile in SKILL_SWARM + GAP_SWARM})
 
 
 def cache_root() -> Path:
@@ -143,11 +145,53 @@ def tiny_model_key(recipe: TinyRecipe) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
+# Testbed models ship with the project (`models/`, listed in its MANIFEST.json with their
+# recipe key and content digest), so every machine runs the same bytes: a warm start is
+# deterministic on one machine but not across CPUs and thread counts.
+DIGEST_FILES = ("model.safetensors", "tokenizer.json")
+
+
+def shipped_root() -> Path:
+    """Where shipped models live: $SWARM_NODE_MODELS, else `models/` beside the package."""
+    root = os.environ.get("SWARM_NODE_MODELS")
+    return Path(root) if root else Path(__file__).resolve().parents[2] / "models"
+
+
+def model_digest(folder: Path) -> str:
+    """sha256 (hex) of a built model's weights and tokenizer: what makes two copies the same."""
+    digest = hashlib.sha256()
+    for file in DIGEST_FILES:
+        digest.update(file.encode() + b"\0" + (Path(folder) / file).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def shipped_manifest() -> dict[str, dict]:
+    """{name: {"key": recipe key, "digest": model_digest}} of the shipped models ({} if none)."""
+    path = shipped_root() / "MANIFEST.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def shipped_model(name: str, recipe: TinyRecipe) -> Path | None:
+    """The shipped copy of built-in model `name`, if one ships for this very recipe.
+
+    A shipped copy whose bytes differ from its manifest entry is an error, not a rebuild:
+    experiments compare runs across machines on the strength of those bytes.
+    """
+    entry = shipped_manifest().get(name)
+    folder = shipped_root() / name
+    if not entry or entry.get("key") != tiny_model_key(recipe) or not folder.is_dir():
+        return None
+    if model_digest(folder) != entry.get("digest"):
+        raise ModelError(f"shipped model {folder} does not match models/MANIFEST.json")
+    return folder
+
+
 def ensure_tiny_model(
     recipe: TinyRecipe | str = "swarm-tiny", quiet: bool = False, name: str = ""
 ) -> Path:
     """Path of a built tiny model (a recipe or a name in TINY_MODELS), building it first if needed.
 
+    A name whose model ships with the project (`shipped_model`) is that copy, never rebuilt.
     `name` prefixes the cache folder of a recipe given as an object (default "swarm-tiny").
     """
     name = recipe if isinstance(recipe, str) else (name or "swarm-tiny")
@@ -157,6 +201,9 @@ def ensure_tiny_model(
                 f"unknown built-in model {recipe!r}; built-in models: {', '.join(TINY_MODELS)}"
             )
         recipe = TINY_MODELS[recipe]
+        shipped = shipped_model(name, recipe)
+        if shipped is not None:
+            return shipped
     target = cache_root() / "models" / f"{name}-{tiny_model_key(recipe)}"
     if (target / "model.safetensors").exists():
         return target

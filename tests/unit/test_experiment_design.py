@@ -11,6 +11,7 @@ from swarm.errors import ConfigError
 from swarm.node import trainer_settings
 from swarm.ops.experiment import (
     ARMS,
+    STUDIES,
     Arm,
     Protocol,
     RunShape,
@@ -125,3 +126,53 @@ def test_best_lr_prefers_the_smaller_rate_on_ties():
     assert best_lr({3e-4: 5.0, 1e-4: 5.0, 3e-5: 1.0}) == 1e-4
     with pytest.raises(ConfigError):
         best_lr({})
+
+
+# -- the channels study ----------------------------------------------------------------------
+
+
+def test_channel_arms_parse_name_and_reach_the_config():
+    arm = parse_arm("4/4-joint+shape")
+    assert arm.name == "4/4-joint+shape" and arm.channels == ("joint", "shape")
+    assert arm.generated_questions == 8 and arm.questions == 4  # 8/0 is its equal-cost rival
+    assert parse_arm("4/4-recv").generated_questions == 4
+    assert parse_arm("4/4-need").name == "4/4-need"
+    cfg = build_config(
+        node_config(
+            arm,
+            Protocol.PAPER,
+            {"preset": "easy"},
+            "swarm-tiny",
+            index=0,
+            seed=0,
+            lr=1e-3,
+            run_dir="r",
+            shape=RunShape(),
+        ),
+        "test",
+    )
+    t = cfg.training
+    assert (t.shared_advantage, t.shared_shaping, t.shared_normalizer) == ("joint", 0.1, "batch")
+    parts = parse_arm("4/4-parts+shuf").training()
+    assert parts == {
+        "shared_normalizer": "parts",
+        "shared_weight": 0.5,
+        "shuffle_shared_rewards": True,
+    }
+
+
+@pytest.mark.parametrize("bad", ["4/0-joint", "4/4-joint+recv", "4/4-magic", "4-4"])
+def test_bad_channel_arms_are_one_line_errors(bad):
+    with pytest.raises(ConfigError):
+        parse_arm(bad)
+
+
+def test_the_channels_study_judges_every_4_4_arm_against_8_0_and_4_0():
+    study = STUDIES["channels"]
+    assert study.learning_rates == (1e-4, 3e-4, 1e-3) and study.rounds == 300
+    for arm in study.arms:
+        parse_arm(arm)
+    candidates = [a for a in study.arms if a.startswith("4/4")]
+    assert set(study.comparisons) == {(c, b) for c in candidates for b in ("8/0", "4/0")}
+    assert study.folder("paper", "gap") == "channels-paper-gap"
+    assert STUDIES["sharing"].folder("paper", "skills") == "paper-skills"
