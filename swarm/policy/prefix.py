@@ -1,0 +1,156 @@
+"""Shared-prefix forward: each prompt encoded once, its completions attending to its keys/values.
+
+A GRPO group is G completions of one prompt. The plain training forward (`pack_batch` in
+`swarm.policy.trainer`) runs prompt + completion for every completion, so each prompt goes
+through the model G times. Here a micro-batch's distinct prompts run once (left-padded, one
+row each, with the cache on); the cache is then expanded over the completions (row i gets the
+keys/values of its own prompt) and the completions run as a continuation of it, with the
+positions and attention mask the plain forward would give them. Every hidden state of a
+completion token is then the same function of the same inputs as in the plain forward, so
+the log-probs, the loss and every gradient are equal within float tolerance (the test suite
+checks this for the built-in model and for Llama- and Qwen2-shaped models). Gradients flow
+into the prompt's pass through the expanded cache (indexing sums the G completions'
+gradients back onto their prompt), as in Prefix Grouper (arXiv 2506.05433).
+
+`prefix_hidden` returns the final hidden states that predict each completion token, so the
+caller maps them to log-probs however it likes (in chunks, under autocast, ...).
+
+Limits: the model must be a Hugging Face causal LM whose decoder (`model.base_model`) takes
+`past_key_values`, `position_ids` and a 2-D `attention_mask` (Llama, Qwen2, Mistral, Gemma,
+Phi-3, ...). With gradient checkpointing on, Hugging Face drops the cache in training, so
+`supports_shared_prefix` says no and the caller uses the plain forward.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class PrefixGroups:
+    """Which prompt each row uses: `prompts` holds each distinct prompt once (first-seen order)
+    and `rows[i]` is the index in `prompts` of row i's prompt."""
+
+    prompts: tuple[tuple[int, ...], ...]
+    rows: tuple[int, ...]
+
+
+def group_prompts(prompts: Sequence[Sequence[int]]) -> PrefixGroups:
+    """Distinct prompts (by token ids, first-seen order) and each row's index among them."""
+    index: dict[tuple[int, ...], int] = {}
+    rows = []
+    for prompt in prompts:
+        key = tuple(prompt)
+        rows.append(index.setdefault(key, len(index)))
+    return PrefixGroups(prompts=tuple(index), rows=tuple(rows))
+
+
+@dataclass(frozen=True)
+class PrefixBatch:
+    """The tensors of one shared-prefix forward.
+
+    prompt_ids, prompt_attention: [U, P], left-padded distinct prompts.
+    rows: [B], each completion's prompt index.
+    completion_ids: [B, C], right-padded with the pad id; mask: [B, C], 1.0 on real tokens.
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_attention: torch.Tensor
+    rows: torch.Tensor
+    completion_ids: torch.Tensor
+    mask: torch.Tensor
+
+
+def pack_prefix_batch(
+    prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int, device
+) -> PrefixBatch:
+    """Pack (prompt, completion) pairs: each distinct prompt once, every completion once."""
+    groups = group_prompts(prompts)
+    prompt_len = max(len(p) for p in groups.prompts)
+    completion_len = max(len(c) for c in completions)
+    prompt_ids = torch.full((len(groups.prompts), prompt_len), pad_id, dtype=torch.long)
+    prompt_attention = torch.zeros((len(groups.prompts), prompt_len), dtype=torch.long)
+    for row, prompt in enumerate(groups.prompts):
+        if prompt:
+            prompt_ids[row, prompt_len - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            prompt_attention[row, prompt_len - len(prompt) :] = 1
+    completion_ids = torch.full((len(completions), completion_len), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(completions), completion_len), dtype=torch.float32)
+    for row, completion in enumerate(completions):
+        if completion:
+            completion_ids[row, : len(completion)] = torch.tensor(completion, dtype=torch.long)
+            mask[row, : len(completion)] = 1.0
+    return PrefixBatch(
+        prompt_ids=prompt_ids.to(device),
+        prompt_attention=prompt_attention.to(device),
+        rows=torch.tensor(groups.rows, dtype=torch.long).to(device),
+        completion_ids=completion_ids.to(device),
+        mask=mask.to(device),
+    )
+
+
+def supports_shared_prefix(model: torch.nn.Module) -> bool:
+    """Whether `prefix_hidden` can run on `model` in its current state.
+
+    Hugging Face turns the cache off in layers under gradient checkpointing while training,
+    which would cut the completions off from their prompt; such a model takes the plain path.
+    """
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # new, old name
+        if hasattr(type(model), name):
+            return not getattr(model, name)
+    return True
+
+
+def prefix_hidden(model: Any, batch: PrefixBatch) -> torch.Tensor:
+    """Final hidden states [B, C, H] whose row i, column j predicts completion i's token j.
+
+    Column 0 comes from the prompt's last position, columns 1.. from the completion pass.
+    Positions count real tokens only, as `generate` and the plain forward number them.
+    Needs at least one completion token (C >= 1); the prompt must not be empty.
+    """
+    decoder = model.base_model
+    prompt_positions = (batch.prompt_attention.cumsum(-1) - 1).clamp(min=0)
+    prompt_out = decoder(
+        input_ids=batch.prompt_ids,
+        attention_mask=batch.prompt_attention,
+        position_ids=prompt_positions,
+        use_cache=True,
+    )
+    cache = prompt_out.past_key_values
+    if cache is None:
+        raise RuntimeError("the model returned no cache: the shared-prefix forward cannot run")
+    cache.batch_select_indices(batch.rows)  # row i: its prompt's keys/values (differentiable)
+    completion_len = batch.completion_ids.shape[1]
+    prompt_lengths = batch.prompt_attention.sum(-1)[batch.rows]
+    steps = torch.arange(completion_len, device=batch.completion_ids.device)
+    completion_positions = prompt_lengths.unsqueeze(-1) + steps
+    attention = torch.cat(
+        [batch.prompt_attention[batch.rows], batch.mask.to(batch.prompt_attention.dtype)], dim=-1
+    )
+    completion_out = decoder(
+        input_ids=batch.completion_ids,
+        attention_mask=attention,
+        position_ids=completion_positions,
+        use_cache=True,
+        **{_cache_argument(decoder): cache},
+    )
+    first = prompt_out.last_hidden_state[:, -1:, :][batch.rows]
+    rest = completion_out.last_hidden_state[:, :-1, :]
+    return torch.cat([first, rest], dim=1)
+
+
+def _cache_argument(decoder: Any) -> str:
+    """The keyword a decoder takes its cache by: `cache` in newer transformers, else the old name."""
+    parameters = inspect.signature(decoder.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def hidden_logprobs(model: Any, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Log-probs [B, C] of `targets` under the model's output head applied to `hidden`, in fp32."""
+    logits = model.get_output_embeddings()(hidden).float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)

@@ -1,0 +1,149 @@
+"""The shared-prefix forward gives the plain forward's loss and gradients (within float tolerance)."""
+
+import random
+
+import pytest
+import torch
+
+from swarm.policy.grpo import clipped_policy_loss
+from swarm.policy.prefix import (
+    group_prompts,
+    hidden_logprobs,
+    pack_prefix_batch,
+    prefix_hidden,
+    supports_shared_prefix,
+)
+from swarm.policy.trainer import TrainSample, pack_batch
+
+PAD = 0
+
+
+def _random_model(kind: str):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    shape = dict(
+        vocab_size=61,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # grouped-query attention, as the real models
+        max_position_embeddings=128,
+        pad_token_id=PAD,
+    )
+    torch.manual_seed(1)
+    if kind == "llama":
+        return LlamaForCausalLM(LlamaConfig(**shape, tie_word_embeddings=True))
+    return Qwen2ForCausalLM(Qwen2Config(**shape, tie_word_embeddings=False))  # biased q/k/v
+
+
+def _samples(vocab: int, seed: int = 0) -> list[TrainSample]:
+    """Three prompts of different lengths, four completions each of 1-7 tokens, interleaved."""
+    rng = random.Random(seed)
+    samples = []
+    for prompt_len in (4, 9, 13):
+        prompt = tuple(rng.randrange(1, vocab) for _ in range(prompt_len))
+        for _ in range(4):
+            completion = tuple(rng.randrange(1, vocab) for _ in range(rng.randint(1, 7)))
+            samples.append(TrainSample(prompt, completion, rng.uniform(-1.5, 1.5)))
+    rng.shuffle(samples)
+    return samples
+
+
+def _plain_logprobs(model, batch):
+    input_ids, attention, mask = pack_batch(batch, PAD, "cpu")
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions).logits
+    logits = logits[:, -mask.shape[1] - 1 : -1, :].float()
+    targets = input_ids[:, -mask.shape[1] :]
+    return torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1), mask
+
+
+def _shared_logprobs(model, batch):
+    packed = pack_prefix_batch(
+        [s.prompt_ids for s in batch], [s.completion_ids for s in batch], PAD, "cpu"
+    )
+    hidden = prefix_hidden(model, packed)
+    return hidden_logprobs(model, hidden, packed.completion_ids), packed.mask
+
+
+def _loss_and_grads(model, samples, logprob_fn, micro: int):
+    """The trainer's accumulation: one token normalizer for the step, backward per micro-batch."""
+    model.zero_grad(set_to_none=True)
+    model.train()
+    tokens = sum(len(s.completion_ids) for s in samples)
+    total, all_logprobs = 0.0, []
+    for i in range(0, len(samples), micro):
+        batch = samples[i : i + micro]
+        logprobs, mask = logprob_fn(model, batch)
+        # Off-policy old log-probs make the ratio (and its clipping) matter, not just its gradient.
+        wobble = 0.2 * torch.sin(torch.arange(logprobs.numel(), dtype=logprobs.dtype))
+        old = logprobs.detach() + wobble.view_as(logprobs)
+        advantages = torch.tensor([s.advantage for s in batch])
+        loss = clipped_policy_loss(logprobs, old, advantages, mask, normalizer=tokens).loss
+        loss.backward()
+        total += float(loss.detach())
+        all_logprobs.extend((logprobs * mask).sum(-1).tolist())
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return total, all_logprobs, grads
+
+
+@pytest.fixture(scope="module", params=["tiny", "llama", "qwen2"])
+def model(request):
+    if request.param == "tiny":
+        from transformers import AutoModelForCausalLM
+
+        path = request.getfixturevalue("tiny_model_path")
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return _random_model(request.param)
+
+
+@pytest.mark.parametrize("micro", [12, 5, 1])
+def test_loss_and_every_gradient_equal_the_plain_forward(model, micro):
+    samples = _samples(min(model.config.vocab_size, 61))
+    plain_loss, plain_lp, plain_grads = _loss_and_grads(model, samples, _plain_logprobs, micro)
+    shared_loss, shared_lp, shared_grads = _loss_and_grads(model, samples, _shared_logprobs, micro)
+    assert shared_loss == pytest.approx(plain_loss, rel=1e-5, abs=1e-6)
+    assert shared_lp == pytest.approx(plain_lp, rel=1e-5, abs=1e-5)
+    assert set(shared_grads) == set(plain_grads) == {n for n, _ in model.named_parameters()}
+    for name, grad in plain_grads.items():
+        scale = grad.abs().max().item()
+        assert scale > 0, name  # every parameter gets a gradient: the comparison means something
+        assert torch.allclose(shared_grads[name], grad, rtol=1e-4, atol=1e-5 * scale), name
+
+
+def test_a_completion_sees_its_own_prompt_not_a_neighbours(model):
+    """Swapping which prompt a completion follows changes its log-prob: the cache rows are right."""
+    samples = _samples(min(model.config.vocab_size, 61))[:6]
+    swapped = [
+        TrainSample(samples[(i + 1) % len(samples)].prompt_ids, s.completion_ids, s.advantage)
+        for i, s in enumerate(samples)
+    ]
+    with torch.no_grad():
+        mine, mask = _shared_logprobs(model, swapped)
+        plain, _ = _plain_logprobs(model, swapped)
+        original, _ = _shared_logprobs(model, samples)
+    assert torch.allclose(mine * mask, plain * mask, atol=1e-5)
+    assert not torch.allclose(mine * mask, original * mask, atol=1e-3)
+
+
+def test_group_prompts_keeps_first_seen_order_and_maps_every_row():
+    groups = group_prompts([(3, 4), (5,), (3, 4), (5,), (6, 7, 8)])
+    assert groups.prompts == ((3, 4), (5,), (6, 7, 8))
+    assert groups.rows == (0, 1, 0, 1, 2)
+
+
+def test_packing_pads_prompts_left_and_completions_right():
+    packed = pack_prefix_batch([(3, 4), (5,), (3, 4)], [(9,), (8, 7, 6), ()], PAD, "cpu")
+    assert packed.prompt_ids.tolist() == [[3, 4], [PAD, 5]]
+    assert packed.prompt_attention.tolist() == [[1, 1], [0, 1]]
+    assert packed.rows.tolist() == [0, 1, 0]
+    assert packed.completion_ids.tolist() == [[9, PAD, PAD], [8, 7, 6], [PAD, PAD, PAD]]
+    assert packed.mask.tolist() == [[1, 0, 0], [1, 1, 1], [0, 0, 0]]
+
+
+def test_gradient_checkpointing_takes_the_plain_path():
+    model = _random_model("llama")
+    assert supports_shared_prefix(model)
+    model.gradient_checkpointing_enable()
+    assert not supports_shared_prefix(model)
