@@ -23,6 +23,7 @@ from swarm.policy.skills import GAP_SWARM, SKILL_SWARM, family_of
 
 # Families a model knows without a systematic error on every example ("strong").
 STRONG = {p.name: set(p.families) - set(p.weak) for p in SKILL_SWARM + GAP_SWARM}
+BARE = {p.name for p in SKILL_SWARM + GAP_SWARM if p.answer_format == "bare"}
 WEAK = {p.name: set(p.weak) for p in GAP_SWARM}
 
 
@@ -104,6 +105,7 @@ def report(folder: Path, console: Console, study: Study = STUDIES["sharing"]) ->
     payload["format"] = _format_table(chosen, console)
     payload["warmed"] = _warmed_table(chosen, console)
     payload["weak_by_node"] = _weak_table(chosen, console)
+    payload["tagged_nodes"] = _tagged_nodes_table(chosen, study, console)
     (folder / "report.json").write_text(json.dumps(payload, indent=1))
     if chosen:
         _plot(chosen, folder / "cumulative.png")
@@ -276,6 +278,59 @@ def _warmed_table(units: list[dict], console: Console) -> dict:
         out[arm] = row
     console.print(table)
     return out
+
+
+def _tagged_nodes_table(units: list[dict], study: Study, console: Console) -> dict:
+    """The comparisons and warmed-family gains over the tagged nodes only (a bare node's own
+    groups carry almost no signal under the tagged rule, so it can dominate a swarm's sums)."""
+    if not any(m in BARE for u in units for m in u["models"]):
+        return {}
+    cumulative: dict[str, dict[int, float]] = defaultdict(dict)
+    gains: dict[str, list[float]] = defaultdict(list)
+    for u in units:
+        tagged = [k for k, m in enumerate(u["models"]) if m not in BARE]
+        cumulative[u["arm"]][u["seed"]] = sum(sum(u["own_reward"][k]) for k in tagged)
+        for k in tagged:
+            start, end = u["held_out_start"][k]["by_family"], u["held_out_end"][k]["by_family"]
+            gains[u["arm"]] += [
+                end[d] - start.get(d, 0.0)
+                for d in end
+                if family_of(d) in STRONG.get(u["models"][k], ())
+            ]
+    table = Table(
+        title="tagged nodes only: cumulative own reward ratios; warmed-family held-out gain"
+    )
+    for col in ("comparison", "ratio per seed", "mean ratio", "candidate gain", "baseline gain"):
+        table.add_column(col)
+    out = {}
+    for cand, base in study.comparisons:
+        seeds = sorted(set(cumulative.get(cand, {})) & set(cumulative.get(base, {})))
+        if not seeds:
+            continue
+        ratios = [cumulative[cand][s] / cumulative[base][s] for s in seeds]
+        cg, bg = (_mean_se(gains[cand]), _mean_se(gains[base]))
+        table.add_row(
+            f"{cand} vs {base}",
+            " ".join(f"{r:.3f}" for r in ratios),
+            f"{statistics.fmean(ratios):.3f}",
+            f"{cg[0]:+.1%} ± {cg[1]:.1%}",
+            f"{bg[0]:+.1%} ± {bg[1]:.1%}",
+        )
+        out[f"{cand} vs {base}"] = {
+            "ratios": ratios,
+            "mean_ratio": statistics.fmean(ratios),
+            "gain": {cand: cg, base: bg},
+        }
+    console.print(table)
+    return out
+
+
+def _mean_se(values: list[float]) -> tuple[float, float]:
+    """(mean, standard error) of `values` ((0, 0) if empty)."""
+    if not values:
+        return 0.0, 0.0
+    se = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
+    return statistics.fmean(values), se
 
 
 def _weak_table(units: list[dict], console: Console) -> dict:
