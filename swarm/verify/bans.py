@@ -57,4 +57,10 @@ def unban(ledger_url: str, peer_id: str) -> str:
         ledger.close()
     if row is None:
         return f"{peer_id} was not banned"
-    return f"unbanned {peer_id} (banned {'automatically' if row.source == 'auto' else 'by the user'}: {row.reason})"
+    return f"unbanned {peer_id} ({ban_origin(row.source, row.reason)})"
+
+
+def ban_origin(source: str, reason: str) -> str:
+    """How a ban came to be, in words: who set it, and the reason when it adds something."""
+    who = "banned automatically" if source == "auto" else "banned by the user"
+    return who if not reason or reason == who else f"{who}: {reason}"

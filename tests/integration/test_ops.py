@@ -249,17 +249,18 @@ def _check_training_columns(export: Path, records: list[dict]) -> None:
 def test_ban_takes_a_unique_prefix_or_the_short_form_peers_prints(swarm_run, tmp_path):
     node = tmp_path / "node-0"
     shutil.copytree(swarm_run / "node-0", node)
-    other, own = _peer_id(swarm_run, "node-1"), _peer_id(swarm_run, "node-0")
+    other = _peer_id(swarm_run, "node-1")
     shown = _cli("peers", "--run-dir", str(node))
     short = "…" + other[-10:]
     assert short in shown.stdout
     banned = _cli("ban", short, "--run-dir", str(node))
     assert banned.returncode == 0 and banned.stdout.strip() == f"banned {other}", banned.stderr
-    lifted = _cli("unban", other[:14], "--run-dir", str(node))
-    assert lifted.returncode == 0 and lifted.stdout.startswith(f"unbanned {other}"), lifted.stderr
+    lifted = _cli("unban", other[-10:], "--run-dir", str(node))  # as printed, without the "…"
+    assert lifted.returncode == 0, lifted.stderr
+    assert lifted.stdout.strip() == f"unbanned {other} (banned by the user)"
     for text, message in [
-        ("12D3KooW", "matches 2 peers"),
         ("12D3KooWzzzzzz", "no peer this ledger knows"),
+        ("12D3", "too short to name one peer"),  # every peer ID starts so
     ]:
         result = _cli("ban", text, "--run-dir", str(node))
         assert (
@@ -267,7 +268,6 @@ def test_ban_takes_a_unique_prefix_or_the_short_form_peers_prints(swarm_run, tmp
             and message in result.stderr
             and len(result.stderr.splitlines()) == 1
         )
-    assert own in _cli("ban", "12D3KooW", "--run-dir", str(node)).stderr  # the candidates are named
 
 
 REPLAY_ROUNDS = 30

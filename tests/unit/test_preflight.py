@@ -62,10 +62,20 @@ def test_peer_names_full_prefix_or_short_form():
     assert resolve_peer("12D3KooWLp6", known) == PEER
     assert resolve_peer("…" + OTHER[-10:], known) == OTHER
     assert resolve_peer("..." + OTHER[-6:], known) == OTHER
+    assert resolve_peer(OTHER[-10:], known) == OTHER  # as printed, without the ellipsis
+    assert resolve_peer(" " + PEER[-4:], known) == PEER
     with pytest.raises(SwarmError, match="matches 2 peers"):
-        resolve_peer("12D3KooW", known)
+        resolve_peer("12D3KooWEyo", {OTHER, "12D3KooWEyoxyzxyzxyzxyzxyzxyzxyzxyzxyzxyzxyzxyzxyz"})
     with pytest.raises(SwarmError, match="no peer this ledger knows"):
-        resolve_peer("12D3KooWzz", known)
+        resolve_peer("12D3KooWzzz", known)
+    for universal in ("12D3", "12D3KooW", "12D3KooWL", "1", "…12"):
+        for peers in (known, {PEER}):  # one known peer is no excuse: 12D3 names them all
+            with pytest.raises(SwarmError, match="too short to name one peer"):
+                resolve_peer(universal, peers)
+    # a text that is one peer's prefix and another's suffix names neither
+    both = {"12D3KooWabc" + "x" * 41, "12D3KooW" + "y" * 41 + "12D3KooWabc"}
+    with pytest.raises(SwarmError, match="matches 2 peers"):
+        resolve_peer("12D3KooWabc", both)
     with pytest.raises(SwarmError, match="give a peer ID"):
         resolve_peer("…", known)
 

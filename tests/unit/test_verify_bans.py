@@ -26,6 +26,8 @@ def test_ban_and_unban_write_the_ledger(tmp_path):
         assert (row.source, row.reason, row.banned_at) == ("user", "spam", 5.0)
     assert unban(url, PEER) == f"unbanned {PEER} (banned by the user: spam)"
     assert unban(url, PEER) == f"{PEER} was not banned"
+    ban(url, PEER)  # no reason given
+    assert unban(url, PEER) == f"unbanned {PEER} (banned by the user)"
     with ledger.reader() as s:
         assert banned_peers(s) == {}
     ledger.close()
