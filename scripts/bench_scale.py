@@ -46,6 +46,9 @@ def parse_args(argv=None):
     sim.add_argument("--hostile", type=float, default=0.0, help="share of colluding identities")
     sim.add_argument("--greedy", type=int, default=0, help="greedy viewers (fetch every view)")
     sim.add_argument("--sketch", type=int, default=128, help="history sample (0: from the view)")
+    sim.add_argument("--loss", type=float, default=0.0, help="share of fetches lost")
+    sim.add_argument("--latency", type=float, default=0.0, help="seconds per fetch")
+    sim.add_argument("--churn", type=float, default=0.0, help="share replaced each round")
     real = sub.add_parser("real", help="node processes over libp2p on 127.0.0.1")
     real.add_argument("--exchange", choices=("pull", "gossip"), default="pull")
     real.add_argument("--network", type=int, default=32, help="network-only processes")
@@ -74,15 +77,21 @@ def cmd_sim(args) -> None:
             hostile=args.hostile,
             greedy=args.greedy,
             sketch=args.sketch,
+            loss=args.loss,
+            latency_s=args.latency,
+            churn=args.churn,
         )
         label = f"  [{n} {args.exchange}]"
         result = simulate(settings, lambda m, label=label: print(f"{label} {m}", flush=True))
         attack = f"-hostile{args.hostile:g}-greedy{args.greedy}" if result["adversary"] else ""
         attack += f"-sketch{args.sketch}" if args.sketch != 128 else ""
+        for name, value in (("loss", args.loss), ("latency", args.latency), ("churn", args.churn)):
+            attack += f"-{name}{value:g}" if value else ""
         write(Path(args.out) / f"sim-{args.exchange}-{n}{attack}.json", result)
         print(row(f"sim {args.exchange}", n, result["per_node"], result), flush=True)
         if result["adversary"]:
             print(f"  adversary: {json.dumps(result['adversary'])}", flush=True)
+        print(f"  replaced {result['replaced_nodes']}, lost {result['lost_fetches']}", flush=True)
 
 
 def cmd_real(args) -> None:

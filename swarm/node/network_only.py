@@ -113,6 +113,7 @@ class NetworkNode:
         clock: Callable[[], float] = time.time,
         byte_meter: ByteMeter | None = None,
         exchange: Exchange | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
         from swarm.p2p.identity import peer_id_of
 
@@ -121,6 +122,7 @@ class NetworkNode:
         self.key_pair = key_pair
         self.peer_id = peer_id_of(key_pair)
         self.clock = clock
+        self.monotonic = monotonic  # the pull exchange's round budget runs on it
         self.byte_meter = byte_meter or self._payload_bytes
         self.scoring = Scoring(settings.format_bonus)
         verify = settings.verify or VerifySettings(swarm_id=settings.swarm_id)
@@ -157,6 +159,7 @@ class NetworkNode:
             self.peer_id,
             pull,
             clock=self.clock,
+            monotonic=self.monotonic,
         )
 
     @classmethod

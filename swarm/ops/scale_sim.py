@@ -39,15 +39,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from swarm.errors import TransportError
 from swarm.node.history_sample import DEFAULT_SKETCH
 from swarm.node.network_only import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
 from swarm.node.pulling import PullSettings
 from swarm.ops.footprint import peak_mb
+from swarm.ops.sim_conditions import Adversary, ImpairedTransport, StepClock
 from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import MemoryHub, MemoryTransport
-from swarm.wire.streams import VIEW_KEY, VIEW_MAX_ENTRIES, ViewEntry, encode_view
 
 METRICS = ("bytes_in", "bytes_out", "cpu_s", "verified", "cheap_checked", "ledger_rows", "peers")
 
@@ -71,6 +69,9 @@ class SimSettings:
     hostile: float = 0.0  # share of identities that collude to capture views (see `Adversary`)
     greedy: int = 0  # greedy viewers: fetch every node's view every round
     sketch: int = DEFAULT_SKETCH  # history sample of each node (0: ask peers from the view)
+    loss: float = 0.0  # share of fetches lost
+    latency_s: float = 0.0  # each fetch's time, charged to the node's round budget
+    churn: float = 0.0  # share of (honest) nodes replaced by newcomers after each round
 
 
 class SimClock:
@@ -84,106 +85,92 @@ class SimClock:
         return self.now
 
 
-def build(settings: SimSettings, clock: SimClock) -> list[NetworkNode]:
+def build(settings: SimSettings, clock: SimClock, hub: MemoryHub) -> list[NetworkNode]:
     """The swarm: node 0 first, then every other node joined through it."""
-    hub, nodes, first = MemoryHub(), [], ""
+    nodes: list[NetworkNode] = []
     rng = random.Random(settings.seed)
     for i in range(settings.nodes):
-        key_pair = create_identity(rng.randbytes(32))
-        peer_id = peer_id_of(key_pair)
-        if settings.exchange == ExchangeKind.PULL:
-            transport: MemoryTransport = LinkedMemoryTransport(
-                peer_id, hub, bootstrap=[first] if first else [], max_links=settings.links
-            )
-        else:
-            transport = MemoryTransport(peer_id, hub, inbox_capacity=1 << 20)
-        first = first or peer_id
-        groups = settings.groups * (settings.loud_factor if 1 <= i <= loud_count(settings) else 1)
-        node_settings = NetworkNodeSettings(
-            exchange=settings.exchange,
-            groups_per_round=groups,
-            shared_groups=settings.shared,
-            max_age_s=3 * settings.period_s,
-            pull=PullSettings(
-                lists_per_round=settings.lists,
-                pull_groups=settings.pulls,
-                keep_rounds=settings.keep_rounds,
-                max_age_s=3 * settings.period_s,
-                view_sketch=settings.sketch,
-            ),
-        )
-        nodes.append(NetworkNode(node_settings, transport, key_pair, clock=clock))
+        nodes.append(make_node(settings, clock, hub, i, nodes[0].peer_id if nodes else "", rng))
     for node in nodes:
         node.start()
     return nodes
 
 
-class Adversary:
-    """Hostile identities of a simulated pull swarm, trying to own honest nodes' samples.
+def make_node(
+    settings: SimSettings,
+    clock: SimClock,
+    hub: MemoryHub,
+    i: int,
+    bootstrap: str,
+    rng: random.Random,
+) -> NetworkNode:
+    """Node `i` of the swarm, joining through `bootstrap` (not started)."""
+    key_pair = create_identity(rng.randbytes(32))
+    peer_id = peer_id_of(key_pair)
+    steps = StepClock()
+    if settings.exchange == ExchangeKind.PULL:
+        transport: MemoryTransport = ImpairedTransport(
+            peer_id,
+            hub,
+            bootstrap=[bootstrap] if bootstrap else [],
+            max_links=settings.links,
+            loss=settings.loss,
+            latency_s=settings.latency_s,
+            rng=random.Random(rng.random()),
+            clock=steps,
+        )
+    else:
+        transport = MemoryTransport(peer_id, hub, inbox_capacity=1 << 20)
+    groups = settings.groups * (settings.loud_factor if 1 <= i <= loud_count(settings) else 1)
+    node_settings = NetworkNodeSettings(
+        exchange=settings.exchange,
+        groups_per_round=groups,
+        shared_groups=settings.shared,
+        max_age_s=3 * settings.period_s,
+        pull=PullSettings(
+            lists_per_round=settings.lists,
+            pull_groups=settings.pulls,
+            keep_rounds=settings.keep_rounds,
+            max_age_s=3 * settings.period_s,
+            view_sketch=settings.sketch,
+        ),
+    )
+    return NetworkNode(node_settings, transport, key_pair, clock=clock, monotonic=steps)
 
-    - colluders (`hostile` of the identities, never node 0): ordinary nodes, except that
-      the view each serves lists only colluders, all at age 0 (the youngest, so kept first);
-    - greedy viewers (`greedy`, also colluders): fetch every node's view every round, which
-      enters them at age 0 in every view they fetch.
 
-    `measure` counts whom honest nodes asked for their lists.
-    """
-
-    def __init__(self, settings: SimSettings, nodes: list[NetworkNode]):
-        rng = random.Random(settings.seed + 3)
-        count = round(settings.hostile * len(nodes))
-        picked = rng.sample(range(1, len(nodes)), min(len(nodes) - 1, max(count, settings.greedy)))
-        self.hostile = {nodes[i].peer_id for i in picked}
-        self.greedy = [nodes[i] for i in picked[: settings.greedy]]
-        self.nodes = nodes
-        self.asked: Counter = Counter()
-
-    def act(self) -> None:
-        """Serve the colluders' views and let the greedy viewers fetch every view."""
-        entries = [ViewEntry(p, (), 0) for p in sorted(self.hostile)][:VIEW_MAX_ENTRIES]
-        for node in self.nodes:
-            if node.peer_id in self.hostile:
-                own = [e for e in entries if e.id == node.peer_id]
-                others = [e for e in entries if e.id != node.peer_id]
-                node.transport.serve_blob(VIEW_KEY, encode_view(own + others))
-        for viewer in self.greedy:
-            for node in self.nodes:
-                if node is not viewer:
-                    try:
-                        viewer.transport.fetch_blob(node.peer_id, VIEW_KEY)
-                    except TransportError:
-                        continue
-
-    def measure(self) -> None:
-        for node in self.nodes:
-            if node.peer_id not in self.hostile:
-                self.asked.update(getattr(node.exchange, "last_asked", ()))
-
-    def report(self) -> dict:
-        """Hostile share of honest nodes' samples over their share of the swarm (1: fair),
-        and how often a greedy viewer was asked over an honest peer (1: no gain)."""
-        total = sum(self.asked.values())
-        honest = [p.peer_id for p in self.nodes if p.peer_id not in self.hostile]
-        per_honest = sum(self.asked[p] for p in honest) / max(1, len(honest))
-        share = len(self.hostile) / len(self.nodes)
-        in_samples = sum(self.asked[p] for p in self.hostile) / total if total else 0.0
-        greedy = [self.asked[v.peer_id] for v in self.greedy]
-        return {
-            "hostile_identities": len(self.hostile),
-            "hostile_share": share,
-            "hostile_share_in_samples": in_samples,
-            "capture_ratio": in_samples / share if share else 0.0,
-            "greedy_ratio": statistics.fmean(greedy) / per_honest if greedy and per_honest else 0.0,
-        }
+def churn(
+    settings: SimSettings,
+    nodes: list[NetworkNode],
+    clock: SimClock,
+    hub: MemoryHub,
+    keep: set[str],
+    rng: random.Random,
+) -> int:
+    """Replace `churn` of the nodes (never node 0 or those in `keep`) by newcomers, each
+    joining through a random node still there. Returns how many were replaced."""
+    eligible = [i for i in range(1, len(nodes)) if nodes[i].peer_id not in keep]
+    leaving = rng.sample(eligible, min(len(eligible), round(settings.churn * len(nodes))))
+    for i in leaving:
+        nodes[i].close()  # leaves the hub: fetches from it fail from now on
+    staying = [n.peer_id for j, n in enumerate(nodes) if j not in set(leaving)]
+    for i in leaving:
+        nodes[i] = make_node(settings, clock, hub, i, rng.choice(staying), rng)
+        nodes[i].start()
+    return len(leaving)
 
 
 def simulate(settings: SimSettings, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Run the swarm; per-node cost per measured round (summaries) and fairness."""
     clock = SimClock()
     t0 = time.perf_counter()
-    nodes = build(settings, clock)
+    hub = MemoryHub()
+    nodes = build(settings, clock, hub)
     progress(f"{settings.nodes} {settings.exchange} nodes built in {time.perf_counter() - t0:.0f}s")
-    adversary = Adversary(settings, nodes) if settings.hostile or settings.greedy else None
+    adversary = None
+    if settings.hostile or settings.greedy:
+        adversary = Adversary(nodes, settings.hostile, settings.greedy, settings.seed + 3)
+    hostile = adversary.hostile if adversary is not None else set()
+    replaced = 0
     shuffle_views(nodes, settings.view_rounds, random.Random(settings.seed + 2), adversary)
     progress(f"views shuffled {settings.view_rounds} times: {time.perf_counter() - t0:.0f}s")
     per_node: list[dict] = []
@@ -205,6 +192,8 @@ def simulate(settings: SimSettings, progress: Callable[[str], None] = lambda s: 
             if r >= settings.warmup:
                 adversary.measure()
         after = [node.byte_meter() for node in nodes]
+        if settings.churn:  # after the round is measured: newcomers start the next one
+            replaced += churn(settings, nodes, clock, hub, hostile, rng)
         progress(f"round {r}: {time.perf_counter() - t:.0f}s")
         if r < settings.warmup:
             continue
@@ -236,6 +225,8 @@ def simulate(settings: SimSettings, progress: Callable[[str], None] = lambda s: 
         "age_s": {"mean": statistics.fmean(ages) if ages else 0.0, "p95": percentile(ages, 0.95)},
         "fairness": fairness(chosen, [n.peer_id for n in nodes], loud_count(settings)),
         "adversary": adversary.report() if adversary is not None else None,
+        "replaced_nodes": replaced,
+        "lost_fetches": sum(getattr(n.transport, "lost", 0) for n in nodes),
         "wall_s": time.perf_counter() - t0,
         "process_peak_mb": peak_mb(),  # the whole simulation's, all nodes together
     }
