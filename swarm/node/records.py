@@ -170,6 +170,7 @@ class Records:
             received=sharing.received_groups,
             accepted=sharing.accepted_groups,
             rejected=sharing.rejected_groups,
+            refused=sum(sharing.refused_by_reason.values()),
             optimizer_steps=result.steps,
             batch_reward=batch_reward,
             tagged=tagged,

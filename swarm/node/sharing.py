@@ -17,6 +17,7 @@ condemn is banned.
 from __future__ import annotations
 
 import collections
+import logging
 import time
 
 from swarm.config import Config
@@ -50,7 +51,9 @@ from swarm.verify.reasons import Direction, Reason, Status
 from swarm.verify.spotcheck import SpotChecker
 from swarm.verify.state import NONCE_MEMORY
 from swarm.wire import RolloutGroup, Sampling, pack_messages, stored_nonce
-from swarm.wire.signing import sign_group
+from swarm.wire.signing import check_group_signature, sign_group
+
+_log = logging.getLogger(__name__)  # node.log under `swarm-node join` (it captures the process)
 
 
 class Sharing:
@@ -281,8 +284,8 @@ class Sharing:
             fresh.append(item)
         taken = self.rejections.take()
         for r in taken.rows:
-            if r.sender:
-                touch_peer(session, r.sender, now)
+            for peer in {r.source, r.sender if signed_by_sender(r) else ""} - {""}:
+                touch_peer(session, peer, now)  # the transport's peer; a sender only if signed
             session.add(
                 self.records.group_row(
                     r.signed,
@@ -302,7 +305,13 @@ class Sharing:
             add_ban(session, peer, "auto", reason, now)
             self.reporter.message(f"banned {peer}: {reason}")
         self._count(fresh, taken)
+        self._log_refusals(taken)
         return fresh
+
+    def _log_refusals(self, taken: Taken) -> None:
+        """What the transport refused by itself this round, per peer, to node.log."""
+        for (peer, reason), n in sorted(taken.refused.items()):
+            _log.info("transport refused %d from %s: %s", n, peer, reason)
 
     def _count(self, fresh: list[Accepted], taken: Taken) -> None:
         """This run's totals. Each group ends in one outcome: accepted, rejected or a duplicate
@@ -362,3 +371,14 @@ class Sharing:
             round=group.round,
             family=group.task.dataset,
         )
+
+
+def signed_by_sender(rejection: Rejection) -> bool:
+    """Whether a rejected group's claimed sender signed it (else the claim means nothing)."""
+    if not rejection.sender or rejection.signed is None:
+        return False
+    try:
+        check_group_signature(rejection.signed, rejection.sender)
+    except RejectedMessage:
+        return False
+    return True

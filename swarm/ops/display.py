@@ -50,6 +50,7 @@ class RoundReport:
     received: int = 0
     accepted: int = 0
     rejected: int = 0
+    refused: int = 0  # messages the transport refused by itself (oversize, unsigned...): not groups
     optimizer_steps: int = 0
     batch_reward: float = 0.0  # mean reward of the groups trained on (own and shared)
     tagged: float = 0.0  # share of own completions that give an <answer>-tagged answer
@@ -187,7 +188,8 @@ def round_line(r: RoundReport) -> str:
     shared = f" shared {r.shared_groups}" if r.shared_groups else ""
     swarm = (
         f"  peers {r.peers} recv {r.received} ok {r.accepted} rej {r.rejected}"
-        if (r.peers or r.received)
+        + (f" refused {r.refused}" if r.refused else "")
+        if (r.peers or r.received or r.refused)
         else ""
     )
     return (
@@ -331,10 +333,11 @@ class LiveReporter(Reporter):
             f"reward per round  {sparkline(self.rewards)}",
             table,
         ]
-        if self.rows and (self.rows[-1].peers or self.rows[-1].received):
+        if self.rows and (self.rows[-1].peers or self.rows[-1].received or self.rows[-1].refused):
             r = self.rows[-1]
+            refused = f" · messages refused by the transport {r.refused}" if r.refused else ""
             lines.append(
-                f"swarm: {r.peers} peers connected · groups received {r.received}, accepted {r.accepted}, rejected {r.rejected}"
+                f"swarm: {r.peers} peers connected · groups received {r.received}, accepted {r.accepted}, rejected {r.rejected}{refused}"
             )
         if self.evals:
             first, last = self.evals[0], self.evals[-1]

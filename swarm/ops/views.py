@@ -61,6 +61,17 @@ def _short(peer_id: str) -> str:
     return peer_id if len(peer_id) <= 16 else f"…{peer_id[-10:]}"
 
 
+def _by_reason(counts: dict[str, int]) -> str:
+    """'reason n, reason n', most frequent first."""
+    return ", ".join(f"{r} {n}" for r, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+
+
+def _refused(p: dict) -> str:
+    """Messages the transport refused from a peer by itself (not groups), with their reasons."""
+    counts = p["refused_by_reason"]
+    return f"{sum(counts.values())} ({_by_reason(counts)})" if counts else "0"
+
+
 def _reward(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
@@ -79,6 +90,8 @@ def show_peers(data: dict, as_json: bool, console: Console | None = None) -> Non
             "received",
             "accepted",
             "rejected",
+            "rejected_by_reason",
+            "refused_by_reason",
             "used",
         )
         console.print_json(
@@ -98,13 +111,14 @@ def show_peers(data: dict, as_json: bool, console: Console | None = None) -> Non
         "recv",
         "accept",
         "reject",
+        "refused",
         "used",
         "banned",
     ):
         table.add_column(
             column,
-            justify="left" if column in ("peer", "model", "banned") else "right",
-            no_wrap=column not in ("model", "banned"),
+            justify="left" if column in ("peer", "model", "refused", "banned") else "right",
+            no_wrap=column not in ("model", "refused", "banned"),
         )
     for p in data["peers"]:
         table.add_row(
@@ -115,6 +129,7 @@ def show_peers(data: dict, as_json: bool, console: Console | None = None) -> Non
             str(p["received"]),
             str(p["accepted"]),
             str(p["rejected"]),
+            _refused(p),
             str(p["used"]),
             p["banned"],
         )
@@ -134,6 +149,7 @@ def show_contributions(data: dict, as_json: bool, console: Console | None = None
         "recv",
         "accept",
         "rejected (by reason)",
+        "refused (by reason)",
         "used",
         "adv Σ",
         "adv mean",
@@ -145,18 +161,17 @@ def show_contributions(data: dict, as_json: bool, console: Console | None = None
     for column in columns:
         table.add_column(
             column,
-            justify="left" if column in ("peer", "rejected (by reason)") else "right",
-            no_wrap=column != "rejected (by reason)",
+            justify="left" if "reason" in column or column == "peer" else "right",
+            no_wrap="reason" not in column,
         )
     for p in data["peers"]:
-        reasons = ", ".join(
-            f"{r} {n}" for r, n in sorted(p["rejected_by_reason"].items(), key=lambda x: -x[1])
-        )
+        reasons = _by_reason(p["rejected_by_reason"])
         table.add_row(
             _short(p["peer_id"]) + (" [red](banned)[/red]" if p["banned"] else ""),
             str(p["received"]),
             str(p["accepted"]),
             f"{p['rejected']}" + (f" ({reasons})" if reasons else ""),
+            _refused(p),
             str(p["used"]),
             f"{p['advantage_total']:.1f}",
             f"{p['advantage_mean']:.2f}",

@@ -43,14 +43,15 @@ def test_nodes_exchange_signed_groups_and_record_forgeries(tmp_path, tiny_model_
     # Both were at policy version 0 with the same model: b spot-checked a's tokens, and they passed.
     assert b.spot_checker.checked > 0
 
-    # A hostile peer on the hub: a forged signature, and a valid signature over a tampered body.
+    # A hostile peer on the hub: a forged signature (claiming to be a itself), and a valid
+    # signature over a tampered body.
     mallory_key = create_identity(b"\x09" * 32)
     mallory = MemoryTransport(peer_id_of(mallory_key), hub)
     mallory.start()
     sent_by_a = [r for r in _rows(a) if r.direction == "sent"][0]
     honest = decode_group(sent_by_a.body)
     claimed = msgspec.structs.replace(
-        honest, sender=peer_id_of(mallory_key), rewards=(5.0,) * len(honest.rewards)
+        honest, sender=a.peer_id, rewards=(5.0,) * len(honest.rewards)
     )
     forged = SignedGroup(encode_group(claimed), b"\x00" * 64)
     tampered_body = bytearray(
@@ -75,7 +76,10 @@ def test_nodes_exchange_signed_groups_and_record_forgeries(tmp_path, tiny_model_
     assert {r.content_hash for r in accepted} == {r.content_hash for r in sent_b}
     assert all(r.sender == b.peer_id and r.body for r in accepted)
     assert sorted(r.reason for r in rejected) == ["bad_signature", "bad_signature", "undecodable"]
-    assert {r.sender for r in rejected if r.reason == "bad_signature"} == {mallory.peer_id}
+    assert {r.sender for r in rejected if r.reason == "bad_signature"} == {
+        a.peer_id,
+        mallory.peer_id,
+    }
     assert len(a.pool) == len(sent_b)
     # b received a's first round only; both recorded who they heard from
     assert {r.content_hash for r in _rows(b) if r.status == "accepted"} == {
@@ -83,6 +87,7 @@ def test_nodes_exchange_signed_groups_and_record_forgeries(tmp_path, tiny_model_
     }
     ledger = Ledger(a.config.ledger_url)
     with ledger.reader() as s:
+        # who sent them (the transport's peer), never a sender that an unchecked signature claims
         assert {p.peer_id for p in s.query(PeerRow)} == {b.peer_id, mallory.peer_id}
     assert a.transport.stats().rejected == {"bad_signature": 2, "undecodable": 1}
     for node in (a, b):

@@ -276,3 +276,38 @@ def test_cluster_plan_and_member_config(tmp_path):
     assert config.p2p.allow_list == ids
     assert config.p2p.psk_file == str(tmp_path / "m0" / "swarm.key")
     assert config.run_dir == tmp_path / "m0"  # relative to the config file: the folder can move
+
+
+def test_refusals_are_shown_beside_rejections_in_both_tables():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from swarm.ops.contributions import OwnContribution, PeerContribution
+    from swarm.ops.views import show_contributions, show_peers
+
+    peer = PeerContribution(
+        "12D3KooWLp6Fy6k9RjqjvRL2FaZg1x1A1uvBmUuUxsyDAzDzE7oa",
+        received=2,
+        rejected=2,
+        rejected_by_reason={"bad_signature": 2},
+        refused_by_reason={"oversize": 3, "unsigned": 1},
+    )
+    data = {
+        "node_name": "n",
+        "model": "swarm-tiny",
+        "groups_in_ledger": 2,
+        "window": {"since": None, "until": None},
+        "peers": [peer.as_dict()],
+        "own": OwnContribution().__dict__,
+    }
+    for show in (show_peers, show_contributions):
+        out = StringIO()
+        show(data, False, Console(file=out, width=300))
+        text = out.getvalue()
+        assert "refused" in text and "4 (oversize 3, unsigned 1)" in text, text
+    out = StringIO()
+    show_peers(data, True, Console(file=out, width=300))
+    shown = json.loads(out.getvalue())["peers"][0]
+    assert shown["refused_by_reason"] == {"oversize": 3, "unsigned": 1}
+    assert shown["rejected_by_reason"] == {"bad_signature": 2}

@@ -13,6 +13,7 @@ from swarm.ops.display import (
     RoundReport,
     RunInfo,
     header_lines,
+    round_line,
     sparkline,
 )
 
@@ -80,3 +81,12 @@ def test_the_start_line_names_the_metrics_url_when_served():
     served = dataclasses.replace(_info(), metrics_url="http://127.0.0.1:41234/metrics")
     assert header_lines(served)[0].endswith("; metrics at http://127.0.0.1:41234/metrics")
     assert "metrics" not in header_lines(_info())[0]
+
+
+def test_the_round_line_shows_what_the_transport_refused():
+    base = dataclasses.replace(_report(3, 0.5), peers=2, received=8, accepted=6, rejected=2)
+    assert "refused" not in round_line(base)
+    line = round_line(dataclasses.replace(base, refused=5))
+    assert line.endswith("peers 2 recv 8 ok 6 rej 2 refused 5"), line
+    alone = dataclasses.replace(_report(3, 0.5), refused=1)  # nothing received, only refused
+    assert round_line(alone).endswith("refused 1")
