@@ -344,11 +344,19 @@ class LedgerSection:
         "this many days (0: keep them all).",
         min=0.0,
     )
+    keep_bodies_days: float = opt(
+        0.0,
+        "Drop the signed bytes of accepted groups older than this many days, keeping their "
+        "rows and figures (0: keep them; never those younger than verify.max_age_s, which a "
+        "restart reads back). Replay reports such a group as no_body.",
+        min=0.0,
+    )
     max_mb: int = opt(
         0,
         "Prune, oldest first, rejected rows and counters, then this node's own sent groups, "
-        "while the ledger's data exceed this many MB (0: no cap). Rounds, updates, accepted "
-        "groups and their uses, which replay and reports need, are never pruned.",
+        "then accepted groups' signed bytes (not their rows), while the ledger's data exceed "
+        "this many MB (0: no cap). Rounds, updates, accepted groups' rows and their uses, "
+        "and bytes younger than verify.max_age_s are never pruned.",
         min=0,
     )
 

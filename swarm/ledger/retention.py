@@ -9,10 +9,16 @@ what stays (`ledger.keep_days`, `ledger.max_mb`; both off by default):
 - while the ledger's data (SQLite pages in use) exceed `max_mb`, the oldest of those go
   first, in this order: rejected groups and deltas, counters, then sent groups.
 
-Never pruned: rounds, updates, evaluations, accepted groups (with their signed bytes) and
-their uses, bans and peers: what `swarm-node replay`, `export`, `status` and the
-contribution reports read. A ledger still over `max_mb` once nothing prunable is left is
-reported (`Pruned.over_bytes`), not cut further. Deletion runs in batches (short
+Accepted groups keep their rows and figures (sender, task, rewards, round, uses) for ever;
+their signed bytes (`body`, `signature`), by far the largest part of a busy swarm's ledger,
+are dropped once older than `ledger.keep_bodies_days`, and, while the ledger is still over
+`max_mb` once everything above is gone, oldest first. Never those of the last
+`verify.max_age_s` (a restarted node reads them back for duplicates and nonces); `swarm-node
+replay` reports a group without its bytes as `no_body`.
+
+Never pruned: rounds, updates, evaluations, accepted groups' rows and their uses, bans and
+peers: what `export`, `status` and the contribution reports read. A ledger still over
+`max_mb` once nothing prunable is left is reported (`Pruned.over_bytes`), not cut further. Deletion runs in batches (short
 transactions, the node keeps writing); freed pages are given back to the file system on a
 ledger created with incremental auto-vacuum (every ledger this version creates), and
 reused by later rows otherwise.
@@ -23,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import delete, func, inspect, select, text
+from sqlalchemy import delete, func, insert, inspect, select, text
 
 from swarm.ledger import Base, DeltaRow, GroupRow, Ledger, RejectionCountRow
 from swarm.verify.reasons import Direction, Status
@@ -31,20 +37,29 @@ from swarm.verify.reasons import Direction, Status
 BATCH = 2000  # rows deleted per transaction
 ROW_OVERHEAD = 200  # bytes of a row besides a group's signed body (an estimate)
 DAY_S = 86_400.0
+BODIES = "accepted bodies"  # a kind of `Pruned.rows`: signed bytes dropped, rows kept
 
 
 @dataclass(frozen=True)
 class Retention:
     keep_days: float = 0.0  # 0: no age limit
     max_mb: int = 0  # 0: no size cap
+    keep_bodies_days: float = 0.0  # accepted groups' signed bytes; 0: kept
+    protect_s: float = 3600.0  # accepted bodies younger than this are never dropped
 
     @classmethod
     def from_config(cls, config) -> Retention:
-        return cls(config.ledger.keep_days, config.ledger.max_mb)
+        max_age = config.verify.max_age_s
+        return cls(
+            config.ledger.keep_days,
+            config.ledger.max_mb,
+            config.ledger.keep_bodies_days,
+            protect_s=max_age if max_age > 0 else DAY_S,
+        )
 
     @property
     def active(self) -> bool:
-        return self.keep_days > 0 or self.max_mb > 0
+        return self.keep_days > 0 or self.max_mb > 0 or self.keep_bodies_days > 0
 
 
 @dataclass(frozen=True)
@@ -131,6 +146,41 @@ def _delete_oldest(ledger: Ledger, table, where, age, limit: int) -> int:
     return len(chosen)
 
 
+def _accepted_with_body(cutoff: float) -> tuple:
+    return (
+        GroupRow.direction == Direction.RECEIVED,
+        GroupRow.status == Status.ACCEPTED,
+        GroupRow.body.is_not(None),
+        GroupRow.recorded_at < cutoff,
+    )
+
+
+def _drop_oldest_bodies(ledger: Ledger, cutoff: float, limit: int) -> int:
+    """Drop the signed bytes of up to `limit` accepted groups recorded before `cutoff`,
+    oldest first (their rows stay, with the same ids); how many.
+
+    Each row is deleted and written again without its bytes: an UPDATE would leave every
+    row in the B-tree page its bytes once filled (SQLite rebalances pages on delete, not on
+    a shrinking update), about 4 KB a row kept for ever; measured 4.3 KB a row that way,
+    against the row's own few hundred bytes this way.
+    """
+    columns = [c for c in GroupRow.__table__.columns if c.name not in ("body", "signature")]
+    with ledger.transaction() as session:
+        oldest = (
+            select(*columns)
+            .where(*_accepted_with_body(cutoff))
+            .order_by(GroupRow.recorded_at)
+            .limit(limit)
+        )
+        rows = [dict(row._mapping) for row in session.execute(oldest)]
+        if rows:
+            session.execute(delete(GroupRow).where(GroupRow.id.in_([r["id"] for r in rows])))
+            session.execute(
+                insert(GroupRow), [{**r, "body": None, "signature": None} for r in rows]
+            )
+    return len(rows)
+
+
 def _row_bytes(ledger: Ledger, table, where) -> int:
     """About how many bytes one prunable row of `table` holds (its signed body and the rest)."""
     if table is not GroupRow:
@@ -147,6 +197,11 @@ def prune(ledger: Ledger, retention: Retention, now: float) -> Pruned:
         for kind, table, where, age in _prunable(now - retention.keep_days * DAY_S):
             while (n := _delete_oldest(ledger, table, where, age, BATCH)) > 0:
                 pruned.rows[kind] = pruned.rows.get(kind, 0) + n
+    newest_droppable = now - retention.protect_s
+    if retention.keep_bodies_days > 0:
+        cutoff = min(newest_droppable, now - retention.keep_bodies_days * DAY_S)
+        while (n := _drop_oldest_bodies(ledger, cutoff, BATCH)) > 0:
+            pruned.rows[BODIES] = pruned.rows.get(BODIES, 0) + n
     cap = retention.max_mb << 20
     if cap > 0 and (used := used_bytes(ledger)) is not None:
         for kind, table, where, age in _prunable(None):
@@ -156,6 +211,13 @@ def prune(ledger: Ledger, retention: Retention, now: float) -> Pruned:
                     break
                 pruned.rows[kind] = pruned.rows.get(kind, 0) + n
                 used = used_bytes(ledger) or 0
+        while used > cap:
+            body = _row_bytes(ledger, GroupRow, _accepted_with_body(newest_droppable))
+            limit = min(BATCH, 1 + (used - cap) // max(1, body - ROW_OVERHEAD))
+            if (n := _drop_oldest_bodies(ledger, newest_droppable, limit)) == 0:
+                break
+            pruned.rows[BODIES] = pruned.rows.get(BODIES, 0) + n
+            used = used_bytes(ledger) or 0
         pruned.over_bytes = max(0, used - cap)
     if pruned.total:
         give_back_free_pages(ledger)

@@ -119,9 +119,43 @@ def test_max_mb_prunes_oldest_first_in_order_and_says_when_it_cannot_reach_the_c
     assert newest_sent.recorded_at > NOW - 60 * DAY_S  # the oldest went first
     size = ledger_size(ledger)
     assert size.file_bytes < before  # pages given back to the file system
+    assert _bodies(ledger) == 60  # accepted bytes go only once nothing else is left
     tight = prune(ledger, Retention(max_mb=1), NOW)
-    assert _count(ledger, "sent") == 0 and _count(ledger, "accepted") == 60
-    assert tight.over_bytes > 0  # accepted groups are never pruned
+    assert _count(ledger, "sent") == 0 and _count(ledger, "accepted") == 60  # rows stay
+    assert tight.rows["accepted bodies"] > 0 and 0 < _bodies(ledger) < 60
+    assert used_bytes(ledger) <= 1 << 20 and tight.over_bytes == 0
+    none_left = prune(ledger, Retention(max_mb=1, protect_s=70 * DAY_S), NOW)
+    assert "accepted bodies" not in none_left.rows  # nothing old enough: nothing dropped
+    ledger.close()
+
+
+def _bodies(ledger: Ledger) -> int:
+    """Accepted groups that still hold their signed bytes."""
+    with ledger.reader() as s:
+        q = s.query(GroupRow).filter(GroupRow.status == "accepted", GroupRow.body.is_not(None))
+        return q.count()
+
+
+def test_keep_bodies_days_drops_old_accepted_bytes_and_keeps_rows_and_recent_bytes(tmp_path):
+    ledger = _filled(tmp_path)
+    before = used_bytes(ledger)
+    pruned = prune(ledger, Retention(keep_bodies_days=10), NOW)
+    assert pruned.rows == {"accepted bodies": 49}
+    assert _count(ledger, "accepted") == 60 and _bodies(ledger) == 11
+    assert (_count(ledger, "rejected"), _count(ledger, "sent")) == (60, 60)
+    assert used_bytes(ledger) < before - 40 * 20_000  # 49 bodies of 20 KB, in whole pages
+    with ledger.reader() as s:
+        old = (
+            s.query(GroupRow)
+            .filter(GroupRow.status == "accepted")
+            .order_by(GroupRow.recorded_at)
+            .first()
+        )
+        assert old.body is None and old.signature is None and old.sender == "peer"
+        assert s.query(GroupUseRow).count() == 1
+    # never the bytes a restart reads back: those younger than verify.max_age_s
+    young = prune(ledger, Retention(keep_bodies_days=1e-9, protect_s=1.5 * DAY_S), NOW)
+    assert young.rows == {"accepted bodies": 9} and _bodies(ledger) == 2
     ledger.close()
 
 
