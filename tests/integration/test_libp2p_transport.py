@@ -351,6 +351,30 @@ def test_private_network_key_admits_only_peers_with_the_same_key(
     assert stranger.peers() == []
 
 
+@pytest.mark.timeout(60)
+def test_a_peer_with_another_swarm_key_or_none_is_logged_once_with_the_reason(
+    started: Callable[..., Libp2pTransport], caplog
+) -> None:
+    caplog.set_level(logging.WARNING, logger="swarm.p2p.libp2p.pnet")
+    key = os.urandom(32).hex()  # a network of its own: nothing noted before
+    hub = started(psk=key)
+    port = int(hub.listen_addrs()[0].split("/")[4])
+    stranger = started(psk=os.urandom(32).hex(), bootstrap=hub.listen_addrs(), dial_timeout=2.0)
+
+    def said(text: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+    refused_in = "refused a connection from 127.0.0.1: it has another swarm key"
+    refused_out = f"dialling 127.0.0.1:{port} failed: it has another swarm key"
+    assert wait_until(lambda: said(refused_in) and said(refused_out), timeout=20), caplog.text
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"\x13/multistream/1.0.0\n")  # a libp2p peer without a key
+        assert wait_until(lambda: said("127.0.0.1: it has no swarm key"), timeout=10)
+    time.sleep(2.5)  # the stranger dials again at least once
+    assert stranger.peers() == [] and hub.peers() == []
+    assert len(said(refused_in)) == len(said(refused_out)) == 1  # once per peer and reason
+
+
 @pytest.mark.timeout(30)
 def test_the_private_network_speaks_the_libp2p_pnet_spec(
     started: Callable[..., Libp2pTransport],

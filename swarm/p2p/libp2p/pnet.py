@@ -12,14 +12,24 @@ XSalsa20(k, n) is Salsa20 keyed with HSalsa20(k, n[:16]) and nonced with n[16:].
 Salsa20 stream is pycryptodome's (already a py-libp2p dependency); HSalsa20 is libsodium's
 `crypto_core_hsalsa20`, from the libsodium PyNaCl ships (or the system's), called once per
 connection direction. PyNaCl's own bindings do not expose it.
+
+A refused peer is named in the log, once per peer and reason (`note_refusal`), whether it
+dialled this node or was dialled by it: every libp2p connection starts with the multistream
+header, so a peer whose first bytes are that header in plain text has no swarm key, and one
+whose first bytes do not decrypt to it has another key. Only logged: the connection then
+fails on its own (Noise cannot complete), as it always did.
 """
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import ctypes.util
 import functools
+import hashlib
+import logging
 import os
+import threading
 
 import trio
 from Crypto.Cipher import Salsa20
@@ -29,6 +39,36 @@ from swarm.errors import TransportError
 
 NONCE_SIZE = 24
 KEY_SIZE = 32
+MULTISTREAM_HEADER = b"\x13/multistream/1.0.0\n"  # the first bytes of any libp2p connection
+PLAIN_MATCH = 8  # bytes of that header, in plain text where a nonce should be: a peer without a key
+NOTED_MAX = 1024  # (network, direction, peer, reason) remembered so that each is logged once
+NO_KEY = "it has no swarm key (it spoke libp2p in plain text)"
+OTHER_KEY = "it has another swarm key (its bytes do not decrypt to libp2p's first message)"
+
+_log = logging.getLogger(__name__)
+_noted: collections.OrderedDict[tuple[str, ...], None] = collections.OrderedDict()
+_noted_lock = threading.Lock()
+
+
+def note_refusal(network: str, dialled: bool, address: tuple[str, int] | None, reason: str) -> bool:
+    """Log once per private network, peer and reason why a connection cannot work; returns
+    whether it was logged now. A peer that dialled in is known by its host (its port changes
+    with each connection), one this node dialled by host and port. `network` tells networks
+    apart (a hash of the key, never the key)."""
+    host, port = address if address else ("unknown address", 0)
+    peer = host if dialled else f"{host}:{port}"
+    key = (network, "dialled" if dialled else "dialling", peer, reason)
+    with _noted_lock:
+        if key in _noted:
+            return False
+        _noted[key] = None
+        if len(_noted) > NOTED_MAX:
+            _noted.popitem(last=False)
+    if dialled:
+        _log.warning("private network: refused a connection from %s: %s", peer, reason)
+    else:
+        _log.warning("private network: dialling %s failed: %s", peer, reason)
+    return True
 
 
 class XSalsa20:
@@ -92,6 +132,9 @@ class PnetConnection(IRawConnection):
         self._reader: XSalsa20 | None = None
         self._write_lock = trio.Lock()  # key stream order must equal byte order on the wire
         self._read_lock = trio.Lock()
+        self._network = hashlib.sha256(b"swarm-node pnet log\0" + key).hexdigest()[:16]
+        self._head = b""  # the first decrypted bytes, until they match the multistream header
+        self._head_checked = False
 
     async def write(self, data: bytes) -> None:
         async with self._write_lock:
@@ -110,7 +153,19 @@ class PnetConnection(IRawConnection):
                     return b""
                 self._reader = XSalsa20(self._key, nonce)
             data = await self._conn.read(n)
-            return self._reader.xor(data) if data else b""
+            plain = self._reader.xor(data) if data else b""
+            if plain and not self._head_checked:
+                self._check_head(plain)
+            return plain
+
+    def _check_head(self, plain: bytes) -> None:
+        """Log a peer whose first decrypted bytes are not libp2p's first message (another key)."""
+        self._head = (self._head + plain)[: len(MULTISTREAM_HEADER)]
+        if not MULTISTREAM_HEADER.startswith(self._head):
+            self._head_checked = True
+            note_refusal(self._network, not self.is_initiator, self.get_remote_address(), OTHER_KEY)
+        elif len(self._head) == len(MULTISTREAM_HEADER):
+            self._head_checked = True
 
     async def _read_nonce(self) -> bytes | None:
         nonce = b""
@@ -121,6 +176,11 @@ class PnetConnection(IRawConnection):
                     raise TransportError("private network: the connection ended inside the nonce")
                 return None
             nonce += chunk
+            shown = nonce[: len(MULTISTREAM_HEADER)]
+            if len(shown) >= PLAIN_MATCH and MULTISTREAM_HEADER.startswith(shown):
+                note_refusal(
+                    self._network, not self.is_initiator, self.get_remote_address(), NO_KEY
+                )
         return nonce
 
     async def close(self) -> None:
