@@ -57,6 +57,7 @@ def parse_args(argv=None):
     real.add_argument("--period", type=float, default=15.0, help="seconds per round")
     real.add_argument("--trainer-rounds", type=int, default=4)
     real.add_argument("--nice", type=int, default=15)
+    real.add_argument("--max-connections", type=int, default=64, help="per network-only process")
     real.add_argument("--tag", default="", help="name of the result (default: from sizes)")
     deltas = sub.add_parser("deltas", help="a trainer's upload per version, by followers")
     deltas.add_argument("--followers", type=int, nargs="+", default=[10, 100, 1000])
@@ -105,6 +106,7 @@ def cmd_real(args) -> None:
         period_s=args.period,
         trainer_rounds=args.trainer_rounds,
         nice=args.nice,
+        max_connections=args.max_connections,
     )
     tag = args.tag or f"{args.exchange}-{args.network}+{args.trainers}"
     out = Path(args.out)

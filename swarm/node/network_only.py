@@ -358,6 +358,19 @@ def run_paced(
     return costs
 
 
+def _wait_start(path: str, poll_s: float = 0.2) -> float:
+    """The time of round 0 written to `path` by whoever started every node, once it exists
+    (every node serves from its start, so all are reachable by then)."""
+    import pathlib
+
+    target = pathlib.Path(path)
+    while True:
+        try:
+            return float(target.read_text())
+        except (OSError, ValueError):
+            time.sleep(poll_s)
+
+
 def _sleep_until(when: float) -> None:
     delay = when - time.time()
     if delay > 0:
@@ -375,10 +388,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
     parser.add_argument("--bootstrap", action="append", default=[])
-    parser.add_argument("--exchange", choices=[k.value for k in ExchangeKind], default="gossip")
+    parser.add_argument("--exchange", choices=[k.value for k in ExchangeKind], default="pull")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--period", type=float, default=2.0, help="seconds per round")
     parser.add_argument("--start-at", type=float, default=0.0, help="wall clock of round 0")
+    parser.add_argument(
+        "--start-file",
+        default="",
+        help="readiness barrier: wait for this file, round 0 at its time",
+    )
     parser.add_argument("--groups", type=int, default=16, help="Q: groups per round")
     parser.add_argument("--shared", type=int, default=8, help="J")
     parser.add_argument("--lists", type=int, default=8, help="pull: peers asked a round")
@@ -407,7 +425,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
 
     emit({"peer_id": node.peer_id, "addrs": node.transport.listen_addrs()})
-    start_at = args.start_at or time.time() + 1.0
+    start_at = _wait_start(args.start_file) if args.start_file else args.start_at
+    start_at = start_at or time.time() + 1.0
     try:
         run_paced(
             node,

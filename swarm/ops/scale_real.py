@@ -39,6 +39,7 @@ class RealSettings:
     trainer_shared: int = 4
     warmup: int = 2  # network-only rounds left out of the summaries
     nice: int = 15
+    max_connections: int = 64  # of each network-only process
 
 
 def _popen(args: list[str], nice: int, log: Path | None = None) -> subprocess.Popen:
@@ -87,7 +88,8 @@ def run_real(
 ) -> dict:
     """Run the swarm; returns per-process records and summaries (see the module docstring)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    start_at = time.time() + 20.0 + 0.6 * s.network
+    start_file = out_dir / "start_at"
+    start_file.unlink(missing_ok=True)
     common = [
         "-m",
         "swarm.node.network_only",
@@ -101,8 +103,10 @@ def run_real(
         str(s.groups),
         "--shared",
         str(s.shared),
-        "--start-at",
-        str(start_at),
+        "--start-file",
+        str(start_file),
+        "--max-connections",
+        str(s.max_connections),
         "--linger",
         str(s.period_s),
     ]
@@ -113,6 +117,12 @@ def run_real(
         ("network", _popen([*common, "--bootstrap", address], s.nice, out_dir / f"network-{i}.log"))
         for i in range(1, s.network)
     ]
+    # the readiness barrier: every process has joined and serves before round 0 is set
+    for _, proc in procs[1:]:
+        _stdout(proc).readline()
+    start_at = time.time() + 5.0 + 0.05 * s.network
+    start_file.write_text(repr(start_at))
+    progress(f"{s.network} network-only processes ready")
     trainer_dirs = [out_dir / f"trainer-{i}" for i in range(s.trainers)]
     # trainers start once the network-only nodes have announced their first round's groups: a
     # trainer runs its rounds as fast as it can, and one that started earlier could finish
@@ -208,10 +218,14 @@ def summarize_real(network: list[dict], trainers: list[dict], warmup: int) -> di
     every = [r for node in network for r in node["rounds"]]
     pulls = sum(r["extra"].get("pulls", 0) for r in every)
     failed = sum(r["extra"].get("pulls_failed", 0) for r in every)
+    from_holders = sum(r["extra"].get("pulled_from_holders", 0) for r in every)
     return {
         "per_node": per_node,
         "network_pulls": pulls,
         "network_pulls_failed": failed,
+        "network_pulled_from_holders": from_holders,  # served by a peer other than the sender
+        "holder_share": from_holders / (pulls - failed) if pulls > failed else 0.0,
+        "network_peers_max": max((r["peers"] for r in rows), default=0),
         "network_verified": sum(r["verified"] for r in every),
         "network_accepted": sum(r["accepted"] for r in every),
         "network_rejected": sum(r["rejected"] for r in every),
