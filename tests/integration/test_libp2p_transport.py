@@ -370,6 +370,11 @@ def test_a_peer_with_another_swarm_key_or_none_is_logged_once_with_the_reason(
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(b"\x13/multistream/1.0.0\n")  # a libp2p peer without a key
         assert wait_until(lambda: said("127.0.0.1: it has no swarm key"), timeout=10)
+    plain = started()  # a node without a key, dialled by one with a key
+    plain_port = int(plain.listen_addrs()[0].split("/")[4])
+    started(psk=key, bootstrap=plain.listen_addrs(), dial_timeout=2.0)
+    no_key_out = f"dialling 127.0.0.1:{plain_port} failed: it has no swarm key"
+    assert wait_until(lambda: said(no_key_out), timeout=20), caplog.text
     time.sleep(2.5)  # the stranger dials again at least once
     assert stranger.peers() == [] and hub.peers() == []
     assert len(said(refused_in)) == len(said(refused_out)) == 1  # once per peer and reason
