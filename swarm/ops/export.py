@@ -6,7 +6,9 @@ model (the model name the checkpoint records, built-in tiny models included), pu
 checkpoint's weights into it and writes `config.json`, `model.safetensors`, the tokenizer
 files and `generation_config.json` with `save_pretrained`, in the checkpoint's dtype, so
 `AutoModelForCausalLM.from_pretrained(DIR)` and `AutoTokenizer.from_pretrained(DIR)` load it
-anywhere, without swarm-node. `swarm_export.json` says where it came from.
+anywhere, without swarm-node. `swarm_export.json` says where it came from: the run folder's
+name (not its path), the checkpoint, and the base model as peers know it (name@content hash,
+never a local path), so the folder can be shared as it is.
 
 The folder is written under a temporary name and renamed into place; an existing non-empty
 folder is refused. Reading a running node's folder is safe: checkpoints are complete or absent.
@@ -63,9 +65,9 @@ def export_policy(run_dir: Path, out: Path) -> ExportResult:
             policy.tokenizer.save_pretrained(staging)
             provenance = {
                 "source": "swarm-node export",
-                "run_dir": str(run_dir),
+                "run": Path(os.path.abspath(run_dir)).name,  # its name: no path leaves the machine
                 "checkpoint": checkpoint.name,
-                "base_model": state.model_name,
+                "base_model": policy.model_id,
                 "base_hash": state.base_hash,
                 "policy_version": state.policy_version,
                 "round": state.round,

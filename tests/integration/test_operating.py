@@ -5,6 +5,7 @@ and the container files.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -74,6 +75,10 @@ def test_export_is_a_hugging_face_model_with_the_nodes_policy(finished_node, tmp
     assert result.returncode == 0, result.stderr
     assert "policy v2 (round 2" in result.stdout
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    provenance = (out / "swarm_export.json").read_text()
+    assert str(tmp_path.parent) not in provenance  # no local path, the run's or the model's
+    assert json.loads(provenance)["run"] == finished_node.config.run_dir.name == "node"
+    assert json.loads(provenance)["base_model"] == finished_node.policy.model_id
     model = AutoModelForCausalLM.from_pretrained(out)
     tokenizer = AutoTokenizer.from_pretrained(out)
     ids = torch.tensor([tokenizer("3 + 4 = ?\n", add_special_tokens=False)["input_ids"]])
