@@ -129,3 +129,32 @@ def test_a_hub_model_is_its_name_at_its_content_hash(tmp_path, monkeypatch):
     assert same_model(identity, model_identity(str(local), BASE))  # the hub's and a copy agree
     # not cached (cannot happen after loading it): named by its weights
     assert model_identity("org/other", BASE) == f"org/other@{BASE[:IDENTITY_HASH_CHARS]}"
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed once returned: connections are refused
+
+
+def test_a_hub_model_offline_is_cached_or_refused_with_the_fix(tmp_path, monkeypatch):
+    from swarm.policy.source import hub_problem, use_cache_offline
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "models--org--cached"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    _folder(repo / "snapshots" / commit, {"model_type": "llama"})
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(name, "")  # recorded, so what use_cache_offline sets is undone
+    problem = hub_problem("org/missing")
+    assert "download it first" in problem and "HF_HUB_OFFLINE" in problem
+    assert hub_problem("org/cached") is None
+    assert not use_cache_offline("org/missing")  # not cached: the check above refuses it
+    assert use_cache_offline("org/cached")  # cached, hub unreachable: load it offline
+    assert huggingface_hub.constants.is_offline_mode()
