@@ -246,9 +246,10 @@ def rss_mb(pid: int) -> float:
 class Victim:
     """`swarm-node join` in its own process, alone in its swarm."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, model: str):
         self.run_dir = run_dir
         sets = [
+            f"policy.model={model}",
             "p2p.exchange=gossip",
             "tasks.eval_size=0",
             "node.checkpoint_every=1000",
@@ -343,12 +344,12 @@ def window(victim: Victim, seconds: float, kind: str | None) -> dict:
     }
 
 
-def bench(classes: list[str], seconds: float, repeats: int) -> dict:
-    results: dict = {"classes": {}, "seconds": seconds, "repeats": repeats}
+def bench(classes: list[str], seconds: float, repeats: int, model: str) -> dict:
+    results: dict = {"classes": {}, "seconds": seconds, "repeats": repeats, "model": model}
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "victim"
         run_dir.mkdir()
-        victim = Victim(run_dir)
+        victim = Victim(run_dir, model)
         try:
             window(victim, 15.0, None)  # warm-up: model, worker, first rounds
             for kind in classes:
@@ -419,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--classes", default=",".join(CLASSES))
     parser.add_argument("--seconds", type=float, default=25.0)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--model", default="swarm-tiny", help="the victim's policy.model")
     parser.add_argument("--out", default=str(ROOT / "results" / "flood" / "bench.json"))
     parser.add_argument("--attack", choices=CLASSES, help=argparse.SUPPRESS)
     parser.add_argument("--follow-hints", action="store_true", help=argparse.SUPPRESS)
@@ -436,7 +438,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown classes {unknown}; known: {', '.join(CLASSES)}, hints", file=sys.stderr)
         return 2
     node_classes = [c for c in classes if c != "hints"]
-    results = bench(node_classes, args.seconds, args.repeats) if node_classes else {"classes": {}}
+    results = (
+        bench(node_classes, args.seconds, args.repeats, args.model)
+        if node_classes
+        else {"classes": {}}
+    )
     if "hints" in classes:
         results["hints"] = bench_hints(args.seconds, args.repeats)
     print(table(results))
