@@ -178,6 +178,10 @@ class TrainingSection:
         "auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16.",
         choices=("auto", "fp32", "bf16"),
     )
+    shared_prefix: bool = opt(
+        True,
+        "Encode each prompt once per micro-batch and run its completions against its cache (same loss and gradients, less compute); false runs prompt + completion for every completion.",
+    )
     scale_advantages: bool = opt(
         True,
         "Divide group advantages by the group's reward std (GRPO); false keeps them mean-centred only.",

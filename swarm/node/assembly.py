@@ -168,7 +168,8 @@ def trainer_settings(config: Config, policy: Policy) -> TrainerSettings:
         minibatch_size=t.minibatch_size,
         epochs=t.epochs,
         optimizer=OptimizerKind(t.optimizer),
-        autocast_bf16=bf16 and policy.dtype == torch.float32,
+        shared_prefix=t.shared_prefix,
+        autocast_bf16=bf16,  # the trainer's weights are fp32 whatever the policy's dtype
     )
 
 

@@ -4,6 +4,9 @@ One interface, `Generator`, so the node does not care what samples: `Transformer
 (here; CPU or GPU, shares the trainer's module so it needs no weight sync) or
 `VLLMGenerator` (`swarm.policy.vllm_generator`, GPU only, imported lazily).
 
+`TransformersGenerator` prefills each prompt once and expands its cache over the prompt's
+completions (`shared_prefill`), instead of running the same prompt once per completion.
+
 Log-probs returned are those of the *raw* model distribution (temperature 1, no top-p), so
 they are comparable across backends and usable for spot checks. The trainer recomputes its
 own log-probs; these are informational.
@@ -11,6 +14,7 @@ own log-probs; these are informational.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -65,27 +69,50 @@ class Generator(ABC):
 
 
 class TransformersGenerator(Generator):
-    """Batched `model.generate` with left padding; shares the policy module with the trainer."""
+    """Batched `model.generate` with left padding; shares the policy module with the trainer.
 
-    def __init__(self, model, tokenizer, stop_ids: set[int], batch_size: int = 64):
+    With `shared_prefill` (the default) a call's distinct prompts are prefilled once (all but
+    their last token) and the cache is repeated for each prompt's `n` completions; `generate`
+    then continues from it. The batches are the same as without it (`batch_size` rows, whole
+    prompts: `batch_size // n` prompts a call), so for a fixed seed the sampler draws the
+    same random numbers in the same order.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        stop_ids: set[int],
+        batch_size: int = 64,
+        shared_prefill: bool = True,
+    ):
         if batch_size < 1:
             raise GeneratorError("generation batch size must be at least 1")
         self.model = model
         self.tokenizer = tokenizer
         self.stop_ids = set(stop_ids)
         self.batch_size = batch_size
+        self.shared_prefill = shared_prefill
 
     def generate(
         self, prompts: list[str], n: int, params: SamplingParams
     ) -> list[list[Completion]]:
-        flat = [p for p in prompts for _ in range(n)]
         out: list[Completion] = []
-        for start in range(0, len(flat), self.batch_size):
-            out.extend(self._generate_batch(flat[start : start + self.batch_size], params))
+        if self.shared_prefill and n > 1:
+            per_call = max(1, self.batch_size // n)
+            for start in range(0, len(prompts), per_call):
+                out.extend(self._generate_batch(prompts[start : start + per_call], params, n))
+        else:
+            flat = [p for p in prompts for _ in range(n)]
+            for start in range(0, len(flat), self.batch_size):
+                out.extend(self._generate_batch(flat[start : start + self.batch_size], params, 1))
         return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     @torch.no_grad()
-    def _generate_batch(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+    def _generate_batch(
+        self, prompts: list[str], params: SamplingParams, repeats: int
+    ) -> list[Completion]:
+        """`repeats` completions of each prompt (prefilled once when `repeats` > 1), in order."""
         device = next(self.model.parameters()).device
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         input_ids = enc["input_ids"].to(device)
@@ -94,7 +121,11 @@ class TransformersGenerator(Generator):
         was_training = self.model.training
         self.model.eval()
         try:
+            cache = self._prefill(input_ids, attention, repeats) if repeats > 1 else {}
+            input_ids = input_ids.repeat_interleave(repeats, dim=0)
+            attention = attention.repeat_interleave(repeats, dim=0)
             result = self.model.generate(
+                **cache,
                 input_ids=input_ids,
                 attention_mask=attention,
                 do_sample=not greedy,
@@ -117,8 +148,24 @@ class TransformersGenerator(Generator):
         )
         return [
             self._completion(input_ids[row], attention[row], new_tokens[row], logprobs[row])
-            for row in range(len(prompts))
+            for row in range(input_ids.shape[0])
         ]
+
+    def _prefill(self, input_ids, attention, repeats: int) -> dict:
+        """The cache of every prompt token but the last, repeated `repeats` times per prompt, as
+        the keyword `generate` takes it; `generate` then runs only the last prompt token."""
+        if input_ids.shape[1] < 2:
+            return {}
+        positions = (attention[:, :-1].cumsum(-1) - 1).clamp(min=0)
+        cache = self.model(
+            input_ids=input_ids[:, :-1],
+            attention_mask=attention[:, :-1],
+            position_ids=positions,
+            use_cache=True,
+        ).past_key_values
+        cache.batch_repeat_interleave(repeats)
+        parameters = inspect.signature(self.model.forward).parameters
+        return {"cache" if "cache" in parameters else "past_key_values": cache}
 
     def _completion(self, prompt_row, attention_row, token_row, logprob_row) -> Completion:
         prompt_ids = tuple(prompt_row[attention_row.bool()].tolist())

@@ -4,6 +4,9 @@ Takes `TrainSample`s (prompt tokens, completion tokens, advantage) that the node
 its local and shared groups, computes log-probs under the current policy, and applies the
 clipped loss from `swarm.policy.grpo` with gradient accumulation over micro-batches,
 optional gradient clipping, optional KL to a frozen reference and optional bf16 autocast.
+The optimizer always updates fp32 weights: a model loaded in bf16 or fp16 is cast to fp32
+(master weights) and its forward runs under autocast in the dtype it was loaded in, because
+an AdamW step at lr 1e-6 is far below a bf16 weight's resolution and would round to nothing.
 The optimizer is AdamW (betas 0.9/0.99, the default) or plain Adam with PyTorch's defaults
 (betas 0.9/0.999, eps 1e-8, no weight decay), as the SAPO paper used.
 
@@ -22,6 +25,12 @@ from enum import StrEnum
 import torch
 
 from swarm.policy.grpo import clipped_policy_loss
+from swarm.policy.prefix import (
+    hidden_logprobs,
+    pack_prefix_batch,
+    prefix_hidden,
+    supports_shared_prefix,
+)
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,10 @@ class TrainerSettings:
     epochs: int = 1
     autocast_bf16: bool = False
     optimizer: OptimizerKind = OptimizerKind.ADAMW
+    # Each distinct prompt of a micro-batch runs once and its completions attend to its
+    # cache (swarm.policy.prefix): same loss and gradients, less compute. False: every row
+    # runs prompt + completion (also what a model under gradient checkpointing gets).
+    shared_prefix: bool = True
 
 
 class GRPOTrainer:
@@ -110,6 +123,11 @@ class GRPOTrainer:
         self.model = model
         self.pad_id = pad_id
         self.settings = settings
+        loaded = fp32_master_weights(model)
+        # The forward's compute dtype: what the model was loaded in, or bf16 when asked for.
+        self.autocast_dtype: torch.dtype | None = (
+            loaded if loaded is not None else torch.bfloat16 if settings.autocast_bf16 else None
+        )
         self.optimizer = build_optimizer(model, settings)
         self.reference = None
         if settings.kl_coef > 0:
@@ -162,8 +180,7 @@ class GRPOTrainer:
     def logprobs(self, samples: list[TrainSample]) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token log-probs of each completion under the current model (no gradient), and
         the mask of its real tokens: row i, column j is completion i's token j."""
-        logprobs, mask, _, _ = self._logprobs(samples, grad=False)
-        return logprobs, mask
+        return self._logprobs(samples, grad=False)
 
     def sequence_logprobs(self, samples: list[TrainSample]) -> list[float]:
         """Each sample's completion log-probability under the current policy (no gradient)."""
@@ -201,13 +218,13 @@ class GRPOTrainer:
         )
 
     def _batch_loss(self, batch: list[TrainSample], old_logprobs, total_tokens: int):
-        logprobs, mask, input_ids, attention = self._logprobs(batch, grad=True)
+        logprobs, mask = self._logprobs(batch, grad=True)
         # With one epoch the sampling policy is the current one: ratio 1, same gradient.
         old = logprobs.detach() if old_logprobs is None else old_logprobs
         ref = None
         if self.reference is not None:
             with torch.no_grad():
-                ref = self._token_logprobs(self.reference, input_ids, attention, mask.shape[1])
+                ref = self._completion_logprobs(self.reference, batch)[0]
         advantages = torch.tensor([s.advantage for s in batch], device=logprobs.device)
         weights = torch.tensor([s.weight for s in batch], device=logprobs.device)
         shaping = torch.tensor([s.shaping for s in batch], device=logprobs.device)
@@ -227,25 +244,49 @@ class GRPOTrainer:
 
     def _logprobs(self, batch: list[TrainSample], grad: bool):
         """Per-token log-probs of each completion under the current model, plus its mask."""
-        input_ids, attention, mask = pack_batch(
-            batch, self.pad_id, next(self.model.parameters()).device
-        )
         with torch.set_grad_enabled(grad):
-            logprobs = self._token_logprobs(self.model, input_ids, attention, mask.shape[1])
-        return logprobs, mask, input_ids, attention
+            return self._completion_logprobs(self.model, batch)
 
-    def _token_logprobs(self, model, input_ids, attention, completion_len: int) -> torch.Tensor:
-        device_type = input_ids.device.type
+    def _completion_logprobs(self, model, batch: list[TrainSample]):
+        """Log-probs [B, C] of each completion's tokens under `model`, and the mask [B, C]."""
+        device = next(model.parameters()).device
+        dtype = self.autocast_dtype or torch.bfloat16
+        autocast = torch.autocast(device.type, dtype=dtype, enabled=self.autocast_dtype is not None)
+        shared = self.settings.shared_prefix and supports_shared_prefix(model)
+        if shared and any(s.completion_ids for s in batch):
+            packed = pack_prefix_batch(
+                [s.prompt_ids for s in batch],
+                [s.completion_ids for s in batch],
+                self.pad_id,
+                device,
+            )
+            with autocast:
+                hidden = prefix_hidden(model, packed)
+                return hidden_logprobs(model, hidden, packed.completion_ids), packed.mask
+        input_ids, attention, mask = pack_batch(batch, self.pad_id, device)
         # Positions count real tokens only, exactly as `generate` numbers left-padded prompts.
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=self.settings.autocast_bf16):
-            logits = model(
+        completion_len = mask.shape[1]
+        with autocast:
+            hidden = model.base_model(
                 input_ids=input_ids, attention_mask=attention, position_ids=positions
-            ).logits
-        # Logits at position t predict token t+1: keep those that predict completion tokens.
-        logits = logits[:, -completion_len - 1 : -1, :].float()
-        targets = input_ids[:, -completion_len:]
-        return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+            ).last_hidden_state
+            # Position t predicts token t+1: keep the states that predict completion tokens.
+            hidden = hidden[:, -completion_len - 1 : -1, :]
+            return hidden_logprobs(model, hidden, input_ids[:, -completion_len:]), mask
+
+
+def fp32_master_weights(model: torch.nn.Module) -> torch.dtype | None:
+    """Cast `model`'s floating-point weights to fp32 in place, if any is in lower precision.
+
+    Returns the low-precision dtype the model was in (None if it was fp32 already): the
+    trainer computes in that dtype under autocast while the optimizer updates fp32 weights.
+    """
+    low = {p.dtype for p in model.parameters() if p.is_floating_point()} - {torch.float32}
+    if not low:
+        return None
+    model.float()
+    return torch.bfloat16 if torch.bfloat16 in low else min(low, key=str)
 
 
 def build_optimizer(model: torch.nn.Module, settings: TrainerSettings) -> torch.optim.Optimizer:

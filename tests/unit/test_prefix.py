@@ -147,3 +147,27 @@ def test_gradient_checkpointing_takes_the_plain_path():
     assert supports_shared_prefix(model)
     model.gradient_checkpointing_enable()
     assert not supports_shared_prefix(model)
+
+
+def test_trainer_default_is_shared_prefix_and_matches_the_plain_path():
+    """One GRPO update (KL on, micro-batches of 5) either way: same loss, norm, KL and weights."""
+    import copy
+
+    from swarm.policy.trainer import GRPOTrainer, TrainerSettings
+
+    assert TrainerSettings().shared_prefix
+    base = _random_model("qwen2")
+    samples = _samples(base.config.vocab_size, seed=4)
+    results, models = [], []
+    for shared in (True, False):
+        model = copy.deepcopy(base)
+        settings = TrainerSettings(lr=1e-3, kl_coef=0.05, micro_batch_size=5, shared_prefix=shared)
+        trainer = GRPOTrainer(model, PAD, settings)
+        results.append(trainer.update(samples))
+        results.append(trainer.update(samples))  # second step: KL to the reference is not 0
+        models.append(model)
+    assert results[0].loss == pytest.approx(results[2].loss, rel=1e-5, abs=1e-7)
+    assert results[0].grad_norm == pytest.approx(results[2].grad_norm, rel=1e-4)
+    assert results[1].kl == pytest.approx(results[3].kl, rel=1e-3) and results[1].kl > 0
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
