@@ -129,7 +129,7 @@ def test_experiment_runs_units_and_reports(tmp_path, tiny_model_path):
     sys.path.insert(0, str(scripts))
     try:
         spec.loader.exec_module(experiment)
-        common = ["--testbed", "tiny", "--results", str(tmp_path)]
+        common = ["--study", "sharing", "--testbed", "tiny", "--results", str(tmp_path)]
         args = ["quick", "--nodes", "3", "--arms", "4/0,2/2", "--completions", "4", *common]
         assert experiment.main(args) == 0
         assert experiment.main(["report", *common]) == 0
@@ -154,3 +154,27 @@ def test_experiment_runs_units_and_reports(tmp_path, tiny_model_path):
     report = json.loads((tmp_path / "paper-tiny" / "report.json").read_text())
     assert set(report["per_seed"]) == {"4/0", "2/2"}
     assert (tmp_path / "paper-tiny" / "cumulative.png").stat().st_size > 0
+
+
+def test_channels_train_on_shared_groups_with_non_zero_net_advantage(tmp_path, tiny_model_path):
+    """Joint baseline with shaping and a weighted shared part: nodes train, and the advantages
+    recorded for a shared group need not sum to zero (its baseline includes ours)."""
+    nodes = _swarm(
+        tmp_path,
+        shared_advantage="joint",
+        shared_shaping=0.1,
+        shared_normalizer="parts",
+        shared_weight=0.5,
+    )
+    for _ in range(3):
+        for node in nodes:
+            node.run_round()
+    sums = []
+    for node in nodes:
+        with _ledger(node).reader() as s:
+            uses = s.query(GroupUseRow).all()
+            updates = s.query(UpdateRow).all()
+        assert updates and any(u.tokens > 0 for u in updates)
+        sums += [sum(json.loads(u.advantages)) for u in uses]
+    assert sums, "no node trained on a shared group"
+    assert any(abs(x) > 1e-3 for x in sums)
