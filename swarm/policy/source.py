@@ -17,11 +17,14 @@ No torch here unless a built-in model is named (its recipes live in `swarm.polic
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import socket
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,11 +146,28 @@ def hub_reachable(endpoint: str, timeout: float = HUB_TIMEOUT_S) -> bool:
     if not parts.hostname:
         return False
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parts.hostname, port), timeout=timeout):
-            return True
-    except OSError:  # no DNS, refused, unreachable, timed out
-        return False
+    started = time.monotonic()
+    found: list = []
+
+    def resolve() -> None:  # getaddrinfo has no timeout of its own: a dead resolver can hang
+        with contextlib.suppress(OSError):
+            found.extend(socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM))
+
+    lookup = threading.Thread(target=resolve, daemon=True)
+    lookup.start()
+    lookup.join(timeout)
+    for family, kind, proto, _, address in list(found)[:4]:
+        left = timeout - (time.monotonic() - started)
+        if left <= 0:
+            break
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(left)
+                sock.connect(address)
+                return True
+        except OSError:  # refused, unreachable, timed out
+            continue
+    return False
 
 
 def use_cache_offline(name: str) -> bool:
