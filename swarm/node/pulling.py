@@ -69,7 +69,6 @@ from swarm.wire import (
     encode_signed_group,
     group_key,
     pack_announcements,
-    pack_messages,
     unpack_announcements,
 )
 from swarm.wire.signing import sign_announcement
@@ -410,11 +409,12 @@ class PullExchange:
         self._unserved.pop(sender, None)
         try:
             signed = decode_signed_group(data)
-            check_matches(a, decode_group(signed.body))
+            group = decode_group(signed.body)
+            check_matches(a, group)
         except RejectedMessage as e:
             attempt.refused.append(Rejection(e.reason, e.detail, sender, digest, sender))
             return
-        ok, bad = self._admit(signed, data, a)
+        ok, bad = self._admit(signed, group, data, digest)
         attempt.accepted, attempt.refused = ok, attempt.refused + bad
 
     def _outcome(self, attempt: Attempt) -> list[Rejection]:
@@ -441,14 +441,11 @@ class PullExchange:
         return attempt.refused + [Rejection(reason, detail, sender, digest, sender)]
 
     def _admit(
-        self, signed: SignedGroup, data: bytes, announcement: GroupAnnouncement
+        self, signed: SignedGroup, group: RolloutGroup, data: bytes, blob_hash: str
     ) -> tuple[list[Accepted], list[Rejection]]:
         """The gossip validator's checks on a pulled group (its sender as the source: the
         announced hash pins every byte a holder served); an admitted one is served on."""
-        message = pack_messages([signed])[0]
-        ok, bad = self.verifier.admit(message, announcement.sender)
+        ok, bad = self.verifier.admit_pulled(signed, group, group.sender)
         if ok:
-            ok, bad = self.verifier.recheck(message, announcement.sender)
-        if ok:
-            self._serve(group_key(announcement.blob_hash), data)  # a holder now
+            self._serve(group_key(blob_hash), data)  # a holder now
         return ok, bad

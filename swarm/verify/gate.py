@@ -37,11 +37,11 @@ from swarm.tasks import Scoring, Task, canonical_config, claim_rules
 from swarm.verify import rules
 from swarm.verify.bounded import InProcess, Rescorer
 from swarm.verify.budget import VerifyBudget
-from swarm.verify.message import Accepted, Rejection, check_message, collateral
+from swarm.verify.message import Accepted, Rejection, check_group, check_message, collateral
 from swarm.verify.reasons import Reason, Status
 from swarm.verify.reputation import Reputation, ReputationSettings
 from swarm.verify.state import DecodedMessages, NonceCache, RateLimits, RecentGroups
-from swarm.wire import RolloutGroup
+from swarm.wire import RolloutGroup, SignedGroup
 from swarm.wire.signing import check_group_signature
 
 
@@ -165,6 +165,31 @@ class Verifier:
             )
         ]
         return [], out + collateral([a for a in accepted if a is not bad])
+
+    def admit_pulled(
+        self, signed: SignedGroup, group: RolloutGroup, source: str
+    ) -> tuple[list[Accepted], list[Rejection]]:
+        """The cheap checks of `admit` on one group pulled alone (it may be larger than a
+        gossip message: `swarm.wire.MAX_PULLED_GROUP_BYTES`). Never raises."""
+        if source in self._banned:
+            return [], [Rejection(Reason.BANNED, "the sender is banned", source, "")]
+        try:
+            check_group(signed, group, source, self.settings.swarm_id)
+        except RejectedMessage as e:
+            digest = signed.content_hash
+            return [], [Rejection(e.reason, e.detail, source, digest, group.sender, signed)]
+        item = Accepted(signed, group, source)
+        now = self.clock()
+        with self._lock:
+            problem = self._first_problem([item], now)
+            if problem is None:
+                self._commit([item], now)
+                return [item], []
+        _, error = problem
+        rejection = Rejection(
+            error.reason, error.detail, source, signed.content_hash, group.sender, signed, group
+        )
+        return [], [rejection]
 
     def _first_problem(
         self, accepted: list[Accepted], now: float

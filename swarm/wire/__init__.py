@@ -56,11 +56,14 @@ NONCE_BYTES = 16
 # messages vanish); the gossip message limit of the transport is 1 MiB.
 MAX_MESSAGE_BYTES = 512 * 1024  # one gossip message (a batch of groups)
 TARGET_MESSAGE_BYTES = 64 * 1024  # batches are cut near this size
-MAX_GROUP_BYTES = 256 * 1024
-MAX_SERVED_GROUP_BYTES = MAX_GROUP_BYTES + 128  # a signed group as served: [body, signature]
+MAX_GROUP_BYTES = 256 * 1024  # a group in a gossip message
+# A pulled group travels alone over a blob stream, so it may be as large as a real model's:
+# 16 completions of 16,384 tokens (5 bytes an id at most) and their text are about 3 MB.
+MAX_PULLED_GROUP_BYTES = 4 * 1024 * 1024
+MAX_SERVED_GROUP_BYTES = MAX_PULLED_GROUP_BYTES + 128  # a signed group as served
 MAX_GROUPS_PER_MESSAGE = 256
 MAX_COMPLETIONS = 256
-MAX_TEXT_CHARS = 32_768  # one completion or the question
+MAX_TEXT_CHARS = 98_304  # one completion (16,384 tokens of about 6 characters) or the question
 MAX_NAME_CHARS = 256  # swarm id, sender, model, dataset, hash
 MAX_CONFIG_CHARS = 4096
 MAX_TOKENS_PER_COMPLETION = 16_384
@@ -338,8 +341,11 @@ def encode_group(group: RolloutGroup) -> bytes:
 
 
 def decode_group(body: bytes) -> RolloutGroup:
-    """Parse and validate a group body (schema, types, bounds, canonical form); no signature."""
-    if len(body) > MAX_GROUP_BYTES:
+    """Parse and validate a group body (schema, types, bounds, canonical form); no signature.
+
+    Bounded by the pulled-group limit; a gossip message bounds each of its groups at
+    `MAX_GROUP_BYTES` before any is decoded (`unpack_message`)."""
+    if len(body) > MAX_PULLED_GROUP_BYTES:
         raise RejectedMessage(Reason.OVERSIZE, f"group body of {len(body)} bytes")
     limit = max(MAX_COMPLETIONS, MAX_TEXT_CHARS)
     group = decode_strict(body, RolloutGroup, SCHEMA_VERSION, limit, _claims_in_order)

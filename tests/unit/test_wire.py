@@ -14,6 +14,7 @@ from swarm.tasks import TaskSpec
 from swarm.verify.reasons import Reason
 from swarm.wire import (
     MAX_MESSAGE_BYTES,
+    MAX_TEXT_CHARS,
     SCHEMA_VERSION,
     RolloutGroup,
     Sampling,
@@ -129,7 +130,7 @@ def _body(mutate) -> bytes:
         (lambda r: r["sampling"].update(top_p=2.0), "malformed"),
         (lambda r: r.update(created_at=float("inf")), "malformed"),
         (lambda r: r.update(token_ids=[[1, -2]] * 4), "malformed"),
-        (lambda r: r.update(question="x" * 40_000), "malformed"),
+        (lambda r: r.update(question="x" * (MAX_TEXT_CHARS + 1)), "malformed"),
         (lambda r: r.update(format_bonus=2.0), "malformed"),
         (lambda r: r.update(format_bonus=-0.1), "malformed"),
         (lambda r: r.update(format_bonus=float("nan")), "malformed"),
