@@ -35,3 +35,25 @@ def test_peers_that_left_are_forgotten():
     trimmer.victims(ps, set(), lambda p: False, now=0.0)
     trimmer.victims(ps[:1], set(), lambda p: False, now=1.0)
     assert trimmer.victims(ps[:1] + peers(4)[3:], set(), lambda p: False, now=2.0) == []
+
+
+def test_the_bound_is_hard_even_when_every_connection_was_used_recently():
+    trimmer = ConnectionTrimmer(8, Counters(), idle_s=10.0)
+    ps = peers(12)
+    for i, p in enumerate(ps):
+        trimmer.touch(p, now=100.0 + i)  # all within the last 10 s
+    busy = {ps[0]}
+    victims = trimmer.victims(ps, set(), busy.__contains__, now=112.0)
+    assert victims == ps[1:5]  # the least recently used, never a fetch running: 12 - 4 = 8
+
+
+def test_a_bootstrap_peer_is_special_only_until_the_node_knows_others():
+    from swarm.p2p.libp2p.trimming import SETTLED_PEERS, bootstrap_kept
+
+    ps = peers(SETTLED_PEERS + 2)
+    boot = {ps[0]}
+    assert bootstrap_kept(ps[:SETTLED_PEERS], boot)  # the bootstrap peer and too few others
+    assert not bootstrap_kept(ps[: SETTLED_PEERS + 1], boot)
+    trimmer = ConnectionTrimmer(2, Counters(), idle_s=0.0)
+    settled = trimmer.victims(ps, set(), lambda p: False, now=1.0)
+    assert ps[0] in settled  # no longer protected: trimmed like any idle peer

@@ -2,7 +2,9 @@
 
 The library's own bootstrap gives a peer up for good after 3 failures, and its
 auto-connector dials around the allow-list; both are left unused (see patches.py).
-Here every bootstrap peer is retried forever with capped exponential backoff, a peer
+Here every bootstrap peer is retried with capped exponential backoff for as long as the
+node is connected to fewer than `trimming.SETTLED_PEERS` others (then it is a peer like
+any other: not redialled, trimmed when idle; a joiner does not hold it forever), a peer
 learned by peer exchange is forgotten after FORGET_AFTER_FAILURES failed dials, and the
 node keeps running with none reachable.
 """
@@ -24,7 +26,7 @@ from swarm.p2p.libp2p.framing import NET_ERRORS
 from swarm.p2p.libp2p.host import AccessPolicy, connected_peers, is_connected, is_dialable_tcp
 from swarm.p2p.libp2p.patches import lift_dial_block
 from swarm.p2p.libp2p.stats import Counters
-from swarm.p2p.libp2p.trimming import ConnectionTrimmer
+from swarm.p2p.libp2p.trimming import ConnectionTrimmer, bootstrap_kept
 
 logger = logging.getLogger(__name__)
 
@@ -96,17 +98,21 @@ class Dialer:
         """Forever: start a dial to each known peer that is due and not connected."""
         while True:
             now = trio.current_time()
-            connected = len(connected_peers(self._host))
+            peers = connected_peers(self._host)
+            connected = len(peers)
+            bootstrap = {p for p, known in self._known.items() if known.bootstrap}
+            lonely = bootstrap_kept(peers, bootstrap)  # else bootstrap peers are not redialled
             for peer_id, known in list(self._known.items()):
                 if known.dialing or now < known.next_attempt or is_connected(self._host, peer_id):
+                    continue
+                if known.bootstrap and not lonely:
                     continue
                 if not known.bootstrap and connected >= self._max_peers:
                     continue
                 known.dialing = True
                 nursery.start_soon(self._dial_known, peer_id, known)
             if self._trimmer is not None:
-                bootstrap = {p for p, known in self._known.items() if known.bootstrap}
-                await self._trimmer.trim(self._host, bootstrap, self._busy)
+                await self._trimmer.trim(self._host, bootstrap if lonely else (), self._busy)
             await trio.sleep(MAINTAIN_INTERVAL_S)
 
     async def _dial_known(self, peer_id: ID, known: KnownPeer) -> None:

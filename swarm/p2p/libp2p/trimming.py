@@ -5,9 +5,11 @@ few more, dialling each one it is not connected to; peers dial it just as often.
 alone, its connections would grow towards the whole swarm. Like libp2p's connection
 managers (go's high and low watermarks), the trimmer lets the count reach
 `max_connections`, then closes connections down to three quarters of it: never a bootstrap
-peer's, never one with a blob fetch running, never one used (a fetch either way) or opened
-within `idle_s`, the least recently used first. It runs on the network thread, from the
-dialer's maintenance loop.
+peer's while the node knows few others (`bootstrap_kept`), never one with a blob fetch
+running, never one used (a fetch either way) or opened within `idle_s`, the least recently
+used first. The bound is hard: if the idle ones do not bring the count back to
+`max_connections`, the least recently used of the others go too (never a fetch running).
+It runs on the network thread, from the dialer's maintenance loop.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_CONNECTIONS = 64
 IDLE_S = 10.0
 LOW_WATERMARK = 0.75
+SETTLED_PEERS = 4  # connected peers besides the bootstrap ones: the node has found the swarm
+
+
+def bootstrap_kept(connected: Collection[ID], bootstrap: Collection[ID]) -> bool:
+    """Whether bootstrap peers stay special (redialled, never trimmed): only while the node
+    is connected to fewer than `SETTLED_PEERS` others. Past that the bootstrap peer is a
+    peer like any other, so it is not every joiner's connection forever."""
+    return sum(p not in bootstrap for p in connected) < SETTLED_PEERS
 
 
 class ConnectionTrimmer:
@@ -63,7 +73,16 @@ class ConnectionTrimmer:
             ),
             key=lambda p: self._last_used[p],
         )
-        return idle[: max(0, len(connected) - target)]
+        victims = idle[: max(0, len(connected) - target)]
+        over = len(connected) - len(victims) - self.max_connections
+        if over > 0:  # a hard bound: the least recently used of the rest go too
+            chosen = set(victims)
+            rest = sorted(
+                (p for p in connected if p not in protected and not busy(p) and p not in chosen),
+                key=lambda p: self._last_used[p],
+            )
+            victims += rest[:over]
+        return victims
 
     async def trim(self, host: IHost, protected: Collection[ID], busy: Callable[[ID], bool]) -> int:
         """Close the connections `victims` names; returns how many peers were disconnected."""
