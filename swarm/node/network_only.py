@@ -358,6 +358,17 @@ def run_paced(
     return costs
 
 
+def _wait_connected(node: NetworkNode, timeout: float, poll_s: float = 0.5) -> int:
+    """Connected peers once there is one (or `timeout` s passed): a node is ready when it
+    has joined, not when it has started."""
+    deadline = time.monotonic() + timeout
+    while True:
+        peers = len(node.transport.peers())
+        if peers or time.monotonic() >= deadline:
+            return peers
+        time.sleep(poll_s)
+
+
 def _wait_start(path: str, poll_s: float = 0.2) -> float:
     """The time of round 0 written to `path` by whoever started every node, once it exists
     (every node serves from its start, so all are reachable by then)."""
@@ -404,6 +415,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-connections", type=int, default=64)
     parser.add_argument("--no-peer-exchange", action="store_true", help="discover by views only")
     parser.add_argument("--linger", type=float, default=2.0, help="seconds served after the end")
+    parser.add_argument(
+        "--join-timeout", type=float, default=300.0, help="seconds to wait for a first peer"
+    )
     args = parser.parse_args(argv)
     settings = NetworkNodeSettings(
         exchange=ExchangeKind(args.exchange),
@@ -424,7 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(json.dumps(record) + "\n")
         sys.stdout.flush()
 
-    emit({"peer_id": node.peer_id, "addrs": node.transport.listen_addrs()})
+    joined = _wait_connected(node, args.join_timeout) if args.bootstrap else 0
+    emit({"peer_id": node.peer_id, "addrs": node.transport.listen_addrs(), "peers": joined})
     start_at = _wait_start(args.start_file) if args.start_file else args.start_at
     start_at = start_at or time.time() + 1.0
     try:

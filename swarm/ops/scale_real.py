@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 from swarm.ledger import GroupRow, GroupUseRow, Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
+BATCH = 20  # network-only processes started at once
 
 
 @dataclass(frozen=True)
@@ -113,16 +115,30 @@ def run_real(
     first = _popen(common, s.nice, out_dir / "network-0.log")
     hello = json.loads(_stdout(first).readline())
     address = hello["addrs"][0]
-    procs = [("network", first)] + [
-        ("network", _popen([*common, "--bootstrap", address], s.nice, out_dir / f"network-{i}.log"))
-        for i in range(1, s.network)
-    ]
-    # the readiness barrier: every process has joined and serves before round 0 is set
-    for _, proc in procs[1:]:
-        _stdout(proc).readline()
+    procs = [("network", first)]
+    ready, joined = [address], 0
+    rng = random.Random(0)
+    # in batches, each process joining through the first node and one already there (so
+    # that 100 handshakes do not all wait on one process); the readiness barrier: every
+    # process has a connected peer before round 0 is set
+    for start in range(1, s.network, BATCH):
+        batch = []
+        for i in range(start, min(start + BATCH, s.network)):
+            boot = ["--bootstrap", address]
+            if len(ready) > 1:
+                boot += ["--bootstrap", rng.choice(ready[1:])]
+            log = out_dir / f"network-{i}.log"
+            batch.append(("network", _popen([*common, *boot], s.nice, log)))
+        for _, proc in batch:
+            line = _stdout(proc).readline()
+            if line:
+                hello = json.loads(line)
+                ready.append(hello["addrs"][0])
+                joined += hello.get("peers", 0) > 0
+        procs += batch
+        progress(f"{len(ready)} of {s.network} network-only processes up, {joined} joined")
     start_at = time.time() + 5.0 + 0.05 * s.network
     start_file.write_text(repr(start_at))
-    progress(f"{s.network} network-only processes ready")
     trainer_dirs = [out_dir / f"trainer-{i}" for i in range(s.trainers)]
     # trainers start once the network-only nodes have announced their first round's groups: a
     # trainer runs its rounds as fast as it can, and one that started earlier could finish
@@ -210,9 +226,14 @@ def trainer_record(run_dir: Path) -> dict:
     }
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
 def summarize_real(network: list[dict], trainers: list[dict], warmup: int) -> dict:
     """Per network-only node and measured round: means; delivery over every process."""
     rows = [r for node in network for r in node["rounds"] if r["round"] >= warmup]
+    boot = [r for r in (network[0]["rounds"] if network else []) if r["round"] >= warmup]
     keys = ("bytes_in", "bytes_out", "cpu_s", "verified", "cheap_checked", "ledger_rows", "peers")
     per_node = {k: sum(r[k] for r in rows) / len(rows) if rows else 0.0 for k in keys}
     every = [r for node in network for r in node["rounds"]]
@@ -226,6 +247,9 @@ def summarize_real(network: list[dict], trainers: list[dict], warmup: int) -> di
         "network_pulled_from_holders": from_holders,  # served by a peer other than the sender
         "holder_share": from_holders / (pulls - failed) if pulls > failed else 0.0,
         "network_peers_max": max((r["peers"] for r in rows), default=0),
+        "bootstrap_peers_mean": _mean([r["peers"] for r in boot]),
+        "bootstrap_bytes_out_mean": _mean([r["bytes_out"] for r in boot]),
+        "bootstrap_cpu_s_mean": _mean([r["cpu_s"] for r in boot]),
         "network_verified": sum(r["verified"] for r in every),
         "network_accepted": sum(r["accepted"] for r in every),
         "network_rejected": sum(r["rejected"] for r in every),
