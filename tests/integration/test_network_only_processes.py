@@ -33,7 +33,8 @@ def rounds_of(proc: subprocess.Popen) -> list[dict]:
 
 def test_three_processes_deliver_and_verify_every_group():
     start_at = time.time() + 8.0
-    common = ["--rounds", "3", "--period", "2", "--groups", "6", "--start-at", str(start_at)]
+    common = ["--exchange", "gossip", "--rounds", "3", "--period", "2", "--groups", "6"]
+    common += ["--start-at", str(start_at)]  # gossip: every group to every process
     first = start(common)
     hello = json.loads(first.stdout.readline())
     others = [start([*common, "--bootstrap", hello["addrs"][0]]) for _ in range(2)]
