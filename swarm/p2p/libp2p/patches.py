@@ -603,6 +603,7 @@ class SwarmPubsub(Pubsub):
         graylist threshold) past, unparsed; refused, and billed like any refusal."""
         why = "over its cost budget" if reason is PeerRejectReason.OVER_BUDGET else "graylisted"
         detail = f"RPC of {size} bytes dropped unparsed: {why}"
+        self._charge(peer_id, Cost.SKIPPED_RPC, 1.0)
         self._refuse(peer_id, reason, detail, None)
         if size > OVERSIZE_DISCARD_LIMIT:
             raise StreamProtocolError(detail)  # stream_handler resets and reconnects

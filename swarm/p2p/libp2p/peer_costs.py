@@ -6,7 +6,7 @@ it opens (blobs, peer exchange), every connection, and every refusal at any laye
 transport's own, and the gossip validator's, which covers the node's checks) costs the peer
 `UNITS[cost]`. The costs leak away at `rate` units a second (a leaky bucket per peer), so
 what an honest peer sends, even in bursts, never adds up. A peer whose level passes
-`graylist_at` has its RPCs dropped before they are parsed (each dropped RPC still costs it);
+`graylist_at` has its RPCs dropped before they are parsed (each costs it all the more);
 one that passes `ban_at` is banned for `ban_s`: disconnected, its connections closed as soon
 as they open, its streams and messages refused, and the reason (its level and what it
 spent it on) recorded. A message refused by the validator costs its signer the refusal and
@@ -38,6 +38,7 @@ class Cost(enum.StrEnum):
     CONNECTION = "connection"  # a connection it opened or we accepted
     REFUSAL = "refusal"  # anything refused from it, at any layer
     RELAYED_REFUSAL = "relayed_refusal"  # a refused message it relayed for another signer
+    SKIPPED_RPC = "skipped_rpc"  # an RPC sent while graylisted (besides its refusal)
 
 
 UNITS: dict[Cost, float] = {
@@ -49,6 +50,9 @@ UNITS: dict[Cost, float] = {
     Cost.CONNECTION: 10.0,
     Cost.REFUSAL: 10.0,
     Cost.RELAYED_REFUSAL: 1.0,
+    # A graylisted peer that keeps sending is on its way to a ban: a few RPCs a second (an
+    # honest peer's heartbeat gossip) still leak away, a flood does not.
+    Cost.SKIPPED_RPC: 20.0,
 }
 MAX_TRACKED = 4096  # peers remembered; the quietest are forgotten first
 
