@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from swarm.errors import GeneratorError
+from swarm.policy.prefix import output_cache
 
 
 @dataclass(frozen=True)
@@ -157,12 +158,13 @@ class TransformersGenerator(Generator):
         if input_ids.shape[1] < 2:
             return {}
         positions = (attention[:, :-1].cumsum(-1) - 1).clamp(min=0)
-        cache = self.model(
+        out = self.model(
             input_ids=input_ids[:, :-1],
             attention_mask=attention[:, :-1],
             position_ids=positions,
             use_cache=True,
-        ).past_key_values
+        )
+        cache = output_cache(out)
         cache.batch_repeat_interleave(repeats)
         parameters = inspect.signature(self.model.forward).parameters
         return {"cache" if "cache" in parameters else "past_key_values": cache}

@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from swarm.errors import ModelError
+
 
 @dataclass(frozen=True)
 class PrefixGroups:
@@ -121,9 +123,9 @@ def prefix_hidden(model: Any, batch: PrefixBatch) -> torch.Tensor:
         position_ids=prompt_positions,
         use_cache=True,
     )
-    cache = prompt_out.past_key_values
+    cache = output_cache(prompt_out)
     if cache is None:
-        raise RuntimeError("the model returned no cache: the shared-prefix forward cannot run")
+        raise ModelError("the model returned no cache: the shared-prefix forward cannot run")
     cache.batch_select_indices(batch.rows)  # row i: its prompt's keys/values (differentiable)
     completion_len = batch.completion_ids.shape[1]
     prompt_lengths = batch.prompt_attention.sum(-1)[batch.rows]
@@ -142,6 +144,12 @@ def prefix_hidden(model: Any, batch: PrefixBatch) -> torch.Tensor:
     first = prompt_out.last_hidden_state[:, -1:, :][batch.rows]
     rest = completion_out.last_hidden_state[:, :-1, :]
     return torch.cat([first, rest], dim=1)
+
+
+def output_cache(output: Any):
+    """A model output's cache: `cache` in newer transformers, `past_key_values` before."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else getattr(output, "past_key_values", None)
 
 
 def _cache_argument(decoder: Any) -> str:
