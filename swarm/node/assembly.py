@@ -147,7 +147,9 @@ def make_generator(config: Config, policy: Policy) -> Generator:
         from swarm.policy.vllm_generator import VLLMGenerator
 
         return VLLMGenerator(
-            policy, gpu_memory_utilization=config.generation.gpu_memory_utilization
+            policy,
+            gpu_memory_utilization=config.generation.gpu_memory_utilization,
+            seed=config.node.seed,
         )
     return TransformersGenerator(
         policy.model, policy.tokenizer, policy.stop_token_ids, config.generation.batch_size

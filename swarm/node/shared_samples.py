@@ -48,13 +48,20 @@ class SharedPart:
 def own_samples(
     completions: Sequence[Completion], advantages: Sequence[float], eos: int | None
 ) -> list[TrainSample]:
-    """Samples of our own completions; the stop token is trained where one was produced."""
+    """Samples of our own completions; the stop token is trained where one was produced: the
+    one sampled (a model may have several), `eos` only for a completion that names none."""
     return [
-        TrainSample(
-            c.prompt_ids, c.token_ids + ((eos,) if c.finished and eos is not None else ()), a
-        )
+        TrainSample(c.prompt_ids, c.token_ids + _stop(c, eos), a)
         for c, a in zip(completions, advantages, strict=True)
     ]
+
+
+def _stop(completion: Completion, eos: int | None) -> tuple[int, ...]:
+    """The stop token to train after a finished completion (none for a cut one)."""
+    if not completion.finished:
+        return ()
+    stop = completion.stop_id if completion.stop_id is not None else eos
+    return () if stop is None else (stop,)
 
 
 def shuffled(rewards: Sequence[float], seed: str) -> tuple[float, ...]:

@@ -43,6 +43,7 @@ class Completion:
     text: str
     logprobs: tuple[float, ...]  # raw-model log-prob of each completion token
     finished: bool  # ended with a stop token (False: cut at max_new_tokens)
+    stop_id: int | None = None  # the stop token sampled (a finished completion's last token)
 
 
 class Generator(ABC):
@@ -172,15 +173,16 @@ class TransformersGenerator(Generator):
     def _completion(self, prompt_row, attention_row, token_row, logprob_row) -> Completion:
         prompt_ids = tuple(prompt_row[attention_row.bool()].tolist())
         tokens = token_row.tolist()
-        finished = False
+        stop_id = None
         for i, token in enumerate(tokens):
             if token in self.stop_ids:
-                tokens, finished = tokens[:i], True
+                tokens, stop_id = tokens[:i], token
                 break
         return Completion(
             prompt_ids=prompt_ids,
             token_ids=tuple(tokens),
             text=self.tokenizer.decode(tokens, skip_special_tokens=False),
             logprobs=tuple(logprob_row[: len(tokens)].tolist()),
-            finished=finished,
+            finished=stop_id is not None,
+            stop_id=stop_id,
         )

@@ -17,23 +17,61 @@ from swarm.policy.generator import Completion, Generator, SamplingParams
 from swarm.policy.model import Policy, resolve_model_path
 
 
-def _load_weights_on_worker(worker, weights):
-    """Runs inside each vLLM worker (via collective_rpc): load named tensors in place."""
-    worker.model_runner.model.load_weights(weights=weights)
-    return True
+def engine_kwargs(policy: Policy, gpu_memory_utilization: float, seed: int) -> dict:
+    """Every argument of `vllm.LLM` (vLLM 0.32.0), derived from the policy and the config.
+
+    - `max_model_len`: the model's own positions (`max_position_embeddings`), so a model
+      with 256 positions is accepted and a long-context one is not cut to a fixed length.
+    - `seed`: the node's seed, so nodes do not all sample the same stream.
+    - `generation_config="vllm"`: the model folder's generation_config.json (e.g. a
+      repetition_penalty of 1.1) is not applied; a node samples with what it declares.
+    - `logprobs_mode="raw_logprobs"`: log-probs of the model itself, before temperature and
+      top-p, as the transformers backend returns them.
+    """
+    config = policy.model.config
+    positions = getattr(config, "max_position_embeddings", None)
+    if not positions:
+        raise GeneratorError(f"{policy.name!r}: its config names no max_position_embeddings")
+    dtype = {torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(policy.dtype, "bfloat16")
+    return {
+        "model": resolve_model_path(policy.name),
+        "dtype": dtype,
+        "seed": seed,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "max_model_len": int(positions),
+        "enable_prefix_caching": True,
+        "generation_config": "vllm",
+        "logprobs_mode": "raw_logprobs",
+    }
+
+
+def sampling_kwargs(params: SamplingParams, n: int, stop_ids: list[int]) -> dict:
+    """`vllm.SamplingParams` arguments for exactly the declared sampler, nothing else."""
+    greedy = params.temperature <= 0
+    return {
+        "n": n,
+        "temperature": 0.0 if greedy else params.temperature,
+        "top_p": 1.0 if greedy else params.top_p,
+        "top_k": 0 if greedy or params.top_k <= 0 else params.top_k,  # 0: off
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "max_tokens": params.max_new_tokens,
+        "stop_token_ids": list(stop_ids),
+        "logprobs": 0,  # the sampled token's log-prob
+    }
 
 
 class VLLMGenerator(Generator):
     """Samples with a vLLM engine built from the same model as the policy."""
 
-    def __init__(
-        self, policy: Policy, gpu_memory_utilization: float = 0.5, max_model_len: int = 4096
-    ):
+    def __init__(self, policy: Policy, gpu_memory_utilization: float = 0.5, seed: int = 0):
         if not torch.cuda.is_available():
             raise GeneratorError(
                 "generation.backend = 'vllm' needs a CUDA GPU; use 'transformers' on this machine"
             )
-        # In-process engine: lets sync_weights reach the model directly where vLLM allows it.
+        # In-process engine: weights are pushed without copies through a socket.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             import vllm
@@ -42,34 +80,24 @@ class VLLMGenerator(Generator):
         self._vllm = vllm
         self.tokenizer = policy.tokenizer
         self.stop_ids = sorted(policy.stop_token_ids)
-        dtype = {torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(policy.dtype, "bfloat16")
+        kwargs = engine_kwargs(policy, gpu_memory_utilization, seed)
+        self.dtype = {"float16": torch.float16}.get(kwargs["dtype"], torch.bfloat16)
+        # An in-process engine seeds the process's generators and sets torch to one thread.
+        threads, rng = torch.get_num_threads(), torch.get_rng_state()
         try:
-            self.llm = vllm.LLM(
-                model=resolve_model_path(policy.name),
-                dtype=dtype,
-                gpu_memory_utilization=gpu_memory_utilization,
-                max_model_len=max_model_len,
-                enable_prefix_caching=True,
-                seed=0,
-            )
+            self.llm = vllm.LLM(**kwargs)
         except Exception as e:  # noqa: BLE001 - vLLM raises many kinds; all mean "cannot start"
             raise GeneratorError(
                 f"vLLM could not start {policy.name!r}: {e.__class__.__name__}: {e}"
             ) from None
+        finally:
+            torch.set_num_threads(threads)
+            torch.set_rng_state(rng)
 
     def generate(
         self, prompts: list[str], n: int, params: SamplingParams
     ) -> list[list[Completion]]:
-        greedy = params.temperature <= 0
-        sampling = self._vllm.SamplingParams(
-            n=n,
-            temperature=0.0 if greedy else params.temperature,
-            top_p=1.0 if greedy else params.top_p,
-            top_k=-1 if greedy or params.top_k <= 0 else params.top_k,
-            max_tokens=params.max_new_tokens,
-            stop_token_ids=self.stop_ids,
-            logprobs=0,  # the sampled token's log-prob
-        )
+        sampling = self._vllm.SamplingParams(**sampling_kwargs(params, n, self.stop_ids))
         prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
@@ -79,51 +107,52 @@ class VLLMGenerator(Generator):
         ]
 
     def _completion(self, prompt_ids: tuple[int, ...], sample) -> Completion:
-        tokens = [t for t in sample.token_ids if t not in self.stop_ids]
-        logprobs = []
-        for token, entry in zip(sample.token_ids, sample.logprobs or [], strict=False):
-            if token in self.stop_ids:
-                break
-            logprobs.append(float(entry[token].logprob) if token in entry else float("nan"))
+        """A vLLM sample as a `Completion`: tokens before the stop token, which is kept apart."""
+        ids = list(sample.token_ids)
+        cut = next((i for i, t in enumerate(ids) if t in self.stop_ids), len(ids))
+        tokens, stop_id = ids[:cut], (ids[cut] if cut < len(ids) else None)
+        if (
+            stop_id is None
+            and sample.finish_reason == "stop"
+            and isinstance(sample.stop_reason, int)
+        ):
+            stop_id = sample.stop_reason  # a stop token vLLM left out of token_ids
+        entries = list(sample.logprobs or [])[:cut]
+        logprobs = [
+            float(e[t].logprob) if t in e else float("nan") for t, e in zip(tokens, entries)
+        ]
         return Completion(
             prompt_ids=prompt_ids,
             token_ids=tuple(tokens),
             text=self.tokenizer.decode(tokens, skip_special_tokens=False),
             logprobs=tuple(logprobs),
             finished=sample.finish_reason == "stop",
+            stop_id=stop_id,
         )
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """Load the trainer's current weights into the engine, in place."""
-        self._load([(name, tensor.detach()) for name, tensor in model.state_dict().items()])
+        """Load the trainer's current weights into the engine, in place.
 
-    def update_weights(self, model: torch.nn.Module, names: set[str] | None = None) -> None:
-        """After a followed delta: load only the changed tensors into the engine, in place."""
-        if names is None:
-            return self.sync_weights(model)
-        state = model.state_dict()
-        self._load([(name, state[name].detach()) for name in sorted(names)])
-
-    def _load(self, weights: list) -> None:
-        engine_model = self._in_process_model()
+        The supported route of vLLM 0.32.0: the worker's `reload_weights` through
+        `collective_rpc` by name (no pickled function, so no insecure serialization), then
+        the prefix cache is reset, since cached keys and values of the old weights must not
+        be reused. The engine's model takes every weight again (its loader fuses q/k/v and
+        gate/up per layer), so a follower's partial update pushes them all as well.
+        """
+        in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+        weights = [
+            (name, t.detach().to(self.dtype) if in_process else t.detach().to("cpu", self.dtype))
+            for name, t in model.state_dict().items()
+        ]
         try:
-            if engine_model is not None:
-                engine_model.load_weights(weights=weights)
-            else:
-                cpu = [(name, t.to("cpu")) for name, t in weights]
-                self.llm.collective_rpc(_load_weights_on_worker, args=(cpu,))
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+            )
+            self.llm.reset_prefix_cache()
         except Exception as e:  # noqa: BLE001 - translate any engine failure at this boundary
             raise GeneratorError(
                 f"vLLM weight update failed: {e.__class__.__name__}: {e}"
             ) from None
-        if hasattr(self.llm, "reset_prefix_cache"):
-            self.llm.reset_prefix_cache()  # cached KV of old weights must not be reused
-
-    def _in_process_model(self):
-        executor = getattr(self.llm.llm_engine, "model_executor", None)
-        worker = getattr(getattr(executor, "driver_worker", None), "worker", None)
-        runner = getattr(worker, "model_runner", None)
-        return getattr(runner, "model", None)
 
     def close(self) -> None:
         del self.llm

@@ -21,7 +21,9 @@ def gpu_policy(tiny_model_path):
 def vllm_generator(gpu_policy):
     from swarm.policy.vllm_generator import VLLMGenerator
 
-    generator = VLLMGenerator(gpu_policy, gpu_memory_utilization=0.2, max_model_len=256)
+    generator = VLLMGenerator(
+        gpu_policy, gpu_memory_utilization=0.2
+    )  # max_model_len: the model's 256
     yield generator
     generator.close()
 
