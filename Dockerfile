@@ -4,8 +4,11 @@
 #   docker build -t swarm-node:cuda --build-arg VARIANT=cuda .   # CUDA torch + vLLM (the gpu extra)
 #   docker run --rm swarm-node --version
 #
-# PyTorch is installed first, from PyTorch's own index for the variant, so that installing
-# the project afterwards never pulls a different (multi-GB) torch build. The built-in tiny
+# PyTorch is installed first, so that installing the project afterwards never pulls a
+# different (multi-GB) torch build: the CPU variant from PyTorch's CPU index; the CUDA variant
+# from PyPI, whose torch 2.13.0 wheel is the CUDA 13 build that vLLM 0.32.0's compiled ops
+# link (libcudart.so.13), with every install held to constraints/gpu.txt. The CUDA variant
+# also gets a C compiler: Triton compiles its launcher on first use. The built-in tiny
 # model is built into the image, so containers start without building it. A node keeps its
 # state in /data (mount a run folder there); compose.yaml runs a private cluster.
 FROM python:3.11-slim
@@ -13,7 +16,7 @@ FROM python:3.11-slim
 ARG VARIANT=cpu
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
-ARG TORCH_CUDA_INDEX=https://download.pytorch.org/whl/cu128
+ARG TORCH_CUDA_INDEX=https://pypi.org/simple
 
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -21,19 +24,22 @@ ENV PYTHONUNBUFFERED=1 \
     SWARM_NODE_CACHE=/opt/swarm-node/cache \
     HF_HOME=/tmp/huggingface
 
+WORKDIR /opt/swarm-node
+COPY constraints ./constraints
 RUN case "$VARIANT" in \
-        cpu) index="$TORCH_CPU_INDEX" ;; \
-        cuda) index="$TORCH_CUDA_INDEX" ;; \
+        cpu) index="$TORCH_CPU_INDEX"; pin="" ;; \
+        cuda) index="$TORCH_CUDA_INDEX"; pin="-c constraints/gpu.txt" \
+            && apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+            && rm -rf /var/lib/apt/lists/* ;; \
         *) echo "VARIANT must be cpu or cuda, not $VARIANT" >&2; exit 2 ;; \
     esac \
-    && pip install "torch==${TORCH_VERSION}" --index-url "$index"
+    && pip install $pin "torch==${TORCH_VERSION}" --index-url "$index"
 
-WORKDIR /opt/swarm-node
 COPY pyproject.toml README.md ./
 COPY swarm ./swarm
 COPY node_config ./node_config
-RUN extras=""; [ "$VARIANT" = cuda ] && extras="[gpu]"; \
-    pip install ".${extras}" \
+RUN extras=""; pin=""; [ "$VARIANT" = cuda ] && extras="[gpu]" && pin="-c constraints/gpu.txt"; \
+    pip install $pin ".${extras}" \
     && python -c "import torch; assert torch.__version__.startswith('${TORCH_VERSION}'), torch.__version__" \
     && python -c "from swarm.policy.tiny import ensure_tiny_model; ensure_tiny_model(quiet=True)" \
     && chmod -R a+rX "$SWARM_NODE_CACHE"
