@@ -45,6 +45,8 @@ def test_the_bound_is_hard_even_when_every_connection_was_used_recently():
     busy = {ps[0]}
     victims = trimmer.victims(ps, set(), busy.__contains__, now=112.0)
     assert victims == ps[1:5]  # the least recently used, never a fetch running: 12 - 4 = 8
+    # connections opened or used in the last 2 s have time to start their fetch
+    assert trimmer.victims(ps, set(), busy.__contains__, now=103.5) == ps[1:2]
 
 
 def test_a_bootstrap_peer_is_special_only_until_the_node_knows_others():

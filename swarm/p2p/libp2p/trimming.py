@@ -7,8 +7,10 @@ managers (go's high and low watermarks), the trimmer lets the count reach
 `max_connections`, then closes connections down to three quarters of it: never a bootstrap
 peer's while the node knows few others (`bootstrap_kept`), never one with a blob fetch
 running, never one used (a fetch either way) or opened within `idle_s`, the least recently
-used first. The bound is hard: if the idle ones do not bring the count back to
-`max_connections`, the least recently used of the others go too (never a fetch running).
+used first. The bound is hard but for a grace: if the idle ones do not bring the count
+back to `max_connections`, the least recently used of the others go too, except one with a
+fetch running or opened or used in the last `GRACE_S` (2 s, time for a dial's fetch to
+start), so the count exceeds the bound only by connections younger than that.
 It runs on the network thread, from the dialer's maintenance loop.
 """
 
@@ -29,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_CONNECTIONS = 64
 IDLE_S = 10.0
+GRACE_S = 2.0  # a connection just opened or used gets this long to start its fetch
 LOW_WATERMARK = 0.75
 SETTLED_PEERS = 4  # connected peers besides the bootstrap ones: the node has found the swarm
 
@@ -78,7 +81,14 @@ class ConnectionTrimmer:
         if over > 0:  # a hard bound: the least recently used of the rest go too
             chosen = set(victims)
             rest = sorted(
-                (p for p in connected if p not in protected and not busy(p) and p not in chosen),
+                (
+                    p
+                    for p in connected
+                    if p not in protected
+                    and not busy(p)
+                    and p not in chosen
+                    and now - self._last_used[p] >= GRACE_S
+                ),
                 key=lambda p: self._last_used[p],
             )
             victims += rest[:over]
