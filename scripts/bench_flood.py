@@ -4,8 +4,9 @@ ledger growth, per attack class, with the attacker's process at nice 19.
     python scripts/bench_flood.py [--classes duplicates,garbage,ihave,bulk,hints] [--seconds 25]
                                   [--repeats 2] [--out results/flood/bench.json]
 
-The victim is `swarm-node join` in its own process (defaults, the tiny model on the CPU, the
-gossip exchange so that every group reaches it, no evaluation), alone in its swarm. For
+The victim is `swarm-node join` in its own process (defaults but light rounds of 4 questions
+of 4 completions of 8 tokens, the tiny model on the CPU, the gossip exchange so that every
+group reaches it, no evaluation), alone in its swarm. For
 each class and repeat the bench measures a baseline window (no attacker) and then an attack
 window of `--seconds` each, alternating, so a machine whose load drifts affects both alike.
 The attacker is this script in attack mode (`--attack CLASS --target ADDR`), a separate
@@ -97,8 +98,9 @@ def attack(kind: str, target: str, seconds: float) -> dict:
     transport.start()
     sent = nbytes = 0
     try:
-        transport.wait_for_topic_peers(topic, 1, timeout=30)
+        transport.wait_for_topic_peers(topic, 1, timeout=60)
         victim = target.rsplit("/p2p/", 1)[1]
+        print(json.dumps({"event": "ready"}), flush=True)  # the window starts now
         deadline = time.monotonic() + seconds
         if kind == "duplicates":
             message = pack_messages([sign_group(_group(key, me, 1, 16), key)])[0]
@@ -202,6 +204,7 @@ def hints_window(tmp: Path, seconds: float, lie: bool) -> dict:
     trainer = subprocess.Popen(
         trainer_cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
+    assert trainer.stdin is not None and trainer.stdout is not None
     try:
         ready = json.loads(trainer.stdout.readline())
         cmd = [sys.executable, __file__, "--follow-hints", "--target", ready["addrs"][0]]
@@ -209,6 +212,7 @@ def hints_window(tmp: Path, seconds: float, lie: bool) -> dict:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
         lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
         result = json.loads(lines[-1]) if lines else {"error": out.stderr[-500:]}
+        assert trainer.stdin is not None and trainer.stdout is not None
         trainer.stdin.write(json.dumps({"cmd": "sent"}) + "\n")
         trainer.stdin.flush()
         result["trainer_sent_bytes"] = sum(json.loads(trainer.stdout.readline())["sent"].values())
@@ -254,6 +258,12 @@ class Victim:
             "tasks.eval_size=0",
             "node.checkpoint_every=1000",
             "policy.device=cpu",
+            # Light rounds, so that a window of seconds holds many of them on a busy machine
+            # (and a flood's cost shows against a short round, not hidden in a long one).
+            "generation.questions_per_round=4",
+            "generation.completions_per_question=4",
+            "generation.max_new_tokens=8",
+            "training.local_groups=4",
         ]
         cmd = [str(Path(sys.executable).parent / "swarm-node"), "join", "--run-dir", str(run_dir)]
         cmd += ["--listen", "/ip4/127.0.0.1/tcp/0"]
@@ -295,6 +305,21 @@ class Victim:
         finally:
             ledger.close()
 
+    def handled(self, peer: str) -> dict[str, int]:
+        """What the victim's ledger holds of `peer`'s messages: rows by outcome, counts."""
+        from swarm.ledger import GroupRow, Ledger, counted_rejections
+
+        ledger = Ledger(f"sqlite:///{self.run_dir / 'ledger.sqlite'}", create=False)
+        try:
+            with ledger.reader() as s:
+                out: dict[str, int] = dict(counted_rejections(s, peer))
+                for row in s.query(GroupRow).filter(GroupRow.source == peer):
+                    key = row.reason or row.status
+                    out[key] = out.get(key, 0) + 1
+                return out
+        finally:
+            ledger.close()
+
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)
         try:
@@ -306,7 +331,15 @@ class Victim:
 
 
 def window(victim: Victim, seconds: float, kind: str | None) -> dict:
-    """One window: the victim's rounds, RSS and ledger, with `kind` attacking or none."""
+    """One window: the victim's rounds, RSS and ledger, with `kind` attacking or none. An
+    attack window starts once the attacker (slow to start at nice 19) is meshed."""
+    attacker = None
+    if kind is not None:
+        cmd = ["nice", "-n", "19", sys.executable, __file__, "--attack", kind]
+        cmd += ["--target", victim.addr, "--seconds", str(seconds)]
+        attacker = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert attacker.stdout is not None
+        attacker.stdout.readline()  # {"event": "ready"}, or "" if it failed
     began = time.time()
     rss0, ledger0 = rss_mb(victim.pid), victim.ledger_mb()
     peak = [rss0]
@@ -319,14 +352,13 @@ def window(victim: Victim, seconds: float, kind: str | None) -> dict:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     sent: dict = {}
-    if kind is None:
+    if attacker is None:
         time.sleep(seconds)
     else:
-        cmd = ["nice", "-n", "19", sys.executable, __file__, "--attack", kind]
-        cmd += ["--target", victim.addr, "--seconds", str(seconds)]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
-        lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-        sent = json.loads(lines[-1]) if lines else {"error": out.stderr[-500:]}
+        assert attacker.stdout is not None
+        lines = [line for line in attacker.stdout if line.startswith("{")]
+        attacker.wait(timeout=120)
+        sent = json.loads(lines[-1]) if lines else {"error": f"exit {attacker.returncode}"}
     ended = time.time()
     time.sleep(1.0)  # the round running at the end is recorded once it finishes
     stop.set()
@@ -341,6 +373,7 @@ def window(victim: Victim, seconds: float, kind: str | None) -> dict:
         "rss_growth_mb": round(peak[0] - rss0, 1),
         "ledger_growth_mb": round(victim.ledger_mb() - ledger0, 2),
         "sent": sent,
+        "victim_recorded": victim.handled(sent["peer_id"]) if "peer_id" in sent else {},
     }
 
 
