@@ -69,12 +69,12 @@ SHAPES = {
         max_new_tokens=200,
         micro_batch_size=16,
         prompt_tokens=300,
-        vocab=8192,
-        hidden=256,
-        layers=4,
+        vocab=4096,
+        hidden=128,
+        layers=2,
         heads=4,
         kv_heads=2,
-        intermediate=768,
+        intermediate=384,
     ),
 }
 
@@ -288,6 +288,11 @@ def run(args) -> dict:
     for r in range(repeats):
         for arm in ARMS:
             result = arms[arm](r)
+            print(  # noqa: T201 - progress, one line per round
+                f"repeat {r}{' (warm-up)' if r == 0 else ''} {arm}: round {result['round']:.2f} s, "
+                f"generate {result['generate']:.2f} s, train {result['train']:.2f} s",
+                flush=True,
+            )
             if r > 0:
                 timings[arm].append(result)
     completions = shape.questions * shape.group
