@@ -178,6 +178,11 @@ class TrainingSection:
         "auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16.",
         choices=("auto", "fp32", "bf16"),
     )
+    gradient_checkpointing: str = opt(
+        "auto",
+        "Recompute each layer's activations in the backward pass instead of keeping them: auto (on for a model of 10 M parameters or more, i.e. any real LM; off for the built-in tiny ones), on or off.",
+        choices=("auto", "on", "off"),
+    )
     shared_prefix: bool = opt(
         True,
         "Encode each prompt once per micro-batch and run its completions against its cache (same loss and gradients, less compute); false runs prompt + completion for every completion.",

@@ -171,8 +171,18 @@ def trainer_settings(config: Config, policy: Policy) -> TrainerSettings:
         epochs=t.epochs,
         optimizer=OptimizerKind(t.optimizer),
         shared_prefix=t.shared_prefix,
+        gradient_checkpointing=t.gradient_checkpointing == "on"
+        or (t.gradient_checkpointing == "auto" and parameter_count(policy) >= CHECKPOINTING_PARAMS),
         autocast_bf16=bf16,  # the trainer's weights are fp32 whatever the policy's dtype
     )
+
+
+CHECKPOINTING_PARAMS = 10_000_000  # "auto" checkpoints any real LM; built-in tiny ones: < 1 M
+
+
+def parameter_count(policy: Policy) -> int:
+    """How many parameters the policy's model has."""
+    return sum(p.numel() for p in policy.model.parameters())
 
 
 def make_trainer(config: Config, policy: Policy) -> GRPOTrainer | None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 
 from swarm.errors import ModelError
 
@@ -158,7 +159,36 @@ def _cache_argument(decoder: Any) -> str:
     return "cache" if "cache" in parameters else "past_key_values"
 
 
-def hidden_logprobs(model: Any, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Log-probs [B, C] of `targets` under the model's output head applied to `hidden`, in fp32."""
-    logits = model.get_output_embeddings()(hidden).float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+LOGPROB_CHUNK_TOKENS = 512  # tokens whose logits exist at once: 311 MB fp32 at a 151,936 vocab
+
+
+def hidden_logprobs(
+    model: Any, hidden: torch.Tensor, targets: torch.Tensor, chunk: int = LOGPROB_CHUNK_TOKENS
+) -> torch.Tensor:
+    """Log-probs [B, C] of `targets` under the model's output head applied to `hidden`, in fp32.
+
+    The head runs on `chunk` tokens at a time, and with gradients each chunk is recomputed in
+    the backward pass (activation checkpointing), so no full [B, C, vocab] logits tensor is
+    ever held: only one chunk's, forward or backward.
+    """
+    head = model.get_output_embeddings()
+    flat, wanted = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    checkpoint = torch.is_grad_enabled() and hidden.requires_grad
+    parts = []
+    for start in range(0, flat.shape[0], chunk):
+        args = (head, flat[start : start + chunk], wanted[start : start + chunk])
+        if checkpoint:
+            parts.append(
+                torch.utils.checkpoint.checkpoint(_head_logprobs, *args, use_reentrant=False)
+            )
+        else:
+            parts.append(_head_logprobs(*args))
+    if not parts:
+        return hidden.new_zeros(targets.shape, dtype=torch.float32)
+    return torch.cat(parts).reshape(targets.shape)
+
+
+def _head_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Log-prob of each target under `head(hidden)`, in fp32: logit minus log-sum-exp."""
+    logits = head(hidden).float()
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)

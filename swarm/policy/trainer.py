@@ -24,6 +24,7 @@ from enum import StrEnum
 
 import torch
 
+from swarm.errors import ModelError
 from swarm.policy.grpo import clipped_policy_loss
 from swarm.policy.prefix import (
     hidden_logprobs,
@@ -114,6 +115,7 @@ class TrainerSettings:
     # cache (swarm.policy.prefix): same loss and gradients, less compute. False: every row
     # runs prompt + completion (also what a model under gradient checkpointing gets).
     shared_prefix: bool = True
+    gradient_checkpointing: bool = False  # recompute layer activations in the backward pass
 
 
 class GRPOTrainer:
@@ -124,6 +126,8 @@ class GRPOTrainer:
         self.pad_id = pad_id
         self.settings = settings
         loaded = fp32_master_weights(model)
+        if settings.gradient_checkpointing:
+            enable_gradient_checkpointing(model)
         # The forward's compute dtype: what the model was loaded in, or bf16 when asked for.
         self.autocast_dtype: torch.dtype | None = (
             loaded if loaded is not None else torch.bfloat16 if settings.autocast_bf16 else None
@@ -274,6 +278,14 @@ class GRPOTrainer:
             # Position t predicts token t+1: keep the states that predict completion tokens.
             hidden = hidden[:, -completion_len - 1 : -1, :]
             return hidden_logprobs(model, hidden, input_ids[:, -completion_len:]), mask
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """Turn on a Hugging Face model's gradient checkpointing (active in training mode only)."""
+    enable = getattr(model, "gradient_checkpointing_enable", None)
+    if enable is None:
+        raise ModelError(f"{type(model).__name__} has no gradient checkpointing")
+    enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def fp32_master_weights(model: torch.nn.Module) -> torch.dtype | None:
