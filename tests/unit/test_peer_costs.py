@@ -3,7 +3,7 @@ then bans for a while with the reason, and forgets a ban that has run out."""
 
 from __future__ import annotations
 
-from swarm.p2p.libp2p.peer_costs import UNITS, Cost, CostSettings, PeerCosts, Verdict
+from swarm.p2p.libp2p.peer_costs import MAX_TRACKED, UNITS, Cost, CostSettings, PeerCosts, Verdict
 
 
 class Clock:
@@ -60,3 +60,14 @@ def test_a_graylisted_peer_that_stops_recovers() -> None:
 
 def test_a_relayed_refusal_costs_the_relay_a_tenth_of_the_signers_share() -> None:
     assert UNITS[Cost.RELAYED_REFUSAL] * 10 == UNITS[Cost.REFUSAL]
+
+
+def test_bans_that_ran_out_are_forgotten_when_many_pile_up() -> None:
+    clock = Clock()
+    costs = PeerCosts(SETTINGS, clock)
+    for i in range(MAX_TRACKED):
+        costs.charge(f"p{i}", Cost.REFUSAL, 300)
+    assert costs.bans_made == MAX_TRACKED
+    clock.now += 61.0
+    costs.charge("late", Cost.REFUSAL, 300)
+    assert len(costs.snapshot()) == 1 and costs.banned("late")

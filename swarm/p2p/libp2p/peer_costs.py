@@ -111,6 +111,8 @@ class PeerCosts:
         account.spent[cost] += units  # type: ignore[assignment]  # float units
         s = self.settings
         if account.level > s.ban_at:
+            if len(self._bans) >= MAX_TRACKED:  # forget the bans that ran out
+                self._bans = {p: b for p, b in self._bans.items() if b.until > now}
             self._bans[peer] = Ban(peer, now + s.ban_s, _reason(account, s))
             self._accounts.pop(peer, None)
             self.bans_made += 1
