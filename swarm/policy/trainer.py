@@ -257,7 +257,7 @@ class GRPOTrainer:
         dtype = self.autocast_dtype or torch.bfloat16
         autocast = torch.autocast(device.type, dtype=dtype, enabled=self.autocast_dtype is not None)
         shared = self.settings.shared_prefix and supports_shared_prefix(model)
-        if shared and any(s.completion_ids for s in batch):
+        if shared and any(s.completion_ids for s in batch) and all(s.prompt_ids for s in batch):
             packed = pack_prefix_batch(
                 [s.prompt_ids for s in batch],
                 [s.completion_ids for s in batch],
