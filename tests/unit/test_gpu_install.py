@@ -47,6 +47,7 @@ def _pypi_reachable() -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_gpu_extra_resolves_to_the_torch_setup_installs(tmp_path):
     """Takes minutes: pip 23 downloads whole wheels (torch, vLLM) to read their metadata."""
     if not _pypi_reachable():
