@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-TINY_PREFIX = "swarm-tiny"  # every built-in model's name starts so
+TINY_PREFIX = "swarm-tiny"  # the built-in tiny models; testbed models: is_builtin
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 WEIGHT_FILES = (
     "model.safetensors",
@@ -44,6 +44,13 @@ HUB_TIMEOUT_S = 3.0  # how long `hub_reachable` waits for a connection to the hu
 MAX_MODEL_NAME_CHARS = 96
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 _POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx")
+
+
+def is_builtin(name: str) -> bool:
+    """Whether `name` is a built-in model's (swarm-tiny..., or a skill or gap testbed model)."""
+    from swarm.policy.skills import GAP_SWARM, SKILL_SWARM  # pure data, no torch
+
+    return name.startswith(TINY_PREFIX) or name in {p.name for p in SKILL_SWARM + GAP_SWARM}
 
 
 def looks_like_path(name: str) -> bool:
@@ -67,7 +74,7 @@ def model_problem(name: str) -> str | None:
             "no such folder: give a local model folder, a Hugging Face model name "
             "(e.g. Qwen/Qwen2.5-0.5B-Instruct) or swarm-tiny"
         )
-    if name.startswith(TINY_PREFIX):
+    if is_builtin(name):
         from swarm.policy.tiny import TINY_MODELS
 
         if name in TINY_MODELS:
@@ -175,7 +182,7 @@ def use_cache_offline(name: str) -> bool:
 
     Without this the hub client retries each file for most of a minute before falling back
     to the cache. Returns whether offline mode was switched on."""
-    if local_folder(name) is not None or name.startswith(TINY_PREFIX) or looks_like_path(name):
+    if local_folder(name) is not None or is_builtin(name) or looks_like_path(name):
         return False
     if hub_offline() or cached_folder(name) is None or hub_reachable(hub_endpoint()):
         return False
@@ -218,7 +225,7 @@ class ContextSource:
 def context_source(name: str) -> ContextSource | None:
     """The tokenizer and context length of `name`; None for a hub model not on this machine."""
     folder = local_folder(name)
-    if folder is None and name.startswith(TINY_PREFIX):
+    if folder is None and is_builtin(name):
         from swarm.policy.tiny import TINY_MODELS, build_tokenizer
 
         recipe = TINY_MODELS[name]
@@ -248,7 +255,7 @@ def model_identity(name: str, base_hash: str, shown: str = "") -> str:
     `same_model` (content only), together with `base_hash`.
     """
     folder = local_folder(name)
-    if folder is None and name.startswith(TINY_PREFIX):
+    if folder is None and is_builtin(name):
         return f"{shown}@{name}" if shown else name
     hub = folder is None
     if hub:
