@@ -159,17 +159,23 @@ def _is_tied(model, name: str) -> bool:
 
 
 def _rng_state() -> dict:
-    return {
+    state = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
     }
+    if torch.cuda.is_available():  # each GPU's generator: sampling on CUDA draws from it
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def _set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda")
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def _fsync(path: Path) -> None:
