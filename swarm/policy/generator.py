@@ -122,12 +122,14 @@ class TransformersGenerator(Generator):
         greedy = params.temperature <= 0
         was_training = self.model.training
         self.model.eval()
+        recorder = RawLogprobs(self.model)  # a prefill's forward is overwritten by step 1's
         try:
             cache = self._prefill(input_ids, attention, repeats) if repeats > 1 else {}
             input_ids = input_ids.repeat_interleave(repeats, dim=0)
             attention = attention.repeat_interleave(repeats, dim=0)
             result = self.model.generate(
                 **cache,
+                logits_processor=[recorder],
                 input_ids=input_ids,
                 attention_mask=attention,
                 do_sample=not greedy,
@@ -135,19 +137,19 @@ class TransformersGenerator(Generator):
                 top_p=None if greedy else params.top_p,
                 top_k=None if greedy else params.top_k,
                 max_new_tokens=params.max_new_tokens,
+                # Exactly the declared sampler: a model folder's generation_config (e.g.
+                # Qwen2.5-Instruct's repetition_penalty 1.1) must not add to it.
+                repetition_penalty=1.0,
+                no_repeat_ngram_size=0,
                 eos_token_id=sorted(self.stop_ids),
                 pad_token_id=self.tokenizer.pad_token_id,
                 return_dict_in_generate=True,
-                output_logits=True,
             )
         finally:
+            recorder.close()
             self.model.train(was_training)
         new_tokens = result.sequences[:, input_ids.shape[1] :]
-        # Raw logits, not the sampler's warped scores: log-probs of the model itself.
-        logits = torch.stack(result.logits, dim=1).float()
-        logprobs = (
-            torch.log_softmax(logits, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
-        )
+        logprobs = recorder.finish(new_tokens)
         return [
             self._completion(input_ids[row], attention[row], new_tokens[row], logprobs[row])
             for row in range(input_ids.shape[0])
@@ -186,3 +188,40 @@ class TransformersGenerator(Generator):
             finished=stop_id is not None,
             stop_id=stop_id,
         )
+
+
+class RawLogprobs:
+    """Log-probs of the sampled tokens under the raw model (before temperature and top-p),
+    recorded while `generate` runs, one step at a time: no per-step logits are kept.
+
+    A forward hook on the output head keeps the last position's log-softmax of the step in
+    progress; as a logits processor it is called once per step with the tokens so far, whose
+    last one was sampled from the previous step's distribution.
+    """
+
+    def __init__(self, model) -> None:
+        self.previous: torch.Tensor | None = None
+        self.current: torch.Tensor | None = None
+        self.taken: list[torch.Tensor] = []
+        self.handle = model.get_output_embeddings().register_forward_hook(self._hook)
+
+    def _hook(self, module, inputs, output) -> None:
+        self.current = torch.log_softmax(output[:, -1, :].float(), dim=-1)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.previous is not None:
+            self.taken.append(self.previous.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        self.previous = self.current
+        return scores
+
+    def close(self) -> None:
+        """Remove the hook from the model."""
+        self.handle.remove()
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """[B, new tokens] log-probs: the last token's comes from the last step's distribution."""
+        if self.previous is not None and new_tokens.shape[1] > len(self.taken):
+            self.taken.append(self.previous.gather(-1, new_tokens[:, -1:]).squeeze(-1))
+        if not self.taken:
+            return new_tokens.new_zeros(new_tokens.shape, dtype=torch.float32)
+        return torch.stack(self.taken, dim=1)
