@@ -438,7 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(json.dumps(record) + "\n")
         sys.stdout.flush()
 
-    joined = _wait_connected(node, args.join_timeout) if args.bootstrap else 0
+    # behind a readiness barrier (--start-file) a node is ready once it has joined
+    barrier = args.bootstrap and args.start_file
+    joined = _wait_connected(node, args.join_timeout) if barrier else len(node.transport.peers())
     emit({"peer_id": node.peer_id, "addrs": node.transport.listen_addrs(), "peers": joined})
     start_at = _wait_start(args.start_file) if args.start_file else args.start_at
     start_at = start_at or time.time() + 1.0
