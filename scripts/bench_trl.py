@@ -22,6 +22,7 @@ model's vocabulary) and a synthetic reward (a hash of the text), 2 x 8. Needs TR
 
     python scripts/bench_trl.py --shape tiny --repeats 5
     python scripts/bench_trl.py --shape qwen2-reduced --repeats 3
+    python scripts/bench_trl.py --shape qwen2-reduced --train-only --repeats 3
 """
 
 from __future__ import annotations
@@ -75,6 +76,21 @@ SHAPES = {
         heads=4,
         kv_heads=2,
         intermediate=384,
+    ),
+    # Wider (hidden 512, 4 layers, vocab 16384): for --train-only, where generation's 200
+    # sequential steps do not have to fit a CPU's time.
+    "qwen2-wide": Shape(
+        questions=2,
+        group=8,
+        max_new_tokens=200,
+        micro_batch_size=16,
+        prompt_tokens=300,
+        vocab=16384,
+        hidden=512,
+        layers=4,
+        heads=8,
+        kv_heads=2,
+        intermediate=1536,
     ),
 }
 
@@ -276,6 +292,60 @@ def trl(setup: Setup, shape: Shape):
     return round_
 
 
+def train_only(args) -> dict:
+    """The training pass alone, shared prefix on and off, alternating: wall and CPU seconds.
+
+    Completions are random tokens of exactly the shape's length, advantages random: no
+    generation, so the two trainers see the same batch. CPU seconds (this process, one
+    torch thread) are what a busy machine disturbs least.
+    """
+    import torch
+
+    from swarm.policy.trainer import GRPOTrainer, TrainerSettings, TrainSample
+
+    torch.set_num_threads(1)
+    shape = SHAPES[args.shape]
+    setup = (tiny_setup if args.shape == "tiny" else random_setup)(1, shape)
+    rng = random.Random(1)
+    vocab = min(setup.model.config.vocab_size, len(setup.tokenizer)) - 1
+    samples = []
+    for prompt in setup.prompts[0]:
+        prompt_ids = tuple(setup.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        for _ in range(shape.group):
+            completion = tuple(rng.randrange(2, vocab) for _ in range(shape.max_new_tokens))
+            samples.append(TrainSample(prompt_ids, completion, rng.uniform(-1, 1)))
+    trainers = {}
+    for arm in ("shared", "plain"):
+        settings = TrainerSettings(
+            lr=LR, micro_batch_size=shape.micro_batch_size, shared_prefix=arm == "shared"
+        )
+        trainers[arm] = GRPOTrainer(copy.deepcopy(setup.model), 0, settings)
+    timings: dict[str, list[dict]] = {"shared": [], "plain": []}
+    for r in range(args.repeats + 1):
+        for arm, trainer in trainers.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            trainer.update(samples)
+            result = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+            print(f"repeat {r} {arm}: wall {result['wall']:.2f} s, cpu {result['cpu']:.2f} s")
+            if r > 0:
+                timings[arm].append(result)
+    median = {a: {k: statistics.median(t[k] for t in rows) for k in ("wall", "cpu")}
+              for a, rows in timings.items()}  # fmt: skip
+    return {
+        "shape": args.shape,
+        "mode": "train-only",
+        "shape_detail": asdict(shape),
+        "parameters": sum(p.numel() for p in setup.model.parameters()),
+        "prompt_tokens": [len(s.prompt_ids) for s in samples[:: shape.group]],
+        "repeats_timed": args.repeats,
+        "torch_threads": 1,
+        "median_s": median,
+        "plain_over_shared_wall": median["plain"]["wall"] / median["shared"]["wall"],
+        "plain_over_shared_cpu": median["plain"]["cpu"] / median["shared"]["cpu"],
+        "timings": timings,
+    }
+
+
 def run(args) -> dict:
     import torch
 
@@ -347,6 +417,11 @@ def parse_args(argv=None):
     )
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per arm")
+    parser.add_argument(
+        "--train-only",
+        action="store_true",
+        help="time the training pass alone, shared prefix on and off (no TRL, no generation)",
+    )
     parser.add_argument("--out", default="", help="JSON path (default results/trl/<shape>.json)")
     return parser.parse_args(argv)
 
@@ -362,9 +437,18 @@ def main(argv=None) -> int:
     if args.repeats < 1:
         console.print("error: --repeats must be at least 1")
         return 2
-    result = run(args)
-    show(result, console)
-    out = Path(args.out or ROOT / "results" / "trl" / f"{args.shape}.json")
+    if args.train_only:
+        result = train_only(args)
+        console.print(
+            f"training pass, {args.shape}: shared {result['median_s']['shared']}, plain "
+            f"{result['median_s']['plain']}; plain / shared: wall "
+            f"{result['plain_over_shared_wall']:.2f}x, cpu {result['plain_over_shared_cpu']:.2f}x"
+        )
+    else:
+        result = run(args)
+        show(result, console)
+    name = f"{args.shape}-train" if args.train_only else args.shape
+    out = Path(args.out or ROOT / "results" / "trl" / f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     console.print(f"wrote {out}")
