@@ -23,6 +23,7 @@ model's vocabulary) and a synthetic reward (a hash of the text), 2 x 8. Needs TR
     python scripts/bench_trl.py --shape tiny --repeats 5
     python scripts/bench_trl.py --shape qwen2-reduced --repeats 3
     python scripts/bench_trl.py --shape qwen2-reduced --train-only --repeats 3
+    python scripts/bench_trl.py --shape tiny --repeats 2 --cpu-time   # CPU seconds, 1 thread
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = ("shared", "plain", "trl")
+CLOCK = {"now": time.perf_counter}  # --cpu-time: time.process_time, with one torch thread
+
+
+def now() -> float:
+    """The rounds' clock: wall seconds, or this process's CPU seconds with --cpu-time."""
+    return CLOCK["now"]()
+
+
 LR = 1e-5
 
 
@@ -189,18 +198,18 @@ def ours(setup: Setup, shape: Shape, shared: bool):
     eos = setup.tokenizer.eos_token_id
 
     def round_(r: int) -> dict:
-        t0 = time.perf_counter()
+        t0 = now()
         groups = generator.generate(setup.prompts[r], shape.group, params)
-        t1 = time.perf_counter()
+        t1 = now()
         samples = []
         for i, group in enumerate(groups):
             rewards = [setup.rewards[r](i, c.text) for c in group]
             for c, a in zip(group, group_advantages(rewards), strict=True):
                 stop = (eos,) if c.finished else ()
                 samples.append(TrainSample(c.prompt_ids, c.token_ids + stop, a))
-        t2 = time.perf_counter()
+        t2 = now()
         result = trainer.update(samples)
-        t3 = time.perf_counter()
+        t3 = now()
         trained = sum(1 for s in samples if s.advantage != 0.0) if not result.skipped else 0
         return {"generate": t1 - t0, "score": t2 - t1, "train": t3 - t2, "round": t3 - t0,
                 "trained": trained}  # fmt: skip
@@ -220,21 +229,21 @@ def trl(setup: Setup, shape: Shape):
     generate = model.generate
 
     def timed_generate(*args, **kwargs):
-        start = time.perf_counter()
+        start = now()
         try:
             return generate(*args, **kwargs)
         finally:
-            spent["generate"] += time.perf_counter() - start
+            spent["generate"] += now() - start
 
     model.generate = timed_generate
     steps: list[float] = []
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
-            spent["generate"], spent["start"] = 0.0, time.perf_counter()
+            spent["generate"], spent["start"] = 0.0, now()
 
         def on_step_end(self, args, state, control, **kwargs):
-            steps.append(time.perf_counter() - spent["start"])
+            steps.append(now() - spent["start"])
 
     batch = shape.questions * shape.group
     out = tempfile.mkdtemp(prefix="bench-trl-")
@@ -349,6 +358,9 @@ def train_only(args) -> dict:
 def run(args) -> dict:
     import torch
 
+    if args.cpu_time:
+        torch.set_num_threads(1)
+        CLOCK["now"] = time.process_time
     shape = SHAPES[args.shape]
     repeats = args.repeats + 1  # the first is a warm-up, not counted
     setup = (tiny_setup if args.shape == "tiny" else random_setup)(repeats, shape)
@@ -375,6 +387,7 @@ def run(args) -> dict:
         "shape_detail": asdict(shape),
         "parameters": sum(p.numel() for p in setup.model.parameters()),
         "repeats_timed": args.repeats,
+        "clock": "cpu" if args.cpu_time else "wall",
         "torch_threads": torch.get_num_threads(),
         "median_s": median,
         "completions_per_s": {arm: completions / m["round"] for arm, m in median.items()},
@@ -418,6 +431,11 @@ def parse_args(argv=None):
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per arm")
     parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time rounds in this process's CPU seconds with one torch thread (a busy machine)",
+    )
+    parser.add_argument(
         "--train-only",
         action="store_true",
         help="time the training pass alone, shared prefix on and off (no TRL, no generation)",
@@ -448,6 +466,7 @@ def main(argv=None) -> int:
         result = run(args)
         show(result, console)
     name = f"{args.shape}-train" if args.train_only else args.shape
+    name += "-cpu" if args.cpu_time and not args.train_only else ""
     out = Path(args.out or ROOT / "results" / "trl" / f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
