@@ -26,10 +26,10 @@ from swarm.policy.grpo import (
     receiver_advantages,
     shaped_weight,
 )
+from swarm.policy.skills import FAMILIES
 from swarm.policy.tiny import build_tokenizer
 from swarm.policy.trainer import TrainSample
 from swarm.sampling import Candidate, choose_batch, has_signal_against
-from swarm.policy.skills import FAMILIES
 from swarm.tasks import build_task, sample_specs
 
 rewards01 = st.lists(st.sampled_from([0.0, 1.0]), min_size=2, max_size=8)
