@@ -98,7 +98,7 @@ def model(request):
     return _random_model(request.param)
 
 
-@pytest.mark.parametrize("micro", [12, 5, 1])
+@pytest.mark.parametrize("micro", [12, 5])
 def test_loss_and_every_gradient_equal_the_plain_forward(model, micro):
     samples = _samples(min(model.config.vocab_size, 61))
     plain_loss, plain_lp, plain_grads = _loss_and_grads(model, samples, _plain_logprobs, micro)
