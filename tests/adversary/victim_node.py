@@ -45,6 +45,7 @@ class VictimNode:
             "node": {"name": "victim", "run_dir": str(run_dir), "checkpoint_every": 1000},
             "policy": {"device": "cpu", "dtype": "float32"},
             "tasks": {"eval_size": 0},
+            "p2p": {"exchange": "gossip"},  # the floods here are gossip floods
         }
         for section, values in sections.items():
             raw.setdefault(section, {}).update(values)
