@@ -78,10 +78,11 @@ def test_protocol_settings_reach_the_config_and_the_trainer(protocol, tiny_model
         ("shared", 1, "adam") if paper else ("all", 0, "adamw")
     )
 
-    class FakePolicy:  # trainer_settings reads the device and dtype only
+    class FakePolicy:  # trainer_settings reads the device, the dtype and the model's size
         import torch
 
         device, dtype = torch.device("cpu"), torch.float32
+        model = torch.nn.Linear(4, 4)
 
     settings = trainer_settings(cfg, FakePolicy())
     assert settings.optimizer == (OptimizerKind.ADAM if paper else OptimizerKind.ADAMW)

@@ -173,6 +173,7 @@ def test_every_reason_has_a_weight_and_the_soft_ones_never_ban():
         "flow_control_violation",
         "inbound_budget",
         "below_publish_score",
+        "over_cost_budget",
     }
     assert Reason.BAD_SIGNATURE.unsigned and not Reason.REWARD_MISMATCH.unsigned
     assert Reason.from_stored("no_such_code") is Reason.UNKNOWN and Reason.UNKNOWN.weight == 1.0
