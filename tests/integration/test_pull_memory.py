@@ -3,6 +3,7 @@ was announced, pulled and verified; lies in announcements and in pulled bytes ar
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import msgspec
@@ -72,11 +73,12 @@ def _mallory(hub: MemoryHub) -> MemoryTransport:
             format_bonus=0.1,
         )
         signed = sign_group(group, key)
+        served = encode_signed_group(signed)  # what the announcement's hash and size cover
         announcements.append(
             sign_announcement(
                 GroupAnnouncement(
                     base_hash=group.base_hash,
-                    content_hash=signed.content_hash,
+                    blob_hash=hashlib.sha256(served).hexdigest(),
                     created_at=group.created_at,
                     model="m",
                     policy_version=0,
@@ -84,7 +86,7 @@ def _mallory(hub: MemoryHub) -> MemoryTransport:
                     round=0,
                     seed_salt=0,
                     sender=me,
-                    size=len(signed.body),
+                    size=len(served),
                     swarm_id="swarm-local",
                     task=group.task,
                 ),
@@ -94,7 +96,8 @@ def _mallory(hub: MemoryHub) -> MemoryTransport:
         if i == 0:  # serves another body under the announced group's key
             other = msgspec.structs.replace(decode_group(signed.body), nonce=b"n" * 16)
             transport.serve_blob(
-                group_key(signed.content_hash), encode_signed_group(sign_group(other, key))
+                group_key(hashlib.sha256(served).hexdigest()),
+                encode_signed_group(sign_group(other, key)),
             )
     transport.serve_blob(ANNOUNCEMENTS_KEY, pack_announcements(announcements))
     transport.serve_blob(VIEW_KEY, encode_view([ViewEntry(me, (), 0)]))  # it takes part
@@ -125,8 +128,9 @@ def test_pull_nodes_train_on_verified_pulled_groups_and_record_lies(tmp_path, ti
             assert node.sharing.stats.exchange["pulls_failed"] == 1  # mallory's, below
             # every accepted group was pulled and verified; mallory's lies are on record
             assert sorted({(r.reason, r.source) for r in rejected}) == [
-                ("announcement_mismatch", mallory.peer_id),
+                ("announcement_mismatch", mallory.peer_id),  # served bytes not as announced
                 ("foreign_task", mallory.peer_id),
+                ("pull_failed", mallory.peer_id),  # no other holder: the pull failed
             ]
             uses = _rows(node, GroupUseRow)
             assert uses and {u.content_hash for u in uses} <= {r.content_hash for r in accepted}
