@@ -293,8 +293,8 @@ def tiny_training_pairs(steps: int, lr: float, seed: int = 0) -> list[tuple[dict
     import tempfile
 
     from swarm.config import build_config
+    from swarm.core.identity import create_identity, peer_id_of
     from swarm.node import Node
-    from swarm.p2p.identity import create_identity, peer_id_of
     from swarm.p2p.transport import MemoryTransport
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -329,7 +329,7 @@ def tiny_training_pairs(steps: int, lr: float, seed: int = 0) -> list[tuple[dict
 
 def bench_transfer(payload: bytes, repeat: int = 3) -> dict:
     """MB/s of `fetch_blob` of `payload` from one Libp2pTransport to another on 127.0.0.1."""
-    from swarm.p2p.identity import create_identity
+    from swarm.core.identity import create_identity
     from swarm.p2p.libp2p import Libp2pTransport
 
     server = Libp2pTransport(key_pair=create_identity(), listen_addr="/ip4/127.0.0.1/tcp/0")

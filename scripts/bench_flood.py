@@ -83,7 +83,7 @@ def attack(kind: str, target: str, seconds: float) -> dict:
     """Run one attack on `target` for `seconds`; what was sent."""
     from libp2p.pubsub.pb import rpc_pb2
 
-    from swarm.p2p.identity import create_identity, peer_id_of
+    from swarm.core.identity import create_identity, peer_id_of
     from swarm.p2p.libp2p import Libp2pTransport
     from swarm.p2p.libp2p.testing import rpc_frame
     from swarm.wire import pack_messages, rollout_topic
@@ -152,8 +152,8 @@ HINTS_BASE = "ab" * 32
 def follow_hints(target: str, seconds: float) -> dict:
     """A follower's step that reads its trainer's holder hints, again and again for
     `seconds`: each read's time, and this process's RSS growth."""
-    from swarm.node.delta_holders import read_hints
     from swarm.p2p.libp2p import Libp2pTransport
+    from swarm.sync.holders import read_hints
 
     transport = Libp2pTransport(bootstrap=[target], peer_exchange=False)
     transport.start()
@@ -183,7 +183,7 @@ def follow_hints(target: str, seconds: float) -> dict:
 def hints_window(tmp: Path, seconds: float, lie: bool) -> dict:
     """A trainer (tests/adversary/hostile_trainer.py, at nice 19) serving honest hints of
     3 KB, or announcing 1 GiB as its hints; a follower process reading them."""
-    from swarm.node.delta_holders import encode_hints
+    from swarm.sync.holders import encode_hints
     from swarm.wire import HolderHint, holders_key
 
     honest = tmp / "hints.bin"

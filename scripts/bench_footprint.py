@@ -8,7 +8,7 @@ Each measurement runs in a fresh Python process (what is imported is the point):
   127.0.0.1, no peers), as `swarm-node join` runs it: build, start, evaluate, a few rounds,
   checkpoint, close; per stage the seconds (wall and CPU), RSS after it and the peak RSS
   during it, and at the end where the resident memory lives (heap, anonymous, files);
-- `network`: a network-only node (`swarm.node.network_only`: no model, synthetic groups,
+- `network`: a network-only node (`swarm.bench.network_node`: no model, synthetic groups,
   real signing and verification) over libp2p, in a swarm of three (two more such nodes
   run in their own processes): build, start, rounds paced 2 s apart, close.
 
@@ -65,7 +65,7 @@ def parse_args(argv=None):
 def child_imports() -> dict:
     import importlib
 
-    from swarm.ops.footprint import rss_mb
+    from swarm.bench.footprint import rss_mb
 
     rows, before = [], rss_mb()
     for name in IMPORTS:
@@ -90,7 +90,7 @@ def child_imports() -> dict:
 
 
 def child_tiny(args) -> dict:
-    from swarm.ops.footprint import Stages, memory_map
+    from swarm.bench.footprint import Stages, memory_map
 
     stages = Stages()
     with stages.measure("import swarm"):
@@ -127,13 +127,13 @@ def child_tiny(args) -> dict:
 
 
 def child_network(args) -> dict:
-    from swarm.ops.footprint import Stages, memory_map
+    from swarm.bench.footprint import Stages, memory_map
 
     stages = Stages()
     with stages.measure("import swarm"):
         import swarm  # noqa: F401
     with stages.measure("import network node"):
-        from swarm.node.network_only import NetworkNode, NetworkNodeSettings, run_paced
+        from swarm.bench.network_node import NetworkNode, NetworkNodeSettings, run_paced
     with stages.measure("build"):
         node = NetworkNode.over_libp2p(NetworkNodeSettings(), listen="/ip4/127.0.0.1/tcp/0")
     helpers = []
@@ -144,7 +144,7 @@ def child_network(args) -> dict:
         cmd = [
             sys.executable,
             "-m",
-            "swarm.node.network_only",
+            "swarm.bench.network_node",
             "--rounds",
             str(args.rounds),
             "--start-at",

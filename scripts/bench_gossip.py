@@ -118,7 +118,7 @@ def _publish(transport, index: int, cmd: dict) -> dict:
 
 
 def worker_main(args: argparse.Namespace) -> int:
-    from swarm.errors import TransportError
+    from swarm.core.errors import TransportError
     from swarm.p2p.libp2p import Libp2pTransport
 
     transport = Libp2pTransport(

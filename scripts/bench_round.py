@@ -127,7 +127,7 @@ def show(result: dict, console: Console) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from swarm.errors import SwarmError
+    from swarm.core.errors import SwarmError
 
     console = Console()
     try:

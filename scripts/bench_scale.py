@@ -7,10 +7,10 @@
     python scripts/bench_scale.py report                                  # table, JSON, PNG
 
 `sim` runs N network-only nodes in this process over the memory transport
-(`swarm.ops.scale_sim`: real tasks, signatures, verification, sampler; simulated time) and
+(`swarm.bench.scale_sim`: real tasks, signatures, verification, sampler; simulated time) and
 writes one JSON per run; `real` runs network-only node processes and tiny-model trainers
-over libp2p on 127.0.0.1 (`swarm.ops.scale_real`); `deltas` simulates followers fetching a
-trainer's deltas (`swarm.ops.delta_sim`); `report` gathers every JSON under --out into
+over libp2p on 127.0.0.1 (`swarm.bench.scale_real`); `deltas` simulates followers fetching a
+trainer's deltas (`swarm.bench.delta_sim`); `report` gathers every JSON under --out into
 summary.json, prints the table and draws scale.png: per-node cost against N, log axes. The
 gossip exchange cannot be simulated at 1,000 or 10,000 nodes (each node would verify 16,000
 or 160,000 groups a round); its cost there is the line fitted to its measured sizes, drawn
@@ -66,8 +66,8 @@ def parse_args(argv=None):
 
 
 def cmd_sim(args) -> None:
-    from swarm.node.network_only import ExchangeKind
-    from swarm.ops.scale_sim import SimSettings, simulate
+    from swarm.bench.network_node import ExchangeKind
+    from swarm.bench.scale_sim import SimSettings, simulate
 
     for n in args.nodes:
         settings = SimSettings(
@@ -96,7 +96,7 @@ def cmd_sim(args) -> None:
 
 
 def cmd_real(args) -> None:
-    from swarm.ops.scale_real import RealSettings, run_real
+    from swarm.bench.scale_real import RealSettings, run_real
 
     s = RealSettings(
         network=args.network,
@@ -120,7 +120,7 @@ def cmd_real(args) -> None:
 
 
 def cmd_deltas(args) -> None:
-    from swarm.ops.delta_sim import DeltaSimSettings, simulate_deltas
+    from swarm.bench.delta_sim import DeltaSimSettings, simulate_deltas
 
     rows = [
         simulate_deltas(

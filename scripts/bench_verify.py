@@ -107,7 +107,7 @@ def spot_check_cost(config, node, sent, repeat: int) -> tuple[float, int]:
     The node's groups were sampled at earlier policy versions than the weights checked here,
     so a flag would be a false positive of the loose bounds; it is counted, not hidden.
     """
-    from swarm.errors import RejectedMessage
+    from swarm.core.errors import RejectedMessage
     from swarm.policy.prompts import build_prompt
     from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings
     from swarm.wire import decode_group
@@ -141,7 +141,7 @@ def spot_check_cost(config, node, sent, repeat: int) -> tuple[float, int]:
 def measure(config, peer_id: str, sent, repeat: int) -> dict:
     import msgspec
 
-    from swarm.p2p.identity import create_identity, peer_id_of
+    from swarm.core.identity import create_identity, peer_id_of
     from swarm.tasks import TaskSpec
     from swarm.verify.bounded import InProcess, RescoreWorker, WorkerSettings
     from swarm.verify.gate import Verifier, VerifySettings
@@ -258,7 +258,7 @@ def measure(config, peer_id: str, sent, repeat: int) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from swarm.errors import SwarmError
+    from swarm.core.errors import SwarmError
 
     console = Console()
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from swarm.node.peer_view import PeerView  # noqa: E402
+from swarm.exchange.peer_view import PeerView  # noqa: E402
 from swarm.p2p.memory_links import LinkedMemoryTransport  # noqa: E402
 from swarm.p2p.transport import MemoryHub  # noqa: E402
 from swarm.wire.streams import VIEW_KEY, ViewEntry, encode_view  # noqa: E402

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("error: gpu_smoke.py needs a CUDA GPU; none is visible here", file=sys.stderr)
         return 2
-    from swarm.errors import SwarmError
+    from swarm.core.errors import SwarmError
 
     try:
         return _run(args)

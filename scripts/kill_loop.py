@@ -95,9 +95,9 @@ def build_node(config_path: str, mark):
     from sqlalchemy.orm import Session
 
     from swarm.config.load import load_config
+    from swarm.monitor.display import LineReporter
     from swarm.node import Node, make_transport
     from swarm.node.assembly import node_identity
-    from swarm.ops.display import LineReporter
 
     mark(b"B")  # born: everything until "S" is starting (loading, resuming)
     event.listen(Session, "before_flush", lambda *_: mark(b"L"))
@@ -400,8 +400,8 @@ def kill_once(node: NodeProc, target: str, rng: random.Random, round_s: float) -
 
 
 def prepare(out: Path) -> tuple[Path, Path]:
+    from swarm.core.identity import create_identity, peer_id_of, save_identity
     from swarm.ops.demo import free_ports
-    from swarm.p2p.identity import create_identity, peer_id_of, save_identity
 
     t_dir, g_dir = out / "trainer", out / "follower"
     keys = {t_dir: create_identity(), g_dir: create_identity()}

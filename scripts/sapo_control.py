@@ -29,7 +29,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from swarm.ops.experiment import Arm, Protocol, RunShape, node_config
+from swarm.bench.experiment import Arm, Protocol, RunShape, node_config
 from swarm.policy.skills import FAMILIES, GAP_SWARM, mix_table
 
 console = Console(highlight=False)
@@ -60,9 +60,9 @@ def parse_args(argv=None):
 def make_node(index: int, lr: float, work: Path, args, weak_only: bool):
     """A gap node as the experiment builds one (paper protocol), on its weak families or all."""
     from swarm.config import build_config
+    from swarm.core.identity import create_identity, peer_id_of
     from swarm.node import Node
     from swarm.p2p import MemoryHub, MemoryTransport
-    from swarm.p2p.identity import create_identity, peer_id_of
 
     profile = GAP_SWARM[index]
     families = profile.weak if weak_only else tuple(FAMILIES)

@@ -53,9 +53,9 @@ def parse_args(argv=None):
 
 def make_nodes(args, tmp: str):
     from swarm.config import build_config
+    from swarm.core.identity import create_identity, peer_id_of
     from swarm.node import Node
     from swarm.p2p import MemoryHub, MemoryTransport
-    from swarm.p2p.identity import create_identity, peer_id_of
 
     hub = MemoryHub()
     nodes = []

@@ -6,7 +6,7 @@ questions a round, as in the paper's code) for `--rounds` rounds under one seed 
 rate. The nodes run in ONE process over the in-memory transport, round-robin (a node sees its
 peers' groups of the same or the previous round); `scripts/sapo_libp2p_check.py` runs one
 arm as separate processes over libp2p for comparison. Arms, protocols, testbeds and the acceptance
-rule live in `swarm.ops.experiment`; docs/SAPO.md explains them.
+rule live in `swarm.bench.experiment`; docs/SAPO.md explains them.
 
 Each unit writes results/sapo/<protocol>-<testbed>/units/<arm>_s<seed>_lr<lr>.json when it
 ends, so a stopped run loses at most the unit in progress; finished units are skipped.
@@ -40,7 +40,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from swarm.ops.experiment import (
+from swarm.bench.experiment import (
     STUDIES,
     TUNING_SEED,
     VERDICT_SEEDS,
@@ -173,9 +173,9 @@ def unit_path(args, arm: Arm, seed: int, lr: float) -> Path:
 
 def build_swarm(args, arm: Arm, seed: int, lr: float, work: Path):
     from swarm.config import build_config
+    from swarm.core.identity import create_identity, peer_id_of
     from swarm.node import Node
     from swarm.p2p import MemoryHub, MemoryTransport
-    from swarm.p2p.identity import create_identity, peer_id_of
 
     hub, nodes = MemoryHub(), []
     shape = RunShape(args.completions, args.max_new_tokens, args.eval_size, args.rounds)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import tomli_w
 
-from swarm.ops.experiment import Protocol, RunShape, node_config, parse_arm
+from swarm.bench.experiment import Protocol, RunShape, node_config, parse_arm
 
 
 def parse_args(argv=None):

@@ -3,7 +3,7 @@
     python scripts/sapo_experiment.py report [--protocol paper --testbed skills]
 
 Reads <results>/<protocol>-<testbed>/units/*.json; writes report.json and cumulative.png
-beside them. The acceptance rule is `swarm.ops.experiment.compare`, pre-registered in the
+beside them. The acceptance rule is `swarm.bench.experiment.compare`, pre-registered in the
 README before the verdict run.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from swarm.ops.experiment import STUDIES, TUNING_SEED, Arm, Study, best_lr, compare
+from swarm.bench.experiment import STUDIES, TUNING_SEED, Arm, Study, best_lr, compare
 from swarm.policy.skills import GAP_SWARM, SKILL_SWARM, family_of
 
 # Families a model knows without a systematic error on every example ("strong").

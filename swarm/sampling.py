@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Generic, TypeVar
 
-from swarm.errors import ConfigError
+from swarm.core.errors import ConfigError
 from swarm.policy.grpo import has_signal
 
 G = TypeVar("G")

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 import swarm
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
 
 PROG = "swarm-node"
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
 
 ConfigOption = Annotated[
     Path | None,
@@ -95,7 +95,7 @@ def checked_ledger_url(cfg, ledger: str | None) -> str:
     """The ledger to read, refusing (one line) a file that is not a swarm-node ledger."""
     from sqlalchemy import inspect
 
-    from swarm.errors import LedgerError
+    from swarm.core.errors import LedgerError
     from swarm.ledger import Ledger, get_meta
 
     url = ledger_url(cfg, ledger)

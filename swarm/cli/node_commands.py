@@ -10,7 +10,7 @@ import typer
 
 from swarm.cli.app import app
 from swarm.cli.common import ConfigOption, SetOption, load, load_traced
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
 
 DISPLAYS = ("auto", "live", "lines", "none")
 
@@ -146,8 +146,8 @@ def _target_reached(cfg) -> bool:
 
 
 def _run_node(cfg, display: str) -> None:
+    from swarm.monitor.logs import NodeLog
     from swarm.node.assembly import make_run_folder
-    from swarm.ops.logs import NodeLog
 
     make_run_folder(cfg)
     log = NodeLog.for_config(cfg)  # first: library noise while loading goes there too
@@ -159,8 +159,8 @@ def _run_node(cfg, display: str) -> None:
 
 
 def _run_logged(cfg, display: str, log) -> None:
+    from swarm.monitor.display import make_reporter
     from swarm.node import make_node
-    from swarm.ops.display import make_reporter
 
     reporter = make_reporter(display)
     node = make_node(cfg, reporter=reporter, log=log)
@@ -210,7 +210,7 @@ def init(
     loaded = load_traced(config, sets, {"node.run_dir": ("--run-dir", run_dir)})
     cfg = loaded.config
     from swarm.config.preflight import check_identity
-    from swarm.p2p.identity import identity_exists, load_or_create_identity, peer_id_of
+    from swarm.core.identity import identity_exists, load_or_create_identity, peer_id_of
 
     check_identity(cfg, loaded.where)  # what join refuses: off the allow-list, a lost key
     path = cfg.run_dir / "identity.key"

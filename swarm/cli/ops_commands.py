@@ -21,7 +21,7 @@ from swarm.cli.common import (
     ledger_url,
     load,
 )
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
 
 SORT_HELP = (
     "Order by: advantage, used, accepted, rejected, received, reward, deltas, last-seen, "

@@ -16,14 +16,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swarm.errors import ConfigError
+from swarm.core.errors import ConfigError
+from swarm.p2p.addresses import PEER_ID_PATTERN
 
 
 def opt(
@@ -551,9 +551,6 @@ class VerifySection:
 
 
 # -- sparse weight deltas: a trainer publishes them, a generator follows one trainer --
-
-# An Ed25519 libp2p peer ID: "12D3KooW" + 44 base58 characters (what `swarm-node id` prints).
-PEER_ID_PATTERN = re.compile(r"^12D3KooW[1-9A-HJ-NP-Za-km-z]{44}$")
 
 
 @dataclass(frozen=True)

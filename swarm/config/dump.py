@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from swarm.config import Config
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
 
 
 def dump_toml(data: dict, header: str = "") -> str:

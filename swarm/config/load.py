@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from swarm.config import SECTIONS, Config, build_config, who_set
-from swarm.errors import ConfigError
+from swarm.core.errors import ConfigError
 
 ENV_PREFIX = "SWARM__"
 

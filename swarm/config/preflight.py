@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from swarm.config import Config, task_mix
-from swarm.errors import ConfigError, SwarmError
+from swarm.core.errors import ConfigError, SwarmError
 from swarm.p2p.addresses import (
     TcpAddress,
     check_peer_id,
@@ -153,7 +153,7 @@ def check_identity(config: Config, where: Where = _nowhere) -> None:
             "back (from a backup), or use a new node.run_dir"
         )
     if path.exists():
-        from swarm.p2p.identity import load_identity, peer_id_of
+        from swarm.core.identity import load_identity, peer_id_of
 
         try:
             peer_id = peer_id_of(load_identity(path))
@@ -349,7 +349,7 @@ def check_monitor(config: Config, where: Where = _nowhere) -> None:
     """The metrics address parses and its port is free here; TensorBoard is installed if asked."""
     m = config.monitor
     if m.tensorboard:
-        from swarm.ops.explog import TENSORBOARD_MISSING, tensorboard_available
+        from swarm.monitor.explog import TENSORBOARD_MISSING, tensorboard_available
 
         if not tensorboard_available():
             raise ConfigError(f"{where('monitor.tensorboard')}: {TENSORBOARD_MISSING}")
@@ -358,7 +358,7 @@ def check_monitor(config: Config, where: Where = _nowhere) -> None:
     import ipaddress
     import socket
 
-    from swarm.ops.metrics import parse_metrics_address
+    from swarm.monitor.metrics import parse_metrics_address
 
     try:
         host, port = parse_metrics_address(m.metrics)

@@ -34,8 +34,8 @@ from sqlalchemy import (
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from swarm.errors import LedgerError
-from swarm.verify.reasons import Direction, Reason, Status
+from swarm.core.errors import LedgerError
+from swarm.core.reasons import Direction, Reason, Status
 
 SCHEMA_VERSION = 3
 

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from sqlalchemy import delete, func, insert, inspect, select, text
 
+from swarm.core.reasons import Direction, Status
 from swarm.ledger import Base, DeltaRow, GroupRow, Ledger, RejectionCountRow
-from swarm.verify.reasons import Direction, Status
 
 BATCH = 2000  # rows deleted per transaction
 ROW_OVERHEAD = 200  # bytes of a row besides a group's signed body (an estimate)

@@ -11,7 +11,7 @@ One round (no global barrier; peers never wait for each other):
    checkpoint when due.
 
 With `sync.publish_deltas` a trainer also publishes a sparse bf16 delta after each update
-(`swarm.node.sync`). A generator-role node (`node.role = "generator"`) has no optimizer:
+(`swarm.sync.rules`). A generator-role node (`node.role = "generator"`) has no optimizer:
 each round it first applies what the trainer named in `sync.follow` published, then
 generates and shares at that policy version, and skips step 4.
 

@@ -19,27 +19,27 @@ import torch
 
 from swarm.config import Config
 from swarm.config.preflight import identity_problem
-from swarm.errors import ConfigError, TransportError
-from swarm.node.delta_follower import DeltaFollower
-from swarm.node.delta_publisher import DeltaPublisher
-from swarm.node.monitoring import Monitoring
-from swarm.node.pulling import PullExchange, PullSettings
-from swarm.node.runlock import RunLock
-from swarm.node.sync import Expectation
-from swarm.node.topic_tap import TopicTap
-from swarm.ops.display import Reporter, SilentReporter
-from swarm.ops.logs import NodeLog
-from swarm.p2p.identity import (
+from swarm.core.errors import ConfigError, TransportError
+from swarm.core.identity import (
     identity_exists,
     load_or_create_identity,
     peer_id_of,
     public_key_from_peer_id,
 )
+from swarm.exchange.pull import PullExchange, PullSettings
+from swarm.monitor.display import Reporter, SilentReporter
+from swarm.monitor.logs import NodeLog
+from swarm.node.monitoring import Monitoring
+from swarm.node.runlock import RunLock
+from swarm.p2p.topic_tap import TopicTap
 from swarm.p2p.transport import Transport
 from swarm.policy.delta import bf16_state_dict
 from swarm.policy.generator import Generator, SamplingParams, TransformersGenerator
 from swarm.policy.model import Policy
 from swarm.policy.trainer import GRPOTrainer, OptimizerKind, TrainerSettings
+from swarm.sync.follower import DeltaFollower
+from swarm.sync.publisher import DeltaPublisher
+from swarm.sync.rules import Expectation
 from swarm.tasks import Task, build_task, eval_specs, stream_seed
 from swarm.tasks import cache as task_cache
 from swarm.verify.bounded import RescoreWorker, WorkerSettings

@@ -7,7 +7,7 @@ finite) and its generator, and takes the trainer's policy version. A payload ref
 its content is remembered in the ledger, so a restarted node never fetches it again. A
 trainer with `sync.publish_deltas` announces the bf16 change of each update after it. The
 protocol itself (manifests, fetching, every check, bit-exact application) is
-`swarm.node.sync` and the delta publisher and follower; this part connects it to the
+`swarm.sync.rules` and the delta publisher and follower; this part connects it to the
 node's model, generator, version and ledger.
 """
 
@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from swarm.ledger import get_meta, set_meta
-from swarm.node.delta_follower import DeltaFollower
-from swarm.node.delta_publisher import DeltaPublisher
-from swarm.node.topic_tap import TopicTap
+from swarm.p2p.topic_tap import TopicTap
 from swarm.p2p.transport import Transport
 from swarm.policy.delta import bf16_state_dict
 from swarm.policy.generator import Generator
 from swarm.policy.model import Policy
+from swarm.sync.follower import DeltaFollower
+from swarm.sync.publisher import DeltaPublisher
 
 if TYPE_CHECKING:
     from swarm.node.records import Records

@@ -21,10 +21,18 @@ import torch
 
 from swarm.config import Config, task_mix
 from swarm.config.preflight import check_role
-from swarm.errors import CheckpointError, ConfigError
+from swarm.core.errors import CheckpointError, ConfigError
 from swarm.experience import ExperiencePool
 from swarm.ledger import Ledger, get_meta, set_meta, supersede_after
 from swarm.ledger.retention import Retention
+from swarm.monitor.display import (
+    EvalReport,
+    Reporter,
+    RoundReport,
+    RunInfo,
+    SwarmSample,
+)
+from swarm.monitor.logs import NodeLog
 from swarm.node.assembly import (
     claim_run_folder,
     identity_and_transport,
@@ -39,8 +47,6 @@ from swarm.node.assembly import (
     task_stream_seed,
     write_node_info,
 )
-from swarm.node.delta_follower import DeltaFollower
-from swarm.node.delta_publisher import DeltaPublisher
 from swarm.node.following import Following
 from swarm.node.memory import release_free_memory
 from swarm.node.monitoring import swarm_sample
@@ -48,14 +54,6 @@ from swarm.node.records import Records
 from swarm.node.rounds import RoundLoop, evaluate_by_family
 from swarm.node.sharing import Sharing
 from swarm.node.state import LocalGroup, NodeState
-from swarm.ops.display import (
-    EvalReport,
-    Reporter,
-    RoundReport,
-    RunInfo,
-    SwarmSample,
-)
-from swarm.ops.logs import NodeLog
 from swarm.p2p.transport import Transport
 from swarm.policy.checkpoint import (
     CheckpointState,
@@ -64,6 +62,8 @@ from swarm.policy.checkpoint import (
     save_checkpoint,
 )
 from swarm.policy.model import load_policy
+from swarm.sync.follower import DeltaFollower
+from swarm.sync.publisher import DeltaPublisher
 from swarm.tasks import validate_mix
 from swarm.wire import rollout_topic
 

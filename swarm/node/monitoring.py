@@ -1,26 +1,26 @@
 """What a node reports besides its terminal view: node.log, metrics.jsonl, TensorBoard, metrics.
 
 `Monitoring` builds, from the `[monitor]` config, one `Reporters` that the node's parts
-report to: the terminal's reporter (as given), the node's log (`swarm.ops.logs`), its
-experiment log and optional TensorBoard files (`swarm.ops.explog`), and its Prometheus
-metrics (`swarm.ops.metrics`), served from `start()` until `close()`. `swarm_sample` takes
+report to: the terminal's reporter (as given), the node's log (`swarm.monitor.logs`), its
+experiment log and optional TensorBoard files (`swarm.monitor.explog`), and its Prometheus
+metrics (`swarm.monitor.metrics`), served from `start()` until `close()`. `swarm_sample` takes
 what a node exchanged with the swarm so far, for the reporters' `swarm` event.
 """
 
 from __future__ import annotations
 
 from swarm.config import Config
-from swarm.node.state import NodeState, SharingStats
-from swarm.ops.display import Reporter, Reporters, SwarmSample
-from swarm.ops.explog import (
+from swarm.monitor.display import Reporter, Reporters, SwarmSample
+from swarm.monitor.explog import (
     JSONL_FILE,
     TENSORBOARD_DIR,
     JsonlReporter,
     TensorBoardReporter,
     check_tensorboard,
 )
-from swarm.ops.logs import LogReporter, NodeLog
-from swarm.ops.metrics import MetricsReporter, parse_metrics_address
+from swarm.monitor.logs import LogReporter, NodeLog
+from swarm.monitor.metrics import MetricsReporter, parse_metrics_address
+from swarm.node.state import NodeState, SharingStats
 from swarm.p2p.transport import Transport
 
 OBSERVER = "observer"

@@ -7,7 +7,7 @@ token spot check (which needs the model): the gossip validator's cheap checks, t
 copycat check, the task rebuilt from its spec, the question and every claimed reward
 recomputed (`swarm.node.sharing.Sharing`, with no policy). It records every group in its
 ledger (accepted ones with their signed bytes, so `swarm-node replay` re-verifies, exports
-or trains on them) and every delta manifest (`swarm.node.manifests`). Gossip relays what it
+or trains on them) and every delta manifest (`swarm.sync.manifests`). Gossip relays what it
 accepts to its other peers, so it also serves the swarm.
 
 In a pull swarm (`p2p.exchange = "pull"`, the default) nothing is gossiped: each pass the
@@ -32,26 +32,26 @@ import time
 
 from swarm.config import Config
 from swarm.config.preflight import OBSERVER_MODEL, check_role, ledger_model_problem
-from swarm.errors import ConfigError
+from swarm.core.errors import ConfigError
+from swarm.exchange.pull import PullExchange, PullSettings
 from swarm.experience import ExperiencePool
 from swarm.ledger import Ledger, get_meta, set_meta, touch_peer
 from swarm.ledger.retention import Retention
+from swarm.monitor.display import Reporter, RunInfo, SwarmSample
+from swarm.monitor.logs import NodeLog
 from swarm.node.assembly import (
     claim_run_folder,
     identity_and_transport,
     make_verifier,
     write_node_info,
 )
-from swarm.node.manifests import ManifestLog
 from swarm.node.monitoring import OBSERVER, swarm_sample
-from swarm.node.pulling import PullExchange, PullSettings
 from swarm.node.records import Records
 from swarm.node.sharing import Sharing
 from swarm.node.state import NodeState
-from swarm.node.topic_tap import TopicTap
-from swarm.ops.display import Reporter, RunInfo, SwarmSample
-from swarm.ops.logs import NodeLog
+from swarm.p2p.topic_tap import TopicTap
 from swarm.p2p.transport import Transport
+from swarm.sync.manifests import ManifestLog
 from swarm.wire import rollout_topic
 
 NO_MODEL = OBSERVER_MODEL

@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from swarm.core.reasons import Direction, Status
 from swarm.ledger import (
     DeltaRow,
     EvalRow,
@@ -24,12 +25,11 @@ from swarm.ledger import (
     touch_peer,
 )
 from swarm.ledger.retention import Pruned, Retention, prune
-from swarm.node.sync import DeltaEvent
-from swarm.ops.display import Reporter, RoundReport
+from swarm.monitor.display import Reporter, RoundReport
 from swarm.p2p.transport import PeerInfo
 from swarm.policy.trainer import UpdateResult
+from swarm.sync.rules import DeltaEvent
 from swarm.tasks import Scoring, extract_answer
-from swarm.verify.reasons import Direction, Status
 
 if TYPE_CHECKING:
     from swarm.node.state import NodeState, SharingStats

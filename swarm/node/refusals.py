@@ -13,8 +13,8 @@ the transport never imports `swarm.verify`.
 
 from __future__ import annotations
 
+from swarm.core.reasons import Reason
 from swarm.p2p.transport import PeerRejectReason
-from swarm.verify.reasons import Reason
 
 TRANSPORT_REASONS: dict[PeerRejectReason, Reason] = {r: Reason(r.value) for r in PeerRejectReason}
 

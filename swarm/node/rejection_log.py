@@ -26,9 +26,9 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from swarm.core.reasons import Reason
 from swarm.verify.gate import blamed_peer
 from swarm.verify.message import Rejection
-from swarm.verify.reasons import Reason
 
 COUNTED_ONLY = frozenset({Reason.DUPLICATE, Reason.BANNED, Reason.IN_REJECTED_MESSAGE})
 MAX_PENDING_ROWS = 10_000

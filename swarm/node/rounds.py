@@ -16,12 +16,12 @@ import time
 
 from swarm.config import Config
 from swarm.experience import ExperiencePool, SharedGroup
+from swarm.monitor.display import Reporter, RoundReport
 from swarm.node.following import Following
 from swarm.node.records import Records
 from swarm.node.shared_samples import SharedPart, generate_for, own_samples, shared_part, weighted
 from swarm.node.sharing import Sharing
 from swarm.node.state import LocalGroup, NodeState, RoundTimes
-from swarm.ops.display import Reporter, RoundReport
 from swarm.p2p.transport import Transport
 from swarm.policy.generator import Generator, SamplingParams
 from swarm.policy.grpo import group_advantages

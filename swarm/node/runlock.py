@@ -17,7 +17,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from swarm.errors import RunFolderBusy, SwarmError
+from swarm.core.errors import RunFolderBusy, SwarmError
 
 LOCK_FILE = "node.lock"
 

@@ -2,7 +2,7 @@
 
 Publishing signs a round's groups and sends them in batches; a failure is counted, never
 fatal. With an exchange protocol other than gossip (`p2p.exchange = "pull"`), the groups go
-to `exchange.publish` and arrive from `exchange.collect` (`swarm.node.exchange`); everything
+to `exchange.publish` and arrive from `exchange.collect` (`swarm.exchange.base`); everything
 after that (verification, ledger, pool, reputation) is the same. Receiving has two halves. The gossip validator (`validate`, on the transport's
 thread) runs the verifier's cheap checks and notes the rejections. Once a round, `receive`
 drains the inbox, gives each group that passed the expensive checks (copycat, task
@@ -21,7 +21,9 @@ import logging
 import time
 
 from swarm.config import Config
-from swarm.errors import RejectedMessage, SwarmError, TransportError
+from swarm.core.errors import RejectedMessage, SwarmError, TransportError
+from swarm.core.reasons import Direction, Reason, Status
+from swarm.exchange.base import Exchange
 from swarm.experience import ExperiencePool, SharedGroup
 from swarm.ledger import (
     Ledger,
@@ -34,12 +36,11 @@ from swarm.ledger import (
     rejected_rows_since,
     touch_peer,
 )
-from swarm.node.exchange import Exchange
+from swarm.monitor.display import Reporter
 from swarm.node.records import Records
 from swarm.node.refusals import transport_reason
 from swarm.node.rejection_log import RejectionLog, Taken
 from swarm.node.state import LocalGroup, NodeState, SharingStats
-from swarm.ops.display import Reporter
 from swarm.p2p.transport import InboundMessage, PeerRejection, Transport
 from swarm.policy.model import Policy
 from swarm.policy.prompts import build_prompt
@@ -47,7 +48,6 @@ from swarm.policy.source import same_model
 from swarm.tasks import Task
 from swarm.verify.gate import Verifier, blamed_peer
 from swarm.verify.message import Accepted, Rejection
-from swarm.verify.reasons import Direction, Reason, Status
 from swarm.verify.spotcheck import SpotChecker
 from swarm.verify.state import NONCE_MEMORY
 from swarm.wire import RolloutGroup, Sampling, pack_messages, stored_nonce

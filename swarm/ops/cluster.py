@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
 
 MAX_MEMBERS = 256
 MAX_OBSERVERS = 16
@@ -185,7 +185,7 @@ def init_cluster(
 ) -> list[Member]:
     """Create the cluster folder; refuse to overwrite an existing one (its keys would be lost).
     Returns the members, then the observers."""
-    from swarm.p2p.identity import IdentityError, create_identity, peer_id_of, save_new_identity
+    from swarm.core.identity import IdentityError, create_identity, peer_id_of, save_new_identity
     from swarm.p2p.swarm_key import generate_key, write_key_file
 
     host_plan = plan_hosts(nodes, hosts)

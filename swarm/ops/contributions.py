@@ -29,7 +29,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
 from swarm.ledger import (
     BanRow,
     DeltaRow,

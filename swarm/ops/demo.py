@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
 
 # Settings for a swarm of tiny-model nodes sharing 2 CPU cores; --config and --set override them.
 DEMO_DEFAULTS = (
@@ -85,7 +85,7 @@ def prepare(
 ) -> list[DemoNode]:
     """Create identities (or reuse those of an earlier demo in `out`) and per-node config files."""
     from swarm.config.load import load_config
-    from swarm.p2p.identity import load_or_create_identity, peer_id_of
+    from swarm.core.identity import load_or_create_identity, peer_id_of
 
     if nodes < 1:
         raise SwarmError("--nodes must be at least 1")
@@ -154,7 +154,7 @@ def launch(node: DemoNode) -> None:
 
 def read_stats(node: DemoNode) -> dict:
     """Per-node figures from its ledger (empty until the node has written one)."""
-    from swarm.errors import LedgerError
+    from swarm.core.errors import LedgerError
     from swarm.ledger import Ledger, RoundRow, group_counts, latest_evals
 
     path = node.folder / "ledger.sqlite"

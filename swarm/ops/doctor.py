@@ -33,7 +33,7 @@ from pathlib import Path
 
 from sqlalchemy import func, inspect, select, text
 
-from swarm.errors import CheckpointError, LedgerError
+from swarm.core.errors import CheckpointError, LedgerError
 from swarm.ledger import (
     SCHEMA_VERSION,
     Base,

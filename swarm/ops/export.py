@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
 
 
 @dataclass(frozen=True)

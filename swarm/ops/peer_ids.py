@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from swarm.config import PEER_ID_PATTERN
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
 from swarm.ledger import BanRow, GroupRow, Ledger, PeerRow
+from swarm.p2p.addresses import PEER_ID_PATTERN
 
 SUFFIX_MARKS = ("…", "...")
 COMMON_PREFIX = "12D3KooW"  # every Ed25519 peer ID (identity multihash, base58btc) starts so

@@ -34,11 +34,11 @@ from typing import Literal
 
 from sqlalchemy import select
 
-from swarm.errors import RejectedMessage, SwarmError
+from swarm.core.errors import RejectedMessage, SwarmError
+from swarm.core.reasons import Direction, Reason, Status
 from swarm.ledger import GroupRow, Ledger
 from swarm.tasks import Task
 from swarm.verify.bounded import InProcess, Rescorer
-from swarm.verify.reasons import Direction, Reason, Status
 from swarm.verify.rules import check_rewards
 from swarm.wire import RolloutGroup, SignedGroup
 from swarm.wire.signing import verify_signed

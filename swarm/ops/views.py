@@ -233,7 +233,7 @@ def plot_contributions(url: str, window: Window, path: Path) -> int:
     try:
         fig.savefig(path, dpi=120)
     except OSError as e:
-        from swarm.errors import SwarmError
+        from swarm.core.errors import SwarmError
 
         raise SwarmError(f"cannot write plot {path}: {e.strerror or e}") from None
     finally:

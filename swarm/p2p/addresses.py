@@ -11,11 +11,14 @@ that is not this machine's, is told apart before a model is loaded.
 from __future__ import annotations
 
 import errno
+import re
 import socket
 from dataclasses import dataclass
 
-from swarm.config import PEER_ID_PATTERN
-from swarm.errors import ConfigError
+from swarm.core.errors import ConfigError
+
+# An Ed25519 libp2p peer ID: "12D3KooW" + 44 base58 characters (what `swarm-node id` prints).
+PEER_ID_PATTERN = re.compile(r"^12D3KooW[1-9A-HJ-NP-Za-km-z]{44}$")
 
 
 @dataclass(frozen=True)

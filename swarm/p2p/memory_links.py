@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 from swarm.p2p.transport import FetchLimits, MemoryHub, MemoryTransport, PeerInfo
 
 DEFAULT_MAX_LINKS = 64

@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from swarm.errors import SwarmKeyError
+from swarm.core.errors import SwarmKeyError
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 
 # A validator gets one inbound message and returns None to accept it or a short reason code
 # to reject it. Transports wrap validators so an exception inside one counts as a rejection

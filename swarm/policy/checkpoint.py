@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from swarm.errors import CheckpointError
+from swarm.core.errors import CheckpointError
 
 _NAME_RE = re.compile(r"^v(\d{6,})-r(\d{6,})$")
 FORMAT_VERSION = 1

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from swarm.errors import GeneratorError
+from swarm.core.errors import GeneratorError
 from swarm.policy.prefix import output_cache
 
 

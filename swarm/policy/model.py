@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from swarm.errors import ModelError
+from swarm.core.errors import ModelError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

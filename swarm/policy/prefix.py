@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 
-from swarm.errors import ModelError
+from swarm.core.errors import ModelError
 
 
 @dataclass(frozen=True)

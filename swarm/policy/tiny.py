@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from swarm.errors import ModelError
+from swarm.core.errors import ModelError
 from swarm.policy.skills import (
     BARE_FORMAT_SLIP,
     GAP_SWARM,

@@ -24,7 +24,7 @@ from enum import StrEnum
 
 import torch
 
-from swarm.errors import ModelError
+from swarm.core.errors import ModelError
 from swarm.policy.grpo import clipped_policy_loss
 from swarm.policy.prefix import (
     hidden_logprobs,

@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from swarm.errors import GeneratorError
+from swarm.core.errors import GeneratorError
 from swarm.policy.generator import Completion, Generator, SamplingParams
 from swarm.policy.model import Policy, resolve_model_path
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from swarm.errors import TaskError
+from swarm.core.errors import TaskError
 from swarm.tasks.cache import dataset_cache
 
 # reasoning-gym datasets do not depend on `size` for item i, so one object per

@@ -15,7 +15,7 @@ decoded), and the group agrees with every announced field (else its sender is bl
 After that it goes through the same checks as a gossiped group (`Verifier.admit`, then
 `Verifier.verify_content` before training).
 
-Deliberately not here: fetching, sampling or pooling (`swarm.node.pulling`).
+Deliberately not here: fetching, sampling or pooling (`swarm.exchange.pull`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import hashlib
 import threading
 from collections.abc import Callable, Collection
 
-from swarm.errors import RejectedMessage
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Reason
 from swarm.tasks import stream_seed
 from swarm.verify import rules
-from swarm.verify.reasons import Reason
 from swarm.verify.state import RateLimits
 from swarm.wire import GroupAnnouncement, RolloutGroup, SignedAnnouncement
 from swarm.wire.signing import verify_announcement

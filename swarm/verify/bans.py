@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
+from swarm.core.identity import IdentityError, public_key_from_peer_id
 from swarm.ledger import Ledger, add_ban, remove_ban
-from swarm.p2p.identity import IdentityError, public_key_from_peer_id
 
 
 def check_peer_id(peer_id: str) -> str:

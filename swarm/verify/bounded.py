@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
-from swarm.errors import RejectedMessage, VerifyWorkerError
+from swarm.core.errors import RejectedMessage, VerifyWorkerError
+from swarm.core.reasons import Reason
 from swarm.tasks import Task
 from swarm.verify import worker as protocol
-from swarm.verify.reasons import Reason
 from swarm.verify.rescore import Rescored, rescore_group
 from swarm.wire import RolloutGroup, encode_group
 

@@ -32,13 +32,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from swarm.errors import RejectedMessage
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Reason, Status
 from swarm.tasks import Scoring, Task, canonical_config, claim_rules
 from swarm.verify import rules
 from swarm.verify.bounded import InProcess, Rescorer
 from swarm.verify.budget import VerifyBudget
 from swarm.verify.message import Accepted, Rejection, check_group, check_message, collateral
-from swarm.verify.reasons import Reason, Status
 from swarm.verify.reputation import Reputation, ReputationSettings
 from swarm.verify.state import DecodedMessages, NonceCache, RateLimits, RecentGroups
 from swarm.wire import RolloutGroup, SignedGroup

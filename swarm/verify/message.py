@@ -18,8 +18,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from swarm.errors import RejectedMessage
-from swarm.verify.reasons import Reason
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Reason
 from swarm.wire import RolloutGroup, SignedGroup, decode_group, unpack_message
 from swarm.wire.signing import check_group_signature
 

@@ -28,7 +28,7 @@ import collections
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from swarm.verify.reasons import Reason
+from swarm.core.reasons import Reason
 
 UNTERMINATED_WEIGHT = 0.1  # an accepted group none of whose completions ended: soft
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from swarm.errors import RejectedMessage, TaskError
+from swarm.core.errors import RejectedMessage, TaskError
+from swarm.core.reasons import Reason
 from swarm.tasks import (
     AnswerRule,
     Scoring,
@@ -25,7 +26,6 @@ from swarm.tasks import (
     score_completion,
     well_formatted,
 )
-from swarm.verify.reasons import Reason
 from swarm.wire import RolloutGroup
 
 

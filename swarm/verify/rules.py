@@ -16,8 +16,8 @@ import math
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
-from swarm.errors import RejectedMessage
-from swarm.verify.reasons import Reason
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Reason
 
 if TYPE_CHECKING:
     from swarm.tasks import TaskSpec

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from swarm.errors import RejectedMessage
-from swarm.verify.reasons import Reason
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Reason
 from swarm.wire import RolloutGroup, Sampling
 
 

@@ -34,7 +34,7 @@ from typing import BinaryIO
 
 import msgspec
 
-from swarm.errors import RejectedMessage
+from swarm.core.errors import RejectedMessage
 from swarm.verify.rescore import rescore_group
 from swarm.wire import decode_group
 

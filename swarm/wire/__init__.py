@@ -12,7 +12,7 @@ Gossip (msgpack)::
     body              = canonical msgpack map of a `RolloutGroup`, `DeltaManifest` or
                         `GroupAnnouncement`
 
-The pull exchange (`swarm.node.pulling`) serves, over the blob stream, a node's latest
+The pull exchange (`swarm.exchange.pull`) serves, over the blob stream, a node's latest
 announcements under `ANNOUNCEMENTS_KEY` (with hints of which peers hold each group,
 `[content_hash, peer_id, [addr, ...]]`) and each announced group (a `SignedGroup`'s
 `[body, signature]`) under `group_key(content_hash)`.
@@ -41,9 +41,9 @@ from typing import Annotated, ClassVar, Literal, TypeVar
 import msgspec
 from msgspec import Meta, Struct
 
-from swarm.errors import RejectedMessage, TaskError
+from swarm.core.errors import RejectedMessage, TaskError
+from swarm.core.reasons import Reason
 from swarm.tasks import MAX_SPEC_INDEX, TaskSpec, canonical_config
-from swarm.verify.reasons import Reason
 from swarm.wire.strict import canonical_types, decode_strict, diagnose
 
 # 2: groups declare their format bonus; 3: the bonus is earned only by a completion that ends
@@ -122,7 +122,7 @@ def held_key(payload_hash: str) -> str:
 
 def have_key(payload_hash: str) -> str:
     """Blob key a trainer serves (one byte) for each payload, so that a follower fetching it
-    tells the trainer it now holds that payload (`swarm.node.delta_holders`)."""
+    tells the trainer it now holds that payload (`swarm.sync.holders`)."""
     return f"sync/have/{payload_hash}"
 
 
@@ -224,7 +224,7 @@ class GroupAnnouncement(Struct, frozen=True, kw_only=True, forbid_unknown_fields
     long, and the body must agree with every field named here. Hashing the signature too
     pins exactly what may be served: a holder serving anything else (a broken signature
     included) is caught before any decoding, and blamed alone. `seed_salt` binds the task to the
-    sender: the task's seed must be `swarm.node.pulling.stream_seed(sender, seed_salt)`, so
+    sender: the task's seed must be `swarm.exchange.pull.stream_seed(sender, seed_salt)`, so
     no peer can announce a group for another sender's task.
     """
 

@@ -10,13 +10,13 @@ body, with no key exchange: a valid signature binds the message to that peer. Th
 tags keep a signature over one kind of message from ever passing for another.
 
 Deliberately not here: the message types and their encoding (`swarm.wire`), or whether to
-trust a correctly signed message (`swarm.verify`, `swarm.node.sync`).
+trust a correctly signed message (`swarm.verify`, `swarm.sync.rules`).
 """
 
 from __future__ import annotations
 
-from swarm.errors import RejectedMessage
-from swarm.verify.reasons import Reason
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Reason
 from swarm.wire import (
     DeltaManifest,
     GroupAnnouncement,
@@ -36,13 +36,13 @@ SIGNING_DOMAIN = b"swarm-node/rollout-group/v1\x00"
 MANIFEST_SIGNING_DOMAIN = b"swarm-node/delta-manifest/v1\x00"
 ANNOUNCEMENT_SIGNING_DOMAIN = b"swarm-node/group-announcement/v1\x00"
 
-# swarm.p2p.identity is imported in the functions: it pulls in libp2p (about a second to
+# swarm.core.identity is imported in the functions: it pulls in libp2p (about a second to
 # import), which a process that only decodes messages does not need.
 
 
 def sign_group(group: RolloutGroup, key_pair) -> SignedGroup:
     """Encode and sign `group` with the node's libp2p key pair (its peer ID must be the sender)."""
-    from swarm.p2p.identity import peer_id_of, sign
+    from swarm.core.identity import peer_id_of, sign
 
     if peer_id_of(key_pair) != group.sender:
         raise ValueError("a group must be signed by the key of its sender")
@@ -52,7 +52,7 @@ def sign_group(group: RolloutGroup, key_pair) -> SignedGroup:
 
 def _check_signature(signer: str, domain: bytes, body: bytes, signature: bytes, what: str) -> None:
     """Raise `RejectedMessage(bad_signature)` unless `signature` is `signer`'s over domain + body."""
-    from swarm.p2p.identity import verify
+    from swarm.core.identity import verify
 
     if not verify(signer, domain + body, signature):
         raise RejectedMessage(
@@ -74,7 +74,7 @@ def verify_signed(signed: SignedGroup) -> RolloutGroup:
 
 def sign_manifest(manifest: DeltaManifest, key_pair) -> SignedManifest:
     """Encode and sign `manifest` with the provider's libp2p key pair."""
-    from swarm.p2p.identity import peer_id_of, sign
+    from swarm.core.identity import peer_id_of, sign
 
     if peer_id_of(key_pair) != manifest.provider:
         raise ValueError("a manifest must be signed by the key of its provider")
@@ -94,7 +94,7 @@ def verify_manifest(signed: SignedManifest) -> DeltaManifest:
 
 def sign_announcement(announcement: GroupAnnouncement, key_pair) -> SignedAnnouncement:
     """Encode and sign `announcement` with the sender's libp2p key pair."""
-    from swarm.p2p.identity import peer_id_of, sign
+    from swarm.core.identity import peer_id_of, sign
 
     if peer_id_of(key_pair) != announcement.sender:
         raise ValueError("an announcement must be signed by the key of its sender")

@@ -81,7 +81,7 @@ def decode_peer_exchange(payload: bytes) -> list[PeerEntry]:
     return found
 
 
-# The pull exchange's view of the swarm (`swarm.node.peer_view`), served as a blob under
+# The pull exchange's view of the swarm (`swarm.exchange.peer_view`), served as a blob under
 # `VIEW_KEY`: msgpack [[peer_id, [addr, ...], age], ...], the serving node's own entry first.
 VIEW_KEY = "pull/view"
 VIEW_MAX_ENTRIES = 65  # a view of 64 and the server itself

@@ -24,8 +24,8 @@ from typing import TypeGuard
 
 import msgspec
 
-from swarm.errors import RejectedMessage
-from swarm.verify.reasons import Reason
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Reason
 
 S = typing.TypeVar("S", bound=msgspec.Struct)
 

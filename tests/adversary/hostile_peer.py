@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 from swarm.p2p.libp2p import Libp2pTransport
 from tests.integration.libp2p_peer import emit, read_commands
 

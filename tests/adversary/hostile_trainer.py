@@ -28,7 +28,7 @@ from pathlib import Path
 import trio
 from libp2p.abc import INetStream
 
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.p2p.libp2p.blobs import BLOB_PROTOCOL
 from swarm.p2p.libp2p.framing import NET_ERRORS, close_quietly, read_frame, reset_quietly
 from swarm.p2p.libp2p.host import build_host, parse_listen_addr

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.ledger import BanRow, GroupRow, Ledger, counted_rejections
 from swarm.node import Node
 from swarm.p2p import MemoryHub, MemoryTransport
-from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.verify.bans import unban
 from swarm.wire import SignedGroup, encode_group, pack_messages, rollout_topic
 from swarm.wire.signing import sign_group

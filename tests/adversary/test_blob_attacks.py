@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 from swarm.p2p.libp2p import BLOB_PROTOCOL
 from swarm.p2p.libp2p.framing import frame
 from tests.adversary.transport_attack import Scene, during, publish_paced, scene

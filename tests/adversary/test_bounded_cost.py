@@ -29,12 +29,12 @@ import msgspec
 import pytest
 from libp2p.pubsub.pb import rpc_pb2
 
-from swarm.p2p.identity import create_identity, peer_id_of, save_identity
+from swarm.core.identity import create_identity, peer_id_of, save_identity
+from swarm.core.reasons import Reason
 from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, Libp2pTransport
 from swarm.p2p.libp2p.testing import rpc_frame, signed_message, unsigned_message
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.bans import ban
-from swarm.verify.reasons import Reason
 from swarm.verify.rescore import rescore
 from swarm.wire import RolloutGroup, Sampling, pack_messages, rollout_topic
 from swarm.wire.signing import sign_group

@@ -13,7 +13,7 @@ import pytest
 from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.p2p.libp2p import MAX_MESSAGE_SIZE
 from swarm.p2p.libp2p.testing import (
     message_id,

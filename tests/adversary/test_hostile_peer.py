@@ -20,9 +20,9 @@ from pathlib import Path
 import msgpack
 import msgspec
 
+from swarm.core.identity import create_identity, peer_id_of, save_identity, sign
 from swarm.ledger import GroupRow, GroupUseRow, Ledger, counted_rejections
 from swarm.node import Node
-from swarm.p2p.identity import create_identity, peer_id_of, save_identity, sign
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.bans import ban
 from swarm.verify.rescore import rescore

@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 import torch
 
-from swarm.node.delta_follower import DeltaFollower
-from swarm.node.sync import Expectation
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.p2p.libp2p import Libp2pTransport
 from swarm.policy.delta import encode_anchor, encode_delta, read_header
+from swarm.sync.follower import DeltaFollower
+from swarm.sync.rules import Expectation
 from swarm.wire import DeltaManifest, index_key, pack_manifests, payload_key
 from swarm.wire.signing import sign_manifest
 from tests.unit.test_sync import base_weights, clone, same_bits, step

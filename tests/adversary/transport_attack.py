@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from swarm.p2p.identity import create_identity
+from swarm.core.identity import create_identity
 from swarm.p2p.libp2p import Libp2pTransport
 
 ROOT = Path(__file__).resolve().parents[2]

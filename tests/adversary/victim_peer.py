@@ -19,7 +19,7 @@ import struct
 import threading
 import time
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 from swarm.p2p.libp2p import Libp2pTransport
 from swarm.p2p.transport import PeerRejection
 from tests.integration.libp2p_peer import Recorder, emit, handle, read_commands

@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, Libp2pTransport
 from swarm.p2p.transport import InboundMessage
 

@@ -16,7 +16,7 @@ import time
 
 import msgspec
 
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.p2p.libp2p import Libp2pTransport
 from swarm.tasks import PRESET_MIXES, build_task, sample_specs, score_completion
 from swarm.wire import RolloutGroup, Sampling, pack_messages

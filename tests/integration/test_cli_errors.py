@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm.p2p.identity import create_identity, peer_id_of, save_identity
+from swarm.core.identity import create_identity, peer_id_of, save_identity
 
 FAST_FAIL_S = (
     5.0  # CPU s: `join` refuses a bad config before loading anything (measured: 0.2-1.5 s)

@@ -16,15 +16,15 @@ import time
 
 import torch
 
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.ledger import DeltaRow, Ledger, get_meta
+from swarm.monitor.display import Reporter
 from swarm.node import Node
-from swarm.node.delta_publisher import DeltaPublisher
 from swarm.node.following import REFUSED_KEY
-from swarm.ops.display import Reporter
 from swarm.p2p import MemoryHub, MemoryTransport
-from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.policy.delta import bf16_state_dict, weights_hash
 from swarm.policy.model import load_policy
+from swarm.sync.publisher import DeltaPublisher
 from swarm.wire import DeltaManifest, delta_topic, pack_manifests
 from swarm.wire.signing import sign_manifest
 from tests.conftest import small_config

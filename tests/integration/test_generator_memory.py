@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from swarm.errors import ConfigError
+from swarm.core.errors import ConfigError
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.ledger import DeltaRow, GroupRow, Ledger, UpdateRow
 from swarm.node import Node
 from swarm.p2p import MemoryHub, MemoryTransport
-from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.policy.delta import bf16_state_dict, weights_hash
 from swarm.wire import decode_group
 from tests.conftest import small_config

@@ -15,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from swarm.errors import LedgerError
+from swarm.core.errors import LedgerError
+from swarm.core.identity import create_identity, peer_id_of, save_identity
 from swarm.ledger import DeltaRow, Ledger
 from swarm.ops.demo import free_ports
-from swarm.p2p.identity import create_identity, peer_id_of, save_identity
 from swarm.policy.checkpoint import list_checkpoints, load_checkpoint, read_state
 from swarm.policy.delta import bf16_state_dict, weights_hash
 from swarm.policy.model import load_policy

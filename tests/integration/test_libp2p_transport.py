@@ -28,8 +28,8 @@ from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.rpc_queue import RpcQueue
 
-from swarm.errors import TransportError
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.core.errors import TransportError
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, SEND_STALL_S, Libp2pTransport
 from swarm.p2p.libp2p.patches import coalesce
 from swarm.p2p.libp2p.peer_exchange import PX_FIRST_DELAY_S, PX_INTERVAL_S

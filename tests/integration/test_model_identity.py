@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import shutil
 
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.node import Node
 from swarm.p2p import MemoryHub, MemoryTransport
-from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.policy.source import same_model
 from swarm.wire import delta_topic, rollout_topic, unpack_manifests, unpack_message
 from swarm.wire.signing import verify_manifest, verify_signed

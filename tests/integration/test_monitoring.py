@@ -11,12 +11,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from swarm.config.preflight import preflight
-from swarm.errors import ConfigError
+from swarm.core.errors import ConfigError
+from swarm.core.identity import create_identity, peer_id_of
+from swarm.core.reasons import Reason
+from swarm.monitor import explog
 from swarm.node import Node
-from swarm.ops import explog
 from swarm.p2p import MemoryHub, MemoryTransport
-from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.verify.reasons import Reason
 from tests.conftest import small_config
 
 

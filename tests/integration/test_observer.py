@@ -15,12 +15,12 @@ import msgspec
 import pytest
 import torch
 
-from swarm.errors import ConfigError
+from swarm.core.errors import ConfigError
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.ledger import DeltaRow, GroupRow, Ledger
 from swarm.node import Node, Observer, make_node
 from swarm.ops.replay import verify_ledger
 from swarm.p2p import MemoryHub, MemoryTransport
-from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.wire import decode_group, pack_messages, rollout_topic
 from swarm.wire.signing import sign_group
 from tests.conftest import small_config

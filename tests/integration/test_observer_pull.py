@@ -3,11 +3,11 @@ the swarm by pulling what peers announce, and checks every group it records."""
 
 from __future__ import annotations
 
+from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.ledger import GroupRow, Ledger
 from swarm.node import make_node
-from swarm.node.network_only import ExchangeKind, NetworkNode, NetworkNodeSettings
 from swarm.p2p import MemoryHub, MemoryTransport
-from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from tests.conftest import small_config
 

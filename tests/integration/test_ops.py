@@ -280,10 +280,10 @@ def sharing_run(tmp_path_factory, tiny_model_path) -> Path:
     They run in this process over the in-memory transport, taking turns, so the run (and the
     replay test below) is deterministic; `swarm_run` covers the separate-process path.
     """
+    from swarm.core.identity import create_identity, peer_id_of
     from swarm.node import Node
     from swarm.ops.demo import write_toml
     from swarm.p2p import MemoryHub, MemoryTransport
-    from swarm.p2p.identity import create_identity, peer_id_of
     from tests.conftest import small_config
 
     root = tmp_path_factory.mktemp("replay")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm.errors import LedgerError
+from swarm.core.errors import LedgerError
 from swarm.ledger import GroupRow, Ledger, RoundRow
 from swarm.p2p.swarm_key import read_key_file
 from tests.waiting import wait_for

@@ -47,7 +47,7 @@ def test_pull_nodes_find_each_other_from_one_address_and_verify_every_pull():
 
 
 def test_a_trainer_process_trains_on_groups_pulled_over_libp2p(tmp_path, tiny_model_path):
-    from swarm.ops.scale_real import RealSettings, run_real
+    from swarm.bench.scale_real import RealSettings, run_real
 
     settings = RealSettings(
         network=3,

@@ -8,11 +8,11 @@ import time
 
 import msgspec
 
+from swarm.bench.synthetic import SyntheticRollouts, SyntheticShape, wire_group
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.ledger import GroupRow, GroupUseRow, Ledger
 from swarm.node import Node
-from swarm.node.synthetic import SyntheticRollouts, SyntheticShape, wire_group
 from swarm.p2p import MemoryHub, MemoryTransport
-from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.tasks import EASY_MIX, Scoring, stream_seed
 from swarm.wire import (
     ANNOUNCEMENTS_KEY,

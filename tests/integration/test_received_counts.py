@@ -14,11 +14,11 @@ from pathlib import Path
 
 import msgspec
 
+from swarm.core.identity import create_identity, peer_id_of
+from swarm.core.reasons import Reason
 from swarm.node import Observer
 from swarm.p2p import MemoryHub, MemoryTransport
-from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
-from swarm.verify.reasons import Reason
 from swarm.verify.rescore import rescore
 from swarm.wire import RolloutGroup, Sampling, pack_messages, rollout_topic
 from swarm.wire.signing import sign_group

@@ -10,9 +10,9 @@ import time
 
 import msgspec
 
+from swarm.core.reasons import Direction, Reason, Status
 from swarm.ledger import GroupRow, Ledger
 from swarm.tasks import TaskSpec, build_task
-from swarm.verify.reasons import Direction, Reason, Status
 from swarm.verify.rescore import rescore
 from swarm.wire import RolloutGroup
 from swarm.wire.signing import sign_group

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.ledger import GroupRow, GroupUseRow, Ledger, UpdateRow
 from swarm.node import Node
 from swarm.p2p import MemoryHub, MemoryTransport
-from swarm.p2p.identity import create_identity, peer_id_of
 from tests.conftest import small_config
 
 

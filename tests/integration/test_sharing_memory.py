@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.ledger import GroupRow, Ledger, PeerRow
 from swarm.node import Node
 from swarm.p2p import MemoryHub, MemoryTransport
-from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.wire import SignedGroup, decode_group, encode_group, pack_messages, rollout_topic
 from swarm.wire.signing import sign_group
 from tests.conftest import small_config

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from swarm.errors import LedgerError
+from swarm.core.errors import LedgerError
 from swarm.ledger import EvalRow, Ledger, RoundRow, UpdateRow
 from swarm.node import Node
 from swarm.policy.checkpoint import latest_checkpoint, read_state

@@ -10,10 +10,10 @@ import time
 import msgspec
 import pytest
 
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.core.identity import create_identity, peer_id_of
+from swarm.core.reasons import Reason
 from swarm.tasks import TaskSpec, build_task
 from swarm.verify.bounded import InProcess, RescoreWorker, WorkerSettings
-from swarm.verify.reasons import Reason
 from swarm.wire import RolloutGroup, Sampling
 
 SENDER = peer_id_of(create_identity(b"\x41" * 32))

@@ -7,12 +7,12 @@ import hashlib
 import msgspec
 import pytest
 
-from swarm.errors import RejectedMessage
-from swarm.node.synthetic import SyntheticRollouts, SyntheticShape, wire_group
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.bench.synthetic import SyntheticRollouts, SyntheticShape, wire_group
+from swarm.core.errors import RejectedMessage
+from swarm.core.identity import create_identity, peer_id_of
+from swarm.core.reasons import Reason
 from swarm.tasks import EASY_MIX, Scoring, canonical_config, stream_seed
 from swarm.verify.announcements import AnnouncementGate, check_matches, check_served
-from swarm.verify.reasons import Reason
 from swarm.wire import (
     GroupAnnouncement,
     HolderHint,

@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from swarm.errors import CheckpointError
+from swarm.core.errors import CheckpointError
 from swarm.policy.checkpoint import (
     CheckpointState,
     latest_checkpoint,

@@ -6,7 +6,7 @@ import pytest
 
 from swarm.config import Config, build_config, describe_config, task_mix
 from swarm.config.load import load_config
-from swarm.errors import ConfigError
+from swarm.core.errors import ConfigError
 
 PRESETS = sorted((Path(__file__).parents[2] / "node_config").glob("*.toml"))
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from swarm.config.load import load_config
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
 from swarm.ledger import BanRow, DeltaRow, GroupRow, GroupUseRow, Ledger, PeerRow, RoundRow
 from swarm.ops.cluster import Member, member_config, plan_hosts, plan_ports
 from swarm.ops.contributions import (

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarm.errors import RejectedMessage
-from swarm.node.delta_holders import decode_hints, encode_hints
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Reason
 from swarm.p2p.libp2p.peer_exchange import parse_px_payload
 from swarm.policy.delta.container import DeltaError, parse_container, peek_header
-from swarm.verify.reasons import Reason
+from swarm.sync.holders import decode_hints, encode_hints
 from swarm.wire import (
     HolderHint,
     decode_announcement,

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import swarm.policy.delta as delta
 import swarm.policy.delta.apply as delta_apply
 import swarm.policy.delta.codec as delta_codec
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
 from swarm.policy.delta import (
     DeltaError,
     apply_chain,

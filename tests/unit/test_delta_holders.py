@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 
-from swarm.node.delta_holders import (
+from swarm.bench.delta_sim import DeltaSimSettings, simulate_deltas
+from swarm.p2p.transport import BlobServed, MemoryHub, MemoryTransport
+from swarm.sync.holders import (
     MAX_HINTS_BYTES,
     HolderRegistry,
     decode_hints,
@@ -13,8 +15,6 @@ from swarm.node.delta_holders import (
     pick_holders,
     read_hints,
 )
-from swarm.ops.delta_sim import DeltaSimSettings, simulate_deltas
-from swarm.p2p.transport import BlobServed, MemoryHub, MemoryTransport
 from swarm.wire import HolderHint, holders_key
 
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarm.errors import RejectedMessage
-from swarm.p2p.identity import create_identity, peer_id_of
-from swarm.verify.reasons import Reason
+from swarm.core.errors import RejectedMessage
+from swarm.core.identity import create_identity, peer_id_of
+from swarm.core.reasons import Reason
 from swarm.wire import (
     MAX_MANIFEST_MESSAGE_BYTES,
     MAX_MANIFESTS_PER_MESSAGE,

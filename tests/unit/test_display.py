@@ -6,7 +6,7 @@ import re
 
 from rich.console import Console
 
-from swarm.ops.display import (
+from swarm.monitor.display import (
     EvalReport,
     LineReporter,
     LiveReporter,

@@ -6,10 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swarm.config import build_config
-from swarm.errors import ConfigError
-from swarm.node import trainer_settings
-from swarm.ops.experiment import (
+from swarm.bench.experiment import (
     ARMS,
     STUDIES,
     Arm,
@@ -21,6 +18,9 @@ from swarm.ops.experiment import (
     paired_ci,
     parse_arm,
 )
+from swarm.config import build_config
+from swarm.core.errors import ConfigError
+from swarm.node import trainer_settings
 from swarm.policy.trainer import OptimizerKind
 
 

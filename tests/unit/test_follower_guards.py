@@ -17,10 +17,10 @@ import msgspec
 import pytest
 import torch
 
-from swarm.errors import FetchTooSlow, RejectedMessage
-from swarm.node.sync import Backoff, PayloadCheck, RefusalLimiter
+from swarm.core.errors import FetchTooSlow, RejectedMessage
 from swarm.p2p.transport import MemoryTransport
 from swarm.policy.delta import encode_anchor
+from swarm.sync.rules import Backoff, PayloadCheck, RefusalLimiter
 from swarm.wire import delta_topic, pack_manifests
 from swarm.wire.signing import sign_manifest
 from tests.unit.test_sync import (

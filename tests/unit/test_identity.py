@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarm.errors import SwarmError, TransportError
-from swarm.p2p import identity
-from swarm.p2p.identity import IdentityError
+from swarm.core import identity
+from swarm.core.errors import SwarmError, TransportError
+from swarm.core.identity import IdentityError
 
 
 def test_save_load_roundtrip_keeps_the_peer_id(tmp_path: Path) -> None:
@@ -114,7 +114,7 @@ def test_a_key_file_open_to_others_is_made_private_and_said_so(tmp_path: Path, c
     key_pair = identity.create_identity()
     identity.save_identity(key_pair, path)
     path.chmod(0o644)
-    with caplog.at_level("WARNING", logger="swarm.p2p.identity"):
+    with caplog.at_level("WARNING", logger="swarm.core.identity"):
         loaded = identity.load_identity(path)
     assert identity.peer_id_of(loaded) == identity.peer_id_of(key_pair)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600

@@ -56,3 +56,71 @@ def test_no_module_imports_itself_through_others():
 def test_the_cycle_check_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycle_from(graph, "a") == ["a", "b", "c", "a"] and cycle_from(graph, "d") is None
+
+
+# The packages' layers, lowest first: a package imports only packages of lower layers (a
+# top-level module such as `swarm.sampling` counts as a package). docs/ARCHITECTURE.md
+# draws the same stack.
+LAYERS = (
+    ("core",),
+    ("tasks",),
+    ("wire", "policy", "ledger"),
+    ("p2p", "sampling"),
+    ("experience", "monitor"),
+    ("config",),
+    ("verify",),
+    ("exchange", "sync"),
+    ("node",),
+    ("ops",),
+    ("bench",),
+    ("cli",),
+)
+
+
+def package_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Package -> the other packages its modules import."""
+    packages: dict[str, set[str]] = {}
+    for name, deps in graph.items():
+        own = package_of(name)
+        if own is None:
+            continue
+        packages.setdefault(own, set())
+        packages[own] |= {p for p in map(package_of, deps) if p is not None and p != own}
+    return packages
+
+
+def test_packages_import_each_other_in_no_cycle():
+    packages = package_graph(module_graph())
+    assert {"core", "node", "exchange", "sync", "bench", "monitor"} <= set(packages)
+    cycles = [c for c in (cycle_from(packages, name) for name in sorted(packages)) if c]
+    assert cycles == []
+
+
+def test_every_package_imports_only_lower_layers():
+    packages = package_graph(module_graph())
+    layer = {name: level for level, names in enumerate(LAYERS) for name in names}
+    assert set(packages) == set(layer), "a package missing from LAYERS (or one gone)"
+    upward = sorted(
+        f"{name} -> {dep}"
+        for name, deps in packages.items()
+        for dep in deps
+        if layer[dep] >= layer[name]
+    )
+    assert upward == []
+
+
+def test_the_package_graph_sees_a_package_cycle():
+    graph = {
+        "swarm.a.x": {"swarm.b.y"},
+        "swarm.b.y": set(),
+        "swarm.b.z": {"swarm.a"},
+        "swarm.a": set(),
+    }
+    packages = package_graph(graph)
+    assert packages == {"a": {"b"}, "b": {"a"}}
+    assert cycle_from(packages, "a") == ["a", "b", "a"]

@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from swarm.errors import LedgerError
+from swarm.core.errors import LedgerError
 from swarm.ledger import (
     SCHEMA_VERSION,
     EvalRow,

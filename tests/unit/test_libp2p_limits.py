@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 from libp2p.peer.id import ID
 
-from swarm.p2p.identity import create_identity
+from swarm.core.identity import create_identity
 from swarm.p2p.libp2p import control_budget as cb
 from swarm.p2p.libp2p.inbound import InboundBudget
 from swarm.p2p.libp2p.rejections import RejectionRecorder

@@ -8,8 +8,8 @@ import json
 import pytest
 from libp2p.peer.id import ID
 
-from swarm.errors import Libp2pVersionError, SwarmError, TransportError
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.core.errors import Libp2pVersionError, SwarmError, TransportError
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.p2p.libp2p import host, patches, peer_exchange
 
 

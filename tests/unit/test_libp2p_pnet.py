@@ -9,7 +9,7 @@ import stat
 import nacl.bindings
 import pytest
 
-from swarm.errors import ConfigError, SwarmKeyError
+from swarm.core.errors import ConfigError, SwarmKeyError
 from swarm.p2p import swarm_key
 from swarm.p2p.libp2p import pnet
 

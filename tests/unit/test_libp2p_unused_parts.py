@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from swarm.errors import TransportError
-from swarm.p2p.libp2p_parts import UnusedPart
+from swarm.core.errors import TransportError
+from swarm.core.libp2p_parts import UnusedPart
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,7 @@ def test_the_transport_loads_without_the_unused_parts():
     code = """
 import json, sys
 import swarm.p2p.libp2p
-from swarm.p2p.libp2p_parts import skipped
+from swarm.core.libp2p_parts import skipped
 print(json.dumps({"skipped": skipped(),
                   "loaded": [m for m in ("zeroconf", "httpx", "requests") if m in sys.modules]}))
 """

@@ -7,8 +7,8 @@ import json
 import logging
 import warnings
 
-from swarm.ops.display import RoundReport
-from swarm.ops.logs import LOG_FILE, LogReporter, NodeLog
+from swarm.monitor.display import RoundReport
+from swarm.monitor.logs import LOG_FILE, LogReporter, NodeLog
 
 
 def _report(r: int) -> RoundReport:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import MemoryHub
 

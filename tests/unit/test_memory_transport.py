@@ -2,7 +2,7 @@
 
 import pytest
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 from swarm.p2p import MemoryHub, MemoryTransport
 from swarm.p2p.transport import ServedBlobLog
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from swarm.errors import ConfigError
-from swarm.ops.display import EvalReport, RoundReport, SwarmSample
-from swarm.ops.metrics import METRICS, MetricsReporter, parse_metrics_address
+from swarm.core.errors import ConfigError
+from swarm.monitor.display import EvalReport, RoundReport, SwarmSample
+from swarm.monitor.metrics import METRICS, MetricsReporter, parse_metrics_address
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 

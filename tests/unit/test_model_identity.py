@@ -8,8 +8,8 @@ import json
 import huggingface_hub.constants
 import pytest
 
-from swarm.errors import RejectedMessage
-from swarm.node.sync import Expectation, check_manifest
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Reason
 from swarm.policy.source import (
     IDENTITY_HASH_CHARS,
     content_digest,
@@ -17,7 +17,7 @@ from swarm.policy.source import (
     model_name_problem,
     same_model,
 )
-from swarm.verify.reasons import Reason
+from swarm.sync.rules import Expectation, check_manifest
 from swarm.wire import DeltaManifest
 
 BASE = "ab" * 32

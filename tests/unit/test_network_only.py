@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from swarm.node.network_only import NetworkNode, NetworkNodeSettings
-from swarm.node.synthetic import SyntheticRollouts, SyntheticShape, wire_group
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.bench.network_node import NetworkNode, NetworkNodeSettings
+from swarm.bench.synthetic import SyntheticRollouts, SyntheticShape, wire_group
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.p2p.transport import MemoryHub, MemoryTransport
 from swarm.tasks import EASY_MIX, SAPO_MIX, Scoring
 from swarm.verify.gate import Verifier, VerifySettings

@@ -6,8 +6,8 @@ import random
 import statistics
 from collections import Counter
 
-from swarm.node.peer_view import PeerView, merge, oldest
-from swarm.node.pull_choice import balanced
+from swarm.exchange.peer_view import PeerView, merge, oldest
+from swarm.exchange.pull_choice import balanced
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import MemoryHub
 from swarm.wire import GroupAnnouncement

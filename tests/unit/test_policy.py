@@ -156,7 +156,7 @@ def test_device_and_dtype_choice():
     assert pick_device("cpu").type == "cpu"
     assert pick_dtype("auto", torch.device("cpu")) == torch.float32
     assert pick_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
-    from swarm.errors import ModelError
+    from swarm.core.errors import ModelError
 
     with pytest.raises(ModelError):
         pick_dtype("float8", torch.device("cpu"))
@@ -166,7 +166,7 @@ def test_device_and_dtype_choice():
 
 
 def test_unknown_model_is_a_model_error(tmp_path):
-    from swarm.errors import ModelError
+    from swarm.core.errors import ModelError
     from swarm.policy.model import load_policy
 
     with pytest.raises(ModelError):

@@ -10,7 +10,7 @@ import pytest
 
 from swarm.config import who_set
 from swarm.config.load import load_config
-from swarm.errors import ConfigError, RunFolderBusy, SwarmError
+from swarm.core.errors import ConfigError, RunFolderBusy, SwarmError
 from swarm.node.runlock import RunLock, check_free
 from swarm.ops.peer_ids import resolve_peer
 from swarm.p2p.addresses import listen_problem, parse_dial, parse_listen

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 
-from swarm.errors import FetchTooSlow, RejectedMessage
-from swarm.node.network_only import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
-from swarm.node.pull_fetch import Fetcher, Request
-from swarm.node.pulling import PullSettings
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
+from swarm.core.errors import FetchTooSlow, RejectedMessage
+from swarm.core.identity import create_identity, peer_id_of
+from swarm.core.reasons import Reason
+from swarm.exchange.pull import PullSettings
+from swarm.exchange.pull_fetch import Fetcher, Request
 from swarm.p2p.transport import FetchLimits, MemoryHub, MemoryTransport
 from swarm.verify.gate import VerifySettings
-from swarm.verify.reasons import Reason
 from swarm.verify.reputation import ReputationSettings
 from swarm.wire import (
     ANNOUNCEMENTS_KEY,

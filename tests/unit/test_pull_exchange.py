@@ -6,17 +6,17 @@ import hashlib
 
 import msgspec
 
-from swarm.node.network_only import (
+from swarm.bench.network_node import (
     ExchangeKind,
     NetworkNode,
     NetworkNodeSettings,
     RoundCost,
 )
-from swarm.node.pulling import PullSettings
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.core.identity import create_identity, peer_id_of
+from swarm.core.reasons import Reason
+from swarm.exchange.pull import PullSettings
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import MemoryHub, MemoryTransport
-from swarm.verify.reasons import Reason
 from swarm.wire import decode_group, decode_signed_group, encode_signed_group, group_key
 from swarm.wire.signing import sign_group
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import tracemalloc
 
-from swarm.node.network_only import ExchangeKind, NetworkNode, NetworkNodeSettings
-from swarm.node.pulling import PullSettings
-from swarm.node.synthetic import SyntheticShape
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
+from swarm.bench.synthetic import SyntheticShape
+from swarm.core.identity import create_identity, peer_id_of
+from swarm.exchange.pull import PullSettings
 from swarm.p2p.transport import MemoryHub, MemoryTransport
 from swarm.wire import MAX_GROUP_BYTES, MAX_PULLED_GROUP_BYTES, group_key
 

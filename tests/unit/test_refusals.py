@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from swarm.core.reasons import Reason
 from swarm.node.refusals import TRANSPORT_REASONS, transport_reason
 from swarm.p2p.transport import PeerRejectReason
-from swarm.verify.reasons import Reason
 
 
 def test_every_transport_reason_maps_to_the_reason_of_its_code():

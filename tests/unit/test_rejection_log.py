@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import collections
 
+from swarm.core.reasons import Reason
 from swarm.node.rejection_log import MAX_PENDING_BYTES, RejectionLog, RowQuota
 from swarm.verify.message import Rejection
-from swarm.verify.reasons import Reason
 from swarm.wire import SignedGroup
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swarm.errors import ConfigError
+from swarm.core.errors import ConfigError
 from swarm.sampling import (
     Candidate,
     DropReason,

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from swarm.errors import ModelError
+from swarm.core.errors import ModelError
 from swarm.policy.skills import GAP_SWARM
 from swarm.policy.tiny import (
     TINY_MODELS,

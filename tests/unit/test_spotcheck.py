@@ -8,11 +8,11 @@ import msgspec
 import pytest
 import torch
 
-from swarm.errors import RejectedMessage
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Reason
 from swarm.policy.generator import SamplingParams, TransformersGenerator
 from swarm.policy.prompts import build_prompt
 from swarm.tasks import EASY_MIX, build_task, sample_specs
-from swarm.verify.reasons import Reason
 from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings, implausible_tokens
 from swarm.wire import Sampling
 from tests.unit.test_wire import KEY, make_group

@@ -1,4 +1,4 @@
-"""swarm.node.sync: a trainer publishes deltas, a follower applies them bit-exactly, over MemoryTransport.
+"""swarm.sync.rules: a trainer publishes deltas, a follower applies them bit-exactly, over MemoryTransport.
 
 Nothing the followed trainer (or anyone else) sends is trusted: every refusal below must
 leave the follower's weights bit-identical and produce an event with a reason code.
@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from swarm.node.delta_follower import DeltaFollower
-from swarm.node.delta_publisher import DeltaPublisher
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.node.following import load_into
-from swarm.node.sync import Expectation, plan_catch_up
-from swarm.node.topic_tap import TopicTap
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.p2p.topic_tap import TopicTap
 from swarm.p2p.transport import InboundMessage, MemoryHub, MemoryTransport
 from swarm.policy.delta import bf16_state_dict, weights_hash
+from swarm.sync.follower import DeltaFollower
+from swarm.sync.publisher import DeltaPublisher
+from swarm.sync.rules import Expectation, plan_catch_up
 from swarm.wire import DeltaManifest, delta_topic, pack_manifests
 from swarm.wire.signing import sign_manifest
 
@@ -392,7 +392,7 @@ def test_publisher_started_before_the_transport_counts_the_lost_gossip():
 
 
 def test_a_gossiped_manifest_is_verified_once_by_the_validator_not_again(monkeypatch):
-    import swarm.node.delta_follower as sync_module
+    import swarm.sync.follower as sync_module
 
     verified = []
     real = sync_module.verify_manifest

@@ -89,7 +89,7 @@ print(json.dumps({"question": ds[0]["question"][:20], "registered": len(DATASETS
 def test_an_unknown_name_is_refused_without_loading_the_library():
     code = """
 import json, sys
-from swarm.errors import TaskError
+from swarm.core.errors import TaskError
 from swarm.tasks import TaskSpec, build_task
 try:
     build_task(TaskSpec.make("no_such_dataset", {}, 0, 0))

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swarm.errors import TaskError
+from swarm.core.errors import TaskError
 from swarm.tasks import (
     EASY_MIX,
     SAPO_DATASETS,

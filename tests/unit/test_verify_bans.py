@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.ledger import Ledger, banned_peers
-from swarm.p2p.identity import create_identity, peer_id_of
 from swarm.verify.bans import ban, unban
 
 PEER = peer_id_of(create_identity(b"\x05" * 32))

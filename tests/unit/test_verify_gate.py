@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarm.errors import RejectedMessage
-from swarm.p2p.identity import peer_id_of, sign
+from swarm.core.errors import RejectedMessage
+from swarm.core.identity import peer_id_of, sign
+from swarm.core.reasons import Reason
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.bounded import InProcess
 from swarm.verify.gate import Verifier, VerifySettings
-from swarm.verify.reasons import Reason
 from swarm.verify.reputation import ReputationSettings
 from swarm.verify.rescore import rescore
 from swarm.wire import SignedGroup, encode_group, pack_messages

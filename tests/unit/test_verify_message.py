@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarm.errors import RejectedMessage
+from swarm.core.errors import RejectedMessage
+from swarm.core.identity import peer_id_of
+from swarm.core.reasons import Reason
 from swarm.experience import ExperiencePool, SharedGroup, group_bytes
-from swarm.p2p.identity import peer_id_of
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.message import check_message
-from swarm.verify.reasons import Reason
 from swarm.verify.rescore import rescore
 from swarm.wire import SignedGroup, decode_group, encode_group, pack_messages
 from swarm.wire.signing import sign_group

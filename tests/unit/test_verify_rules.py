@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from swarm.errors import RejectedMessage
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Reason
 from swarm.tasks import TaskSpec
 from swarm.verify import rules
-from swarm.verify.reasons import Reason
 from swarm.verify.reputation import PeerRecord, Reputation, ReputationSettings
 from swarm.verify.state import DecodedMessages, NonceCache, RateLimits, RecentGroups
 

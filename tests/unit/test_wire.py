@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarm.errors import RejectedMessage
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.core.errors import RejectedMessage
+from swarm.core.identity import create_identity, peer_id_of
+from swarm.core.reasons import Reason
 from swarm.tasks import TaskSpec
-from swarm.verify.reasons import Reason
 from swarm.wire import (
     MAX_MESSAGE_BYTES,
     MAX_TEXT_CHARS,

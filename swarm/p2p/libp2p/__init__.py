@@ -19,7 +19,7 @@ some of that version's internals. One module per concern:
 docs/LIBP2P.md lists the py-libp2p pitfalls and where each is handled.
 """
 
-from swarm.p2p.libp2p_parts import skip_unused_parts
+from swarm.core.libp2p_parts import skip_unused_parts
 
 skip_unused_parts()  # before the first libp2p import: parts a node never uses stay unloaded
 

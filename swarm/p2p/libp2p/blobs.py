@@ -18,7 +18,7 @@ from libp2p.abc import IHost, INetStream
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from swarm.errors import FetchTooSlow, TransportError
+from swarm.core.errors import FetchTooSlow, TransportError
 from swarm.p2p.libp2p.framing import (
     NET_ERRORS,
     STREAM_IO_TIMEOUT_S,

@@ -31,8 +31,8 @@ from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 
-from swarm.errors import TransportError
-from swarm.p2p.identity import create_identity, load_or_create_identity
+from swarm.core.errors import TransportError
+from swarm.core.identity import create_identity, load_or_create_identity
 from swarm.p2p.libp2p.framing import NET_ERRORS
 from swarm.p2p.libp2p.patches import (
     SwarmYamux,

@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 
 logger = logging.getLogger(__name__)
 

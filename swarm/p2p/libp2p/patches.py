@@ -19,7 +19,7 @@ from typing import cast
 
 import trio
 
-from swarm.errors import Libp2pVersionError
+from swarm.core.errors import Libp2pVersionError
 
 PATCHED_VERSION = "0.8.1"
 

@@ -35,7 +35,7 @@ import trio
 from Crypto.Cipher import Salsa20
 from libp2p.abc import IRawConnection
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 
 NONCE_SIZE = 24
 KEY_SIZE = 32

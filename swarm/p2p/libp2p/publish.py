@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import trio
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 from swarm.p2p.libp2p.gossip import Gossip
 from swarm.p2p.libp2p.stats import Counters
 

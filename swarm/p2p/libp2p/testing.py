@@ -27,7 +27,7 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
 from libp2p.utils.varint import encode_uvarint
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 from swarm.p2p.libp2p.framing import NET_ERRORS, close_quietly, reset_quietly
 from swarm.p2p.libp2p.patches import ignore_flow_control
 

@@ -31,9 +31,9 @@ from libp2p.custom_types import TProtocol
 from libp2p.exceptions import BaseLibp2pError
 from libp2p.peer.id import ID
 
-from swarm.errors import ConfigError, TransportError
+from swarm.core.errors import ConfigError, TransportError
+from swarm.core.identity import peer_id_of
 from swarm.p2p.addresses import listen_problem, parse_listen
-from swarm.p2p.identity import peer_id_of
 from swarm.p2p.libp2p import host as hosting
 from swarm.p2p.libp2p.blobs import DEFAULT_MAX_BLOB_SIZE, BlobServer, check_blob_key, fetch_blob
 from swarm.p2p.libp2p.connections import DEFAULT_MAX_PEERS, Dialer

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import zstandard
 
-from swarm.errors import SwarmError
+from swarm.core.errors import SwarmError
 
 FORMAT_VERSION = 1
 HASH_ALG = "blake3"

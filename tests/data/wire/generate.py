@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.core.identity import create_identity, peer_id_of
 from swarm.tasks import TaskSpec
 from swarm.wire import DeltaManifest, RolloutGroup, Sampling, pack_manifests, pack_messages
 from swarm.wire.signing import sign_group, sign_manifest

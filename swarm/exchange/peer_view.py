@@ -32,9 +32,9 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 
-from swarm.errors import RejectedMessage, TransportError
-from swarm.node.history_sample import DEFAULT_SKETCH, HistorySample
-from swarm.node.pull_fetch import SizeCap
+from swarm.core.errors import RejectedMessage, TransportError
+from swarm.exchange.history_sample import DEFAULT_SKETCH, HistorySample
+from swarm.exchange.pull_fetch import SizeCap
 from swarm.p2p.transport import FetchLimits, Transport
 from swarm.wire import ANNOUNCEMENTS_KEY
 from swarm.wire.streams import VIEW_KEY, VIEW_MAX_BYTES, ViewEntry, decode_view, encode_view
@@ -107,7 +107,7 @@ class PeerView:
         return sorted(self.view)
 
     def sample(self, k: int) -> list[str]:
-        """`k` peers to ask: drawn from the history sample (`swarm.node.history_sample`),
+        """`k` peers to ask: drawn from the history sample (`swarm.exchange.history_sample`),
         topped up from the view while that holds fewer (a node that just joined)."""
         chosen = self.history.sample(k)
         rest = [p for p in self.view if p not in chosen]

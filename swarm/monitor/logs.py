@@ -26,8 +26,8 @@ import logging.handlers
 import sys
 from pathlib import Path
 
-from swarm.errors import ConfigError
-from swarm.ops.display import (
+from swarm.core.errors import ConfigError
+from swarm.monitor.display import (
     EvalReport,
     Reporter,
     RoundReport,

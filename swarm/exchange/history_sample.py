@@ -19,7 +19,7 @@ sketch (fed with every ID since the last rotation, under a new key) replaces the
 one. A peer that does not answer leaves the sketch (it may re-enter only by hashing below
 the sketch's bound, as any other ID).
 
-Pure, no I/O (`swarm.node.peer_view` feeds and draws from it).
+Pure, no I/O (`swarm.exchange.peer_view` feeds and draws from it).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ is read (a group's announced size, a list's or a view's protocol limit).
 
 In-memory transports answer at once from the same thread, so they are fetched in turn.
 
-Deliberately not here: what a failed or refused fetch means (`swarm.node.pulling`).
+Deliberately not here: what a failed or refused fetch means (`swarm.exchange.pull`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from dataclasses import dataclass
 
-from swarm.errors import FetchTooSlow, RejectedMessage, TransportError
+from swarm.core.errors import FetchTooSlow, RejectedMessage, TransportError
+from swarm.core.reasons import Reason
 from swarm.p2p.transport import FetchLimits, MemoryTransport, Transport
-from swarm.verify.reasons import Reason
 
 
 class SizeCap:

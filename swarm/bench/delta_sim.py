@@ -19,12 +19,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from swarm.node.delta_follower import DeltaFollower
-from swarm.node.delta_publisher import DeltaPublisher
-from swarm.node.sync import Expectation
-from swarm.p2p.identity import create_identity, peer_id_of
+from swarm.core.identity import create_identity, peer_id_of
+from swarm.core.reasons import Status
 from swarm.p2p.transport import MemoryHub, MemoryTransport
-from swarm.verify.reasons import Status
+from swarm.sync.follower import DeltaFollower
+from swarm.sync.publisher import DeltaPublisher
+from swarm.sync.rules import Expectation
 from swarm.wire import held_key
 
 

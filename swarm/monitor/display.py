@@ -4,7 +4,7 @@ The node reports events to a `Reporter`; how they look is decided here. `LiveRep
 a table of recent rounds with a reward sparkline under a progress bar (terminals);
 `LineReporter` prints one line per round (logs, pipes, CI); `SilentReporter` is for tests.
 `Reporters` passes every event to several reporters: the terminal's, and the node's log,
-experiment log and metrics (`swarm.ops.logs`, `swarm.ops.explog`, `swarm.ops.metrics`).
+experiment log and metrics (`swarm.monitor.logs`, `swarm.monitor.explog`, `swarm.monitor.metrics`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ first imported. A placeholder hands out a class for any name asked of it, so lib
 which is what a node would see if a future change turned one of these features on. It
 does nothing once libp2p is imported (the real modules are then already loaded).
 
-Called at the top of every swarm module that imports libp2p first (`swarm.p2p.identity`,
+Called at the top of every swarm module that imports libp2p first (`swarm.core.identity`,
 `swarm.p2p.libp2p`); `docs/LIBP2P.md` lists it with the other changes to py-libp2p.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 import types
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 
 UNUSED_MODULES = (
     "libp2p.security.tls.autotls.acme",  # AutoTLS: off (host.build_host)

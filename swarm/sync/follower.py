@@ -3,7 +3,7 @@
 `DeltaFollower` takes the followed trainer's signed manifests from gossip (a cheap
 validator on the transport's thread, then `offer` on the node's) and from the trainer's
 index blob, and `sync()` fetches and applies what they announce. Every rule it applies is
-in `swarm.node.sync`; what this part adds is the order and the bounds:
+in `swarm.sync.rules`; what this part adds is the order and the bounds:
 
 - a payload is fetched under a deadline (the rest of the round's budget, at most
   `fetch_timeout`) and a rate floor (`min_rate` after `grace_s`), and its size and header
@@ -35,9 +35,18 @@ from dataclasses import dataclass, field, replace
 import blake3
 import torch
 
-from swarm.errors import FetchTooSlow, RejectedMessage, TransportError
-from swarm.node.delta_holders import HeldPayloads, pick_holders, read_hints
-from swarm.node.sync import (
+from swarm.core.errors import FetchTooSlow, RejectedMessage, TransportError
+from swarm.core.reasons import Direction, Reason, Status
+from swarm.p2p.transport import FetchLimits, InboundMessage, Transport
+from swarm.policy.delta import (
+    DeltaError,
+    LayoutMismatch,
+    NonFiniteWeights,
+    apply_delta_undoable,
+    read_header,
+)
+from swarm.sync.holders import HeldPayloads, pick_holders, read_hints
+from swarm.sync.rules import (
     Backoff,
     DeltaEvent,
     Expectation,
@@ -50,15 +59,6 @@ from swarm.node.sync import (
     manifest_key,
     plan_catch_up,
 )
-from swarm.p2p.transport import FetchLimits, InboundMessage, Transport
-from swarm.policy.delta import (
-    DeltaError,
-    LayoutMismatch,
-    NonFiniteWeights,
-    apply_delta_undoable,
-    read_header,
-)
-from swarm.verify.reasons import Direction, Reason, Status
 from swarm.verify.state import DecodedMessages
 from swarm.wire import (
     DeltaManifest,
@@ -159,7 +159,7 @@ class DeltaFollower:
         self.dropped = 0  # pending items lost to the MAX_PENDING bound
         self.index_failures = 0  # index reads that failed (trainer not serving yet, or unreachable)
         self.budget_spent = 0  # syncs that stopped with steps left because the budget ran out
-        # Deltas from any holder (`swarm.node.delta_holders`): with `hold`, this follower
+        # Deltas from any holder (`swarm.sync.holders`): with `hold`, this follower
         # serves its last `hold` deltas and fetches from other holders before the trainer.
         self.held = HeldPayloads(transport, expect.provider, hold) if hold > 0 else None
         self.hints: dict[str, list[tuple[str, tuple[str, ...]]]] = {}

@@ -1,4 +1,4 @@
-"""What the simulated pull swarm (`swarm.ops.scale_sim`) faces besides its own load: hostile
+"""What the simulated pull swarm (`swarm.bench.scale_sim`) faces besides its own load: hostile
 identities, lossy and slow links, churn.
 
 - `Adversary`: colluding identities that serve views listing only each other, and greedy
@@ -18,8 +18,8 @@ import random
 import statistics
 from collections import Counter
 
-from swarm.errors import TransportError
-from swarm.node.network_only import NetworkNode
+from swarm.bench.network_node import NetworkNode
+from swarm.core.errors import TransportError
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import FetchLimits, MemoryHub
 from swarm.wire.streams import VIEW_KEY, VIEW_MAX_ENTRIES, ViewEntry, encode_view

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from swarm.errors import ConfigError
+from swarm.core.errors import ConfigError
 
 
 class Protocol(StrEnum):

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from swarm.errors import ConfigError
-from swarm.ops.display import EvalReport, Reporter, RoundReport, RunInfo, SwarmSample
+from swarm.core.errors import ConfigError
+from swarm.core.reasons import Reason
+from swarm.monitor.display import EvalReport, Reporter, RoundReport, RunInfo, SwarmSample
 from swarm.p2p.transport import PeerRejectReason
-from swarm.verify.reasons import Reason
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer

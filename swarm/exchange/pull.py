@@ -11,8 +11,8 @@ on J of them. Here a node's cost per round depends on its own settings only
   `ANNOUNCEMENTS_KEY` (its latest round), with hints of the peers that fetched each group
   in full (holders: they serve it too);
 - collecting, within one time budget a round (`round_budget_s`; fetches side by side,
-  `swarm.node.pull_fetch`, each capped at the size it may have): it refreshes its view of
-  the swarm (`swarm.node.peer_view`), asks `lists_per_round` peers sampled from it for
+  `swarm.exchange.pull_fetch`, each capped at the size it may have): it refreshes its view of
+  the swarm (`swarm.exchange.peer_view`), asks `lists_per_round` peers sampled from it for
   their lists, checks each announcement cheaply (`swarm.verify.announcements`), keeps the
   fresh ones as candidates, chooses `pull_groups` of them with the trainer's sampler
   (uniform, at most `per_sender_cap` per sender, only groups whose claimed rewards carry
@@ -45,16 +45,16 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from swarm.errors import RejectedMessage, TransportError
-from swarm.node.history_sample import DEFAULT_SKETCH
-from swarm.node.peer_view import DEFAULT_CAPACITY, PeerView
-from swarm.node.pull_choice import Attempt, choose_pulls
-from swarm.node.pull_fetch import Fetcher, Outcome, Request
+from swarm.core.errors import RejectedMessage, TransportError
+from swarm.core.reasons import Reason
+from swarm.exchange.history_sample import DEFAULT_SKETCH
+from swarm.exchange.peer_view import DEFAULT_CAPACITY, PeerView
+from swarm.exchange.pull_choice import Attempt, choose_pulls
+from swarm.exchange.pull_fetch import Fetcher, Outcome, Request
 from swarm.p2p.transport import Transport
 from swarm.verify.announcements import AnnouncementGate, check_matches, check_served
 from swarm.verify.gate import Verifier
 from swarm.verify.message import Accepted, Rejection
-from swarm.verify.reasons import Reason
 from swarm.wire import (
     ANNOUNCEMENTS_KEY,
     MAX_ANNOUNCEMENTS_MESSAGE_BYTES,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from swarm.verify.reasons import Reason
+    from swarm.core.reasons import Reason
 
 
 class SwarmError(Exception):

@@ -1,7 +1,7 @@
 """Peers' delta manifests, as an observer records them: checked, deduplicated, for the ledger.
 
 A trainer announces each delta and anchor it serves in a signed `DeltaManifest` on the
-swarm's delta topic (`swarm.node.sync`). An observer follows no trainer and applies nothing:
+swarm's delta topic (`swarm.sync.rules`). An observer follows no trainer and applies nothing:
 it checks every manifest it hears (envelope, signature, swarm, and that the gossip source
 is the provider who signed it) and records each new one as a `DeltaEvent` of status
 `announced`; a message that fails is refused by the gossip validator (so it is not relayed)
@@ -17,10 +17,10 @@ from __future__ import annotations
 import collections
 import threading
 
-from swarm.errors import RejectedMessage
-from swarm.node.sync import DeltaEvent, manifest_event
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Direction, Reason, Status
 from swarm.p2p.transport import InboundMessage
-from swarm.verify.reasons import Direction, Reason, Status
+from swarm.sync.rules import DeltaEvent, manifest_event
 from swarm.wire import DeltaManifest, delta_topic, unpack_manifests
 from swarm.wire.signing import verify_manifest
 

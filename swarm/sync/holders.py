@@ -32,9 +32,9 @@ from typing import Annotated
 
 import msgspec
 
-from swarm.errors import RejectedMessage, TransportError
+from swarm.core.errors import RejectedMessage, TransportError
+from swarm.core.reasons import Reason
 from swarm.p2p.transport import BlobServed, FetchLimits, Transport
-from swarm.verify.reasons import Reason
 from swarm.wire import HolderHint, have_key, held_key, holders_key
 
 MAX_HINTS_PER_PAYLOAD = 8  # newest holders a trainer names for one payload

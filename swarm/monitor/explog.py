@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from swarm.errors import ConfigError
-from swarm.ops.display import EvalReport, Reporter, RoundReport, SwarmSample
+from swarm.core.errors import ConfigError
+from swarm.monitor.display import EvalReport, Reporter, RoundReport, SwarmSample
 
 JSONL_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"

@@ -1,11 +1,11 @@
 """Following a trainer's policy: the rules of publishing and applying sparse weight deltas.
 
-A trainer with `sync.publish_deltas` runs a `DeltaPublisher` (`swarm.node.delta_publisher`):
+A trainer with `sync.publish_deltas` runs a `DeltaPublisher` (`swarm.sync.publisher`):
 after each update it encodes the change of its bf16 weights (`swarm.policy.delta`), serves
 the payload over the blob stream protocol, and announces it on the swarm's delta topic in
 a signed `DeltaManifest`, with an index blob of everything it serves.
 
-A generator-role node runs a `DeltaFollower` (`swarm.node.delta_follower`) for one
+A generator-role node runs a `DeltaFollower` (`swarm.sync.follower`) for one
 configured trainer. Nothing from the trainer is trusted: a manifest must be validly signed
 *by the followed peer*, name this swarm, this model and this base, and announce a size
 within the limit; the served payload must announce the signed size (refused before any of
@@ -31,7 +31,8 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from swarm.errors import RejectedMessage
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Direction, Reason, Status
 from swarm.policy.delta import (
     PREFIX,
     DeltaError,
@@ -42,7 +43,6 @@ from swarm.policy.delta import (
     peek_header,
 )
 from swarm.policy.source import same_model
-from swarm.verify.reasons import Direction, Reason, Status
 from swarm.wire import MAX_MANIFEST_MESSAGE_BYTES, DeltaManifest
 
 # A delta header takes ~200 bytes per tensor; a payload whose header claims more than this

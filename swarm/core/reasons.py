@@ -66,12 +66,12 @@ class Reason(enum.StrEnum):
     QUESTION_MISMATCH = "question_mismatch"
     REWARD_MISMATCH = "reward_mismatch"
     IMPLAUSIBLE_TOKENS = "implausible_tokens", 0.5  # soft: weights at one version may differ
-    # The pull exchange (`swarm.verify.announcements`, `swarm.node.pulling`).
+    # The pull exchange (`swarm.verify.announcements`, `swarm.exchange.pull`).
     FOREIGN_TASK = "foreign_task"  # an announced task from another sender's task stream
     ANNOUNCEMENT_MISMATCH = "announcement_mismatch"  # the pulled group is not the one announced
     PULL_FAILED = "pull_failed", 0.2  # soft: an announced group its sender did not serve
     NOT_SERVED = "not_served"  # the same, past `pull.unserved_ban_after` in a row: towards a ban
-    # Following a trainer's deltas (`swarm.node.sync`); recorded in the ledger, not scored.
+    # Following a trainer's deltas (`swarm.sync.rules`); recorded in the ledger, not scored.
     NOT_FOLLOWED = "not_followed"
     WRONG_BASE = "wrong_base"
     FETCH_FAILED = "fetch_failed"

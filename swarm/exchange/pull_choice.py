@@ -4,7 +4,7 @@
 groups whose claimed rewards carry signal, fresh enough, at most `per_sender_cap` per
 sender) over announcements, then `balanced`: one group per sender in turn, so a sender that
 announces more groups gains nothing. `Attempt` is one chosen group while its sources are
-tried (`swarm.node.pulling`).
+tried (`swarm.exchange.pull`).
 """
 
 from __future__ import annotations

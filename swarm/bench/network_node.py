@@ -1,9 +1,9 @@
 """A network-only node: a swarm member without a model, for measuring the network at scale.
 
 It does every round what a trainer does on the network, with synthetic completions in
-place of a model's (`swarm.node.synthetic`): draws its round's task specs from a real task
+place of a model's (`swarm.bench.synthetic`): draws its round's task specs from a real task
 mix, rebuilds the tasks, scores the made-up completions, signs the groups and shares them
-through an exchange protocol (`swarm.node.exchange`); receives peers' groups through the
+through an exchange protocol (`swarm.exchange.base`); receives peers' groups through the
 same cheap checks as a trainer (`Verifier.admit`), verifies every one it keeps fully (task
 rebuilt, every reward re-scored, copycats) and pools it; then chooses a batch of I own and
 J shared groups with the trainer's sampler (`swarm.sampling.choose_batch`). It does not
@@ -29,17 +29,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from swarm.errors import RejectedMessage
+from swarm.bench.synthetic import SyntheticRollouts, SyntheticShape, wire_group
+from swarm.core.errors import RejectedMessage
+from swarm.core.reasons import Reason
+from swarm.exchange.base import Exchange, GossipExchange
+from swarm.exchange.pull import PullExchange, PullSettings
 from swarm.experience import ExperiencePool, SharedGroup
-from swarm.node.exchange import Exchange, GossipExchange
-from swarm.node.pulling import PullExchange, PullSettings
-from swarm.node.synthetic import SyntheticRollouts, SyntheticShape, wire_group
 from swarm.p2p.transport import Transport
 from swarm.sampling import Candidate, Staleness, choose_batch
 from swarm.tasks import PRESET_MIXES, Scoring, stream_seed
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.message import Accepted, Rejection
-from swarm.verify.reasons import Reason
 from swarm.wire.signing import sign_group
 
 SYNTHETIC_MODEL = "synthetic"
@@ -115,7 +115,7 @@ class NetworkNode:
         exchange: Exchange | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ):
-        from swarm.p2p.identity import peer_id_of
+        from swarm.core.identity import peer_id_of
 
         self.settings = settings
         self.transport = transport
@@ -173,8 +173,8 @@ class NetworkNode:
         **transport_options,
     ) -> NetworkNode:
         """A node on its own libp2p transport; its bytes are this process's TCP bytes."""
-        from swarm.ops.footprint import TcpMeter
-        from swarm.p2p.identity import create_identity
+        from swarm.bench.footprint import TcpMeter
+        from swarm.core.identity import create_identity
         from swarm.p2p.libp2p import Libp2pTransport
 
         key_pair = key_pair or create_identity()
@@ -389,12 +389,12 @@ def _sleep_until(when: float) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m swarm.node.network_only`: one node over libp2p, a JSON line per round."""
+    """`python -m swarm.bench.network_node`: one node over libp2p, a JSON line per round."""
     import argparse
     import json
     import sys
 
-    from swarm.ops.footprint import peak_mb, rss_mb
+    from swarm.bench.footprint import peak_mb, rss_mb
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")

@@ -31,7 +31,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from swarm.p2p.libp2p_parts import skip_unused_parts
+from swarm.core.libp2p_parts import skip_unused_parts
 
 skip_unused_parts()  # before the first libp2p import
 
@@ -41,7 +41,7 @@ from libp2p.crypto.keys import KeyPair, KeyType, PrivateKey  # noqa: E402
 from libp2p.peer.id import ID  # noqa: E402
 from nacl.exceptions import CryptoError  # noqa: E402
 
-from swarm.errors import TransportError  # noqa: E402
+from swarm.core.errors import TransportError  # noqa: E402
 
 _log = logging.getLogger(__name__)
 KEY_FILE_MODE = 0o600

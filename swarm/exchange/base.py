@@ -8,7 +8,7 @@ verify fully (task rebuilt, rewards re-scored), pool and record exactly as it al
 - `GossipExchange` (`p2p.exchange = "gossip"`): every group to every node on the rollout
   topic, each checked by the gossip validator (`Verifier.admit`). A node's cost grows
   with the swarm.
-- `swarm.node.pulling.PullExchange` (`p2p.exchange = "pull"`): nodes serve small signed
+- `swarm.exchange.pull.PullExchange` (`p2p.exchange = "pull"`): nodes serve small signed
   announcements of their groups; each node asks a few peers sampled from a random view
   of the swarm and pulls only the groups it samples. A node's cost does not grow with
   the swarm (docs/SCALE.md).
@@ -22,7 +22,7 @@ import collections
 import threading
 from typing import Protocol
 
-from swarm.errors import TransportError
+from swarm.core.errors import TransportError
 from swarm.p2p.transport import InboundMessage, Transport
 from swarm.verify.gate import Verifier
 from swarm.verify.message import Accepted, Rejection

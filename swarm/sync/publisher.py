@@ -7,8 +7,8 @@ It keeps serving its last `keep_deltas` deltas, a full anchor every `anchor_ever
 versions (the latest one only), and an *index*: one blob listing the signed manifests of
 everything it serves, so a follower that missed announcements can catch up. It also names
 the followers that hold each payload, so the others fetch from them rather than from it
-(`swarm.node.delta_holders`). The rules both sides share are `swarm.node.sync`; the
-follower is `swarm.node.delta_follower`.
+(`swarm.sync.holders`). The rules both sides share are `swarm.sync.rules`; the
+follower is `swarm.sync.follower`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Literal
 import blake3
 import torch
 
-from swarm.errors import SwarmError, TransportError
-from swarm.node.delta_holders import HAVE_PREFIX, HolderRegistry
-from swarm.node.sync import DeltaEvent, manifest_event
+from swarm.core.errors import SwarmError, TransportError
+from swarm.core.reasons import Direction, Status
 from swarm.p2p.transport import Transport
 from swarm.policy.delta import encode_anchor, encode_delta, read_header
-from swarm.verify.reasons import Direction, Status
+from swarm.sync.holders import HAVE_PREFIX, HolderRegistry
+from swarm.sync.rules import DeltaEvent, manifest_event
 from swarm.wire import (
     SYNC_KEY_PREFIX,
     DeltaManifest,
