@@ -14,6 +14,7 @@ dashboard (docs/grafana-dashboard.json) uses only these names.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -216,6 +217,7 @@ class MetricsReporter(Reporter):
         self.registry.register(self.collector)
         ProcessCollector(registry=self.registry)  # memory, CPU and open files of the process
         self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -224,19 +226,21 @@ class MetricsReporter(Reporter):
         return f"http://{host}:{self.port}/metrics"
 
     def serve(self) -> None:
-        """Start answering scrapes on a daemon thread; one line if the address cannot be bound."""
+        """Start answering scrapes on the thread "metrics-http" (joined by `close`); one line if
+        the address cannot be bound."""
         if self._server is not None:
             return
         from prometheus_client import start_http_server
 
         try:
-            server, _ = start_http_server(self.port, self.host, registry=self.registry)
+            server, thread = start_http_server(self.port, self.host, registry=self.registry)
         except OSError as e:
             raise ConfigError(
                 f"monitor.metrics = {self.host}:{self.port}: cannot serve metrics there: "
                 f"{e.strerror or e}: choose a free port (or 0 for any)"
             ) from None
-        self._server = server
+        self._server, self._thread = server, thread
+        thread.name = "metrics-http"
         self.port = server.server_port
 
     def exposition(self) -> bytes:
@@ -276,6 +280,9 @@ class MetricsReporter(Reporter):
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
+            self._server.shutdown()  # serve_forever returns, so the thread ends
             self._server.server_close()
             self._server = None
+        if self._thread is not None:
+            self._thread.join(5.0)
+            self._thread = None

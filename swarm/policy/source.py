@@ -160,7 +160,7 @@ def hub_reachable(endpoint: str, timeout: float = HUB_TIMEOUT_S) -> bool:
         with contextlib.suppress(OSError):
             found.extend(socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM))
 
-    lookup = threading.Thread(target=resolve, daemon=True)
+    lookup = threading.Thread(target=resolve, name="hub-lookup", daemon=True)
     lookup.start()
     lookup.join(timeout)
     for family, kind, proto, _, address in list(found)[:4]:

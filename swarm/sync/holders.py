@@ -58,6 +58,7 @@ class HolderRegistry:
         self.key = holders_key(base_hash)
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         # payload hash -> {holder: addrs}, newest last
         self._holders: collections.OrderedDict[str, dict[str, tuple[str, ...]]] = (
             collections.OrderedDict()
@@ -94,9 +95,9 @@ class HolderRegistry:
         self.note((f, f.key[len(HAVE_PREFIX) :]) for f in fetches)
 
     def run_every(self, interval_s: float) -> threading.Thread:
-        """`refresh` every `interval_s` on a daemon thread, until `stop` or the transport
-        closes: a trainer's rounds are long, and followers should find holders within
-        seconds of each other's fetches, not a round later."""
+        """`refresh` every `interval_s` on the thread "delta-holders", until `stop` (which
+        joins it) or the transport closes: a trainer's rounds are long, and followers should
+        find holders within seconds of each other's fetches, not a round later."""
 
         def loop() -> None:
             while not self._stop.wait(interval_s):
@@ -105,12 +106,15 @@ class HolderRegistry:
                 except TransportError:
                     return  # the transport closed: the node is stopping
 
-        thread = threading.Thread(target=loop, name="delta-holders", daemon=True)
-        thread.start()
-        return thread
+        self._thread = threading.Thread(target=loop, name="delta-holders", daemon=True)
+        self._thread.start()
+        return self._thread
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the refresh thread, if one runs, and wait for it (one refresh at most)."""
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
     def hints(self) -> list[HolderHint]:
         return [

@@ -4,6 +4,7 @@ a holder serving other bytes is refused and recorded, and every follower stays b
 from __future__ import annotations
 
 import random
+import time
 
 from swarm.bench.delta_sim import DeltaSimSettings, simulate_deltas
 from swarm.p2p.transport import BlobServed, MemoryHub, MemoryTransport
@@ -68,3 +69,20 @@ def test_hints_longer_than_hints_can_be_are_refused_before_they_are_read():
     trainer.serve_blob(holders_key(base), encode_hints(most))
     assert len(read_hints(follower, "trainer", base, timeout=1.0)) == 32
     assert follower.stats().blob_bytes_in == len(encode_hints(most))
+
+
+class SlowTransport(MemoryTransport):
+    """A transport whose served-blob list takes a while: a refresh in progress at stop."""
+
+    def served_blobs(self, prefix: str = "") -> list[BlobServed]:
+        time.sleep(0.3)
+        return super().served_blobs(prefix)
+
+
+def test_stopping_the_registry_ends_its_refresh_thread():
+    registry = HolderRegistry(SlowTransport("trainer"), "b" * 64)
+    thread = registry.run_every(0.01)
+    assert thread.name == "delta-holders" and thread.is_alive()
+    time.sleep(0.05)  # the first refresh is under way
+    registry.stop()
+    assert not thread.is_alive()

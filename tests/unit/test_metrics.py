@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,7 @@ def test_several_nodes_in_one_process_keep_their_own_metrics():
     finally:
         a.close()
         b.close()
+    assert not any(t.name == "metrics-http" for t in threading.enumerate())
 
 
 @pytest.mark.parametrize("text", ["9400", ":9400", "localhost:", "host:port", "127.0.0.1:70000"])
