@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from swarm.config import Config
+from swarm.config.schema import Config
 from swarm.core.errors import SwarmError
 
 

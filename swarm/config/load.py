@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swarm.config import SECTIONS, Config, build_config, who_set
+from swarm.config.build import build_config, who_set
+from swarm.config.schema import SECTIONS, Config
 from swarm.core.errors import ConfigError
 
 ENV_PREFIX = "SWARM__"
@@ -47,7 +48,7 @@ def load_with_origins(
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, tuple[str, Any]] | None = None,
 ) -> LoadedConfig:
-    """`swarm.config.load_config`, keeping where each key came from.
+    """`load_config`, keeping where each key came from.
 
     Path keys (`node.run_dir`, `p2p.psk_file`, a relative SQLite `ledger.url`) come out
     absolute: relative ones in the file are relative to the file's folder (so a folder of

@@ -33,7 +33,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from swarm.config import Config, task_mix
+from swarm.config.schema import Config, task_mix
 from swarm.core.errors import ConfigError, SwarmError
 from swarm.p2p.addresses import (
     TcpAddress,
