@@ -15,7 +15,7 @@ larger than the whole budget is used once and not kept.
 The budget is `verify.task_cache_mb` (`configure`, called when a node or its verification
 worker starts); the default suits a process that configured nothing (tools, tests).
 
-Deliberately not here: building datasets (`swarm.tasks`) or guarding their scorers
+Deliberately not here: building datasets (`swarm.tasks.build`) or guarding their scorers
 (`swarm.tasks.guard`, applied to every dataset this cache builds).
 """
 

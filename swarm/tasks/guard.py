@@ -17,7 +17,7 @@ A refused answer raises `ValueError`, which the scorers already count as a wrong
 (score 0). Honest answers score as before. Time and memory are bounded elsewhere (the
 verification worker, `swarm.verify.worker`): `9**9**9` is a legal expression.
 
-Deliberately not here: building or caching datasets (`swarm.tasks`, `swarm.tasks.cache`).
+Deliberately not here: building or caching datasets (`swarm.tasks.build`, `swarm.tasks.cache`).
 """
 
 from __future__ import annotations
