@@ -238,9 +238,10 @@ class Gossip:
         return len(self.gossipsub.mesh.get(topic, ()))
 
     async def wait_for_topic_peers(self, topic: str, count: int, timeout: float) -> int:
-        with trio.move_on_after(timeout):
-            while self.mesh_size(topic) < count:
-                await trio.sleep(0.05)
+        """Until `count` peers are in the topic's mesh (woken by each join), at most `timeout`."""
+        deadline = trio.current_time() + timeout
+        while self.mesh_size(topic) < count and trio.current_time() < deadline:
+            await self.gossipsub.mesh_grew.wait(deadline - trio.current_time())
         return self.mesh_size(topic)
 
     def fullest_queue(self) -> int:
@@ -264,6 +265,28 @@ class Gossip:
     def pending_outbound(self) -> int:
         """RPCs waiting in all peers' outbound queues."""
         return sum(len(queue) for queue in self.pubsub.peer_queues.values())
+
+    def next_stall_in(self) -> float:
+        """Seconds until the next waiting queue counts as stalled (`fullest_queue` then leaves
+        it out) if its send loop makes no progress meanwhile; inf when none waits."""
+        now = trio.current_time()
+        progress = self.pubsub.send_progress
+        left = (
+            progress.get(peer_id, now) + BACKPRESSURE_STALL_S - now
+            for peer_id, queue in self.pubsub.peer_queues.items()
+            if len(queue) > 0
+        )
+        # A millisecond past the mark, so that the queue is left out when the wait ends.
+        return min((s + 0.001 for s in left if s >= 0), default=float("inf"))
+
+    async def wait_for_sending(self, timeout: float) -> bool:
+        """Until a peer's send loop writes a batch or ends, or the outbox hands one over, at
+        most `timeout` seconds; whether something moved."""
+        return await self.pubsub.sent.wait(timeout)
+
+    def note_handed_over(self) -> None:
+        """The outbox handed a message to pubsub: wake waits on the queues (trio thread)."""
+        self.pubsub.sent.fire()
 
     async def watch_send_queues(self, nursery: trio.Nursery) -> None:
         """Tear down the connection of any peer whose outbound queue is stuck (see SEND_STALL_S)."""

@@ -75,6 +75,7 @@ from swarm.p2p.libp2p.framing import (  # noqa: E402
 )
 from swarm.p2p.libp2p.inbound import InboundBudget  # noqa: E402
 from swarm.p2p.libp2p.peer_costs import Cost  # noqa: E402
+from swarm.p2p.libp2p.pulse import Pulse  # noqa: E402
 from swarm.p2p.transport import PeerRejectReason  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -247,11 +248,17 @@ class SwarmGossipSub(GossipSub):
     def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - GossipSub's own
         super().__init__(*args, **kwargs)
         self.budget = ControlBudget()
+        self.mesh_grew = Pulse()  # fires whenever a peer joins a topic's mesh
         self.scorer = BlameScorer(self.scorer.params)
         self.scorer.is_peer = lambda peer: self.pubsub is not None and peer in self.pubsub.peers
 
     def _check_equivocation(self, msg: rpc_pb2.Message) -> bool:
         return True
+
+    def _notify_mesh_peer_added(self, peer_id: ID, topic: str) -> None:
+        # Every path that adds a mesh peer (join, GRAFT, heartbeat, opportunistic graft) calls this.
+        super()._notify_mesh_peer_added(peer_id, topic)
+        self.mesh_grew.fire()
 
     def gossip_heartbeat(self):  # noqa: ANN201 - the library's own return type
         self.budget.new_heartbeat()  # once per heartbeat, before IHAVEs go out
@@ -475,6 +482,7 @@ class SwarmPubsub(Pubsub):
         )
         # peer -> trio time its send loop last made progress (started, or finished a write)
         self.send_progress: dict[ID, float] = {}
+        self.sent = Pulse()  # fires when a send loop writes a batch or ends
         self.counter = time.time_ns()
 
     def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
@@ -498,11 +506,15 @@ class SwarmPubsub(Pubsub):
                 if first is None:
                     return  # queue closed: the peer is gone
                 batch, carry = coalesce(first, queue, min(RPC_BATCH_BYTES, queue.max_message_size))
-                if not await self.write_msg(stream, batch):
+                ok = await self.write_msg(stream, batch)
+                self.sent.fire()
+                if not ok:
                     return
         except Exception as exc:  # noqa: BLE001 - as in the library: a failed send loop = dead peer
             self._on_peer_error("send", exc)
             await self._drop_peer(peer_id)
+        finally:
+            self.sent.fire()  # its queue no longer holds anyone back
 
     async def stream_handler(self, stream: INetStream) -> None:
         peer_id = stream.muxed_conn.peer_id

@@ -15,7 +15,6 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable
 
 import trio
 
@@ -34,19 +33,15 @@ QUEUE_BYTES_BUDGET = 32 * 1024 * 1024
 # blocks, for at most publish_wait, while they are full.
 OUTBOX_MESSAGES = 1024
 OUTBOX_BYTES = 64 * 1024 * 1024
-BACKPRESSURE_POLL_S = 0.001
-FLUSH_POLL_S = 0.005
 
 
 class Outbox:
     """The bounded FIFO between `publish()` and the network thread, and the task that drains it."""
 
-    def __init__(
-        self, counters: Counters, publish_wait: float, is_stopped: Callable[[], bool]
-    ) -> None:
+    def __init__(self, counters: Counters, publish_wait: float) -> None:
         self._counters = counters
         self._publish_wait = publish_wait
-        self._is_stopped = is_stopped
+        self._closed = False
         self._items: collections.deque[tuple[str, bytes]] = collections.deque()
         self._bytes = 0
         self._cond = threading.Condition()
@@ -81,9 +76,15 @@ class Outbox:
                     f"publish gave up after {self._publish_wait:.0f} s: peers are not draining "
                     f"({len(self._items)} messages still waiting to go out)"
                 )
-            if self._is_stopped():
+            if self._closed:
                 raise TransportError("the libp2p host has stopped")
-            self._cond.wait(min(remaining, 0.5))
+            self._cond.wait(remaining)  # woken by a message leaving, or by close()
+
+    def close(self) -> None:
+        """The network thread has ended: wake every put() waiting for room (it raises)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
     # ------------------------------------------------------------------ trio thread
 
@@ -102,15 +103,18 @@ class Outbox:
                 await self._wait_for_queue_room(gossip, len(data))
                 await self._publish_one(gossip, topic, data)
                 self._pop()
+                gossip.note_handed_over()
                 await trio.sleep(0)  # let the per-peer sending tasks run between messages
 
     async def flush(self, gossip: Gossip, timeout: float) -> bool:
         """Wait until everything published has left the outbox and every peer queue is empty."""
-        with trio.move_on_after(timeout):
-            while self._items or gossip.pending_outbound() > 0:
-                await trio.sleep(FLUSH_POLL_S)
-            return True
-        return False
+        deadline = trio.current_time() + timeout
+        while self._items or gossip.pending_outbound() > 0:
+            left = deadline - trio.current_time()
+            if left <= 0:
+                return False
+            await gossip.wait_for_sending(left)  # woken by each batch written or handed over
+        return True
 
     async def _publish_one(self, gossip: Gossip, topic: str, data: bytes) -> None:
         try:
@@ -132,7 +136,8 @@ class Outbox:
             return
         deadline = trio.current_time() + self._publish_wait
         while gossip.fullest_queue() > limit:
-            if trio.current_time() >= deadline:
+            left = deadline - trio.current_time()
+            if left <= 0:
                 with self._counters.locked() as stats:
                     stats.backpressure_timeouts += 1
                 logger.warning(
@@ -141,7 +146,8 @@ class Outbox:
                     gossip.fullest_queue(),
                 )
                 return
-            await trio.sleep(BACKPRESSURE_POLL_S)
+            # Woken by each batch a send loop writes, or when a queue starts to count as stalled.
+            await gossip.wait_for_sending(min(left, gossip.next_stall_in()))
         with self._counters.locked() as stats:
             stats.backpressure_waits += 1
 

@@ -177,7 +177,7 @@ class Libp2pTransport(Transport):
             label=f"libp2p host of {self.peer_id}",
             grace=CLOSE_GRACE_S,
         )
-        self._outbox = Outbox(self._counters, float(publish_wait), lambda: self._thread.has_stopped)
+        self._outbox = Outbox(self._counters, float(publish_wait))
         self._listen_addrs: list[str] = []
         self._net: _Network | None = None  # set on the network thread while it runs
         self._nursery: trio.Nursery | None = None  # the network thread's, once it serves
@@ -199,6 +199,12 @@ class Libp2pTransport(Transport):
     # ------------------------------------------------------------------ the trio side
 
     async def _run_host(self) -> None:
+        try:
+            await self._serve()
+        finally:
+            self._outbox.close()  # however the host ends, a publish waiting for room ends too
+
+    async def _serve(self) -> None:
         net = self._net = self._build_network()
         # Pubsub and GossipSub run before the host listens: an inbound pubsub stream that
         # arrives before Pubsub's service manager exists kills the host.
