@@ -9,27 +9,30 @@ Ed25519 public key, so a receiver checks the signature against the peer ID named
 body, with no key exchange: a valid signature binds the message to that peer. The domain
 tags keep a signature over one kind of message from ever passing for another.
 
-Deliberately not here: the message types and their encoding (`swarm.wire`), or whether to
-trust a correctly signed message (`swarm.verify`, `swarm.sync.rules`).
+Deliberately not here: the message types and their encoding (`swarm.wire.messages`,
+`swarm.wire.codec`), or whether to trust a correctly signed message (`swarm.verify`,
+`swarm.sync.rules`).
 """
 
 from __future__ import annotations
 
 from swarm.core.errors import RejectedMessage
 from swarm.core.reasons import Reason
-from swarm.wire import (
-    DeltaManifest,
-    GroupAnnouncement,
-    RolloutGroup,
-    SignedAnnouncement,
-    SignedGroup,
-    SignedManifest,
+from swarm.wire.codec import (
     decode_announcement,
     decode_group,
     decode_manifest,
     encode_announcement,
     encode_group,
     encode_manifest,
+)
+from swarm.wire.messages import (
+    DeltaManifest,
+    GroupAnnouncement,
+    RolloutGroup,
+    SignedAnnouncement,
+    SignedGroup,
+    SignedManifest,
 )
 
 SIGNING_DOMAIN = b"swarm-node/rollout-group/v1\x00"

@@ -10,7 +10,7 @@ Both run on their own libp2p stream protocol (not gossip), one request per strea
   that many bytes.
 
 A frame is a u32 big-endian length and that many bytes. The gossip messages are in
-`swarm.wire`; reading and writing the streams is the libp2p transport's.
+`swarm.wire.messages`; reading and writing the streams is the libp2p transport's.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ and last the fallback (`malformed` after a failed decode, `non_canonical` otherw
 `canonical_types` gives a struct the exact Python types its fields declare (an int
 timestamp becomes a float, numpy rewards plain floats), as the encoder must write them.
 
-Deliberately not here: the message types themselves (`swarm.wire`).
+Deliberately not here: the message types themselves (`swarm.wire.messages`).
 """
 
 from __future__ import annotations
