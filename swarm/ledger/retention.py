@@ -32,7 +32,8 @@ from pathlib import Path
 from sqlalchemy import delete, func, insert, inspect, select, text
 
 from swarm.core.reasons import Direction, Status
-from swarm.ledger import Base, DeltaRow, GroupRow, Ledger, RejectionCountRow
+from swarm.ledger.database import Ledger
+from swarm.ledger.schema import Base, DeltaRow, GroupRow, RejectionCountRow
 
 BATCH = 2000  # rows deleted per transaction
 ROW_OVERHEAD = 200  # bytes of a row besides a group's signed body (an estimate)

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from sqlalchemy import insert
 
 from swarm.core.reasons import Direction, Status
-from swarm.ledger import GroupRow, Ledger
+from swarm.ledger.database import Ledger
 from swarm.ledger.retention import Retention, ledger_size, prune
+from swarm.ledger.schema import GroupRow
 
 HOUR_S = 3600.0
 
