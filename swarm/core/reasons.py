@@ -83,7 +83,7 @@ class Reason(enum.StrEnum):
     WRONG_TENSORS = "wrong_tensors"  # a payload for other tensor names, shapes or dtypes
     NON_FINITE = "non_finite"  # a payload that would write NaN or infinite weights
     BROKEN_MODEL = "broken_model"  # applied, the model's forward pass gave non-finite logits
-    # Re-verifying stored groups offline (`swarm.replay`): what the ledger itself got wrong.
+    # Re-verifying stored groups offline (`swarm.ops.replay`): what the ledger itself got wrong.
     NO_BODY = "no_body"  # the ledger kept no bytes of the message
     HASH_MISMATCH = "hash_mismatch"  # the stored body does not hash to its recorded content hash
     # A code this version does not know, read back from a ledger written by another one.

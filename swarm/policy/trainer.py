@@ -98,7 +98,7 @@ class OptimizerKind(StrEnum):
 
 @dataclass(frozen=True)
 class TrainerSettings:
-    """The trainer's knobs (mirrors `swarm.config.TrainingConfig`, without I/O concerns)."""
+    """The trainer's knobs (mirrors `swarm.config.TrainingSection`, without I/O concerns)."""
 
     lr: float = 1e-6
     weight_decay: float = 0.0

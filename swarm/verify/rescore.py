@@ -7,7 +7,7 @@ The verifier compares the sender's claimed rewards with these under the sender's
 bonus (and any answer rule, which the wire does not declare); training uses them under this
 node's own scoring.
 
-Deliberately not here: what to do with a mismatch (`swarm.verify.gate`, `swarm.replay`) or
+Deliberately not here: what to do with a mismatch (`swarm.verify.gate`, `swarm.ops.replay`) or
 the experience pool that keeps re-scored groups (`swarm.experience`).
 """
 

@@ -1,0 +1,73 @@
+"""The docs name only what exists: every file path and every `swarm.` module (or a name in
+one) that README.md and docs/*.md mention is there in the code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PATH = re.compile(
+    r"(?<![\w./-])((?:swarm|scripts|tests|node_config|docs|models|constraints)/[\w./-]*\w)"
+)
+DOTTED = re.compile(r"(?<![\w./-])(swarm(?:\.\w+)+)")
+# Names shaped like code that are not: the swarm key file, and libp2p protocol IDs.
+NOT_CODE = {"swarm.key", "swarm/policy/tensor/1", "swarm/policy/weights/1"}
+
+
+def module_file(dotted: str) -> Path | None:
+    """The source of a swarm module or package, if it exists (found without importing)."""
+    parts = dotted.split(".")
+    base = ROOT.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def dotted_exists(dotted: str) -> bool:
+    """`swarm.a.b` is a module, or `swarm.a` is one and defines `b` (a class, function, ...)."""
+    if module_file(dotted) is not None:
+        return True
+    module, _, name = dotted.rpartition(".")
+    source = module_file(module)
+    if source is None:
+        return False
+    pattern = rf"^\s*(?:class|def|async def)\s+{name}\b|^\s*{name}\s*[:=]|\b{name}\b.*# re-export|\"{name}\""
+    text = source.read_text(encoding="utf-8")
+    return (
+        re.search(pattern, text, re.M) is not None
+        or f"import {name}" in text
+        or f" {name}," in text
+    )
+
+
+def mentions(doc: Path) -> tuple[set[str], set[str]]:
+    text = doc.read_text(encoding="utf-8")
+    paths = {m.rstrip(".") for m in PATH.findall(text)} - NOT_CODE
+    dotted = {m.rstrip(".") for m in DOTTED.findall(text)} - NOT_CODE
+    return paths, dotted
+
+
+def test_every_path_and_module_the_docs_name_exists():
+    missing = []
+    for doc in DOCS:
+        paths, dotted = mentions(doc)
+        for p in sorted(paths):
+            if "*" in p or "<" in p:
+                continue
+            if not (ROOT / p).exists():
+                missing.append(f"{doc.name}: {p}")
+        for d in sorted(dotted):
+            if not dotted_exists(d):
+                missing.append(f"{doc.name}: {d}")
+    assert missing == []
+
+
+def test_the_check_sees_a_stale_name(tmp_path):
+    assert dotted_exists("swarm.core.errors") and dotted_exists("swarm.core.errors.SwarmError")
+    assert not dotted_exists("swarm.node.pulling") and not dotted_exists("swarm.core.errors.Nope")
+    doc = tmp_path / "x.md"
+    doc.write_text("see `swarm/node/pulling.py` and swarm.replay\n")
+    assert mentions(doc) == ({"swarm/node/pulling.py"}, {"swarm.replay"})
