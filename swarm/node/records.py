@@ -3,7 +3,9 @@
 `Records` writes what the other parts report, each call in one transaction: a round with
 its update, its sent groups and the shared groups it trained on; the weight-delta events
 of the sync parts; an evaluation. `group_row` only builds a group's row, for the sharing
-part to add within the transaction in which it stores what it received.
+part to add within the transaction in which it stores what it received. What a round's
+rows say (mean reward, accuracy, tokens...) is computed apart, by the pure
+`round_metrics`, from plain data.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from swarm.core.reasons import Direction, Status
@@ -33,6 +36,46 @@ from swarm.tasks import Scoring, extract_answer
 
 if TYPE_CHECKING:
     from swarm.node.state import NodeState, SharingStats
+
+
+@dataclass(frozen=True)
+class RoundMetrics:
+    """What a round's rows and report say about its groups and its training batch."""
+
+    questions: int  # groups generated
+    completions: int
+    mean_reward: float  # over the generated completions
+    accuracy: float  # share of generated completions scored correct
+    tagged: float  # share of generated completions with a tagged answer
+    tokens: int  # generated
+    trained_groups: int  # own groups trained on
+    shared_groups: int  # peers' groups trained on
+    samples: int  # completions in the training batch
+    batch_reward: float  # mean reward over the training batch
+
+
+def round_metrics(groups, trained, shared, scoring: Scoring) -> RoundMetrics:
+    """A round's metrics from its generated `groups` (`.task`, `.rewards`, `.completions` with
+    `.text` and `.token_ids`), the own groups `trained` on and the peers' groups `shared`
+    (`.rewards`). Pure."""
+    completions = [c for g in groups for c in g.completions]
+    rewards = [r for g in groups for r in g.rewards]
+    correct = sum(scoring.correct(g.task, c.text) for g in groups for c in g.completions)
+    trained, shared = list(trained), list(shared)
+    trained_rewards = [r for g in trained + shared for r in g.rewards]
+    n = max(len(completions), 1)
+    return RoundMetrics(
+        questions=len(groups),
+        completions=len(completions),
+        mean_reward=sum(rewards) / max(len(rewards), 1),
+        accuracy=correct / n,
+        tagged=sum(extract_answer(c.text)[1] for c in completions) / n,
+        tokens=sum(len(c.token_ids) for c in completions),
+        trained_groups=len(trained),
+        shared_groups=len(shared),
+        samples=len(trained_rewards),
+        batch_reward=sum(trained_rewards) / max(len(trained_rewards), 1),
+    )
 
 
 class Records:
@@ -86,94 +129,102 @@ class Records:
     ) -> RoundReport:
         """One transaction: the shared groups used, the `peers` seen, the groups sent, the round
         and its update. Returns the round's report (with `sharing`'s totals so far)."""
-        rewards = [r for g in groups for r in g.rewards]
-        completions = [c for g in groups for c in g.completions]
-        correct = sum(self.scoring.correct(g.task, c.text) for g in groups for c in g.completions)
-        mean_reward = sum(rewards) / max(len(rewards), 1)
-        accuracy = correct / max(len(completions), 1)
-        tagged = sum(extract_answer(c.text)[1] for c in completions) / max(len(completions), 1)
-        tokens = sum(len(c.token_ids) for c in completions)
-        trained_rewards = [r for g in list(trained) + list(shared) for r in g.rewards]
-        batch_reward = sum(trained_rewards) / max(len(trained_rewards), 1)
+        metrics = round_metrics(groups, trained, shared, self.scoring)
+        round_row = RoundRow(
+            round=self.state.round,
+            policy_version=self.state.policy_version,
+            started_at=started,
+            questions=metrics.questions,
+            completions=metrics.completions,
+            mean_reward=metrics.mean_reward,
+            accuracy=metrics.accuracy,
+            tokens_generated=metrics.tokens,
+            generate_s=times.generate,
+            score_s=times.score,
+            train_s=times.train,
+            other_s=times.other,
+            total_s=times.total,
+        )
+        update_row = self._update_row(metrics, result, version_before)
         with self.ledger.transaction() as session:
             for group, advantages in zip(shared, shared_advantages, strict=True):
-                session.add(
-                    GroupUseRow(
-                        group_id=group.row_id,
-                        content_hash=group.content_hash,
-                        sender=group.sender,
-                        round=self.state.round,
-                        version_after=self.state.policy_version,
-                        skipped_update=result.skipped,
-                        advantages=json.dumps([round(a, 6) for a in advantages]),
-                        advantage_abs_sum=sum(abs(a) for a in advantages),
-                        mean_reward=sum(group.rewards) / len(group.rewards),
-                    )
-                )
+                session.add(self._use_row(group, advantages, result.skipped))
             for peer in peers:  # connected peers and where they are reachable
                 touch_peer(session, peer.peer_id, time.time(), addrs=json.dumps(list(peer.addrs)))
             for g in groups:
                 session.add(self.group_row(g.signed, g.wire, Direction.SENT, Status.SENT))
-            session.add(
-                RoundRow(
-                    round=self.state.round,
-                    policy_version=self.state.policy_version,
-                    started_at=started,
-                    questions=len(groups),
-                    completions=len(completions),
-                    mean_reward=mean_reward,
-                    accuracy=accuracy,
-                    tokens_generated=tokens,
-                    generate_s=times.generate,
-                    score_s=times.score,
-                    train_s=times.train,
-                    other_s=times.other,
-                    total_s=times.total,
-                )
-            )
-            session.add(
-                UpdateRow(
-                    round=self.state.round,
-                    version_before=version_before,
-                    version_after=self.state.policy_version,
-                    skipped=result.skipped,
-                    skip_reason=result.skip_reason,
-                    local_groups=len(trained),
-                    shared_groups=len(shared),
-                    samples=len(trained_rewards),
-                    tokens=result.tokens,
-                    mean_reward=batch_reward,
-                    loss=result.loss,
-                    grad_norm=result.grad_norm,
-                    clip_fraction=result.clip_fraction,
-                    kl=result.kl,
-                    seconds=result.seconds,
-                    created_at=time.time(),
-                )
-            )
-        self.state.rewards.append(mean_reward)
+            session.add(round_row)
+            session.add(update_row)
+        self.state.rewards.append(metrics.mean_reward)
+        return self._report(metrics, result, times, shared, len(peers), sharing)
+
+    def _use_row(self, group, advantages, skipped: bool) -> GroupUseRow:
+        """A shared group's use in this round's update, with the advantages it got."""
+        return GroupUseRow(
+            group_id=group.row_id,
+            content_hash=group.content_hash,
+            sender=group.sender,
+            round=self.state.round,
+            version_after=self.state.policy_version,
+            skipped_update=skipped,
+            advantages=json.dumps([round(a, 6) for a in advantages]),
+            advantage_abs_sum=sum(abs(a) for a in advantages),
+            mean_reward=sum(group.rewards) / len(group.rewards),
+        )
+
+    def _update_row(
+        self, metrics: RoundMetrics, result: UpdateResult, version_before: int
+    ) -> UpdateRow:
+        return UpdateRow(
+            round=self.state.round,
+            version_before=version_before,
+            version_after=self.state.policy_version,
+            skipped=result.skipped,
+            skip_reason=result.skip_reason,
+            local_groups=metrics.trained_groups,
+            shared_groups=metrics.shared_groups,
+            samples=metrics.samples,
+            tokens=result.tokens,
+            mean_reward=metrics.batch_reward,
+            loss=result.loss,
+            grad_norm=result.grad_norm,
+            clip_fraction=result.clip_fraction,
+            kl=result.kl,
+            seconds=result.seconds,
+            created_at=time.time(),
+        )
+
+    def _report(
+        self,
+        metrics: RoundMetrics,
+        result: UpdateResult,
+        times,
+        shared,
+        peers: int,
+        sharing: SharingStats,
+    ) -> RoundReport:
         return RoundReport(
             round=self.state.round,
             policy_version=self.state.policy_version,
-            mean_reward=mean_reward,
-            accuracy=accuracy,
-            groups=len(groups),
-            trained_groups=len(trained),
-            shared_groups=len(shared),
+            mean_reward=metrics.mean_reward,
+            accuracy=metrics.accuracy,
+            groups=metrics.questions,
+            trained_groups=metrics.trained_groups,
+            shared_groups=metrics.shared_groups,
             skipped=result.skipped,
             loss=result.loss,
             generate_s=times.generate,
             train_s=times.train,
             total_s=times.total,
-            tokens_generated=tokens,
-            peers=len(peers),
+            tokens_generated=metrics.tokens,
+            peers=peers,
             received=sharing.received_groups,
             accepted=sharing.accepted_groups,
             rejected=sharing.rejected_groups,
             refused=sum(sharing.refused_by_reason.values()),
             optimizer_steps=result.steps,
-            batch_reward=batch_reward,
-            tagged=tagged,
+            batch_reward=metrics.batch_reward,
+            tagged=metrics.tagged,
             shared_families=tuple(g.family for g in shared),
             score_s=times.score,
         )
