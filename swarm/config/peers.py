@@ -56,6 +56,33 @@ class P2PSection:
         min=4,
         max=64,
     )
+    max_connections: int = opt(
+        64,
+        "Connected peers kept at most: past it the least recently used idle connections are "
+        "closed (bootstrap peers too once the node knows 4 others; 0: no bound).",
+        min=0,
+        max=100_000,
+    )
+    cost_rate: float = opt(
+        300.0,
+        "Each peer's cost budget: units a second that leak away (an RPC or message costs 1, a "
+        "connection or a refusal 10; docs/LIBP2P.md). What a peer may cost, sustained.",
+        min=1.0,
+    )
+    cost_graylist_at: float = opt(
+        3000.0,
+        "A peer whose cost passes this has its RPCs dropped unparsed until it falls back under.",
+        min=1.0,
+    )
+    cost_ban_at: float = opt(
+        6000.0,
+        "A peer whose cost passes this is disconnected and refused for cost_ban_s (its refusals "
+        "are counted in the ledger as over_cost_budget). Above cost_graylist_at.",
+        min=1.0,
+    )
+    cost_ban_s: float = opt(
+        600.0, "How long a ban for cost lasts, in seconds.", min=1.0, max=30 * 86400.0
+    )
 
 
 # -- verification of peers' rollout groups --

@@ -42,6 +42,11 @@ def check_cross_field(config: Config, origin) -> None:
         weight = entry.get("weight", 1.0)
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
             raise ConfigError(f"{source}: tasks.mix[{i}].weight must be a positive number")
+    if config.p2p.cost_ban_at <= config.p2p.cost_graylist_at:
+        raise ConfigError(
+            f"{origin('p2p', 'cost_ban_at')}: p2p.cost_ban_at ({config.p2p.cost_ban_at:g}) must be "
+            f"above p2p.cost_graylist_at ({config.p2p.cost_graylist_at:g})"
+        )
     for i, addr in enumerate(config.p2p.bootstrap):
         if not isinstance(addr, str) or "/p2p/" not in addr:
             raise ConfigError(

@@ -120,13 +120,22 @@ def identity_and_transport(config: Config, transport: Transport | None, key_pair
 def make_transport(config: Config, key_pair) -> Transport:
     """The libp2p transport this config describes (imported lazily: it pulls in trio and libp2p)."""
     from swarm.p2p.libp2p import Libp2pTransport
+    from swarm.p2p.libp2p.peer_costs import CostSettings
 
+    p2p = config.p2p
     return Libp2pTransport(
         key_pair=key_pair,
-        listen_addr=config.p2p.listen,
-        bootstrap=list(config.p2p.bootstrap),
-        psk=read_psk(config.p2p.psk_file) if config.p2p.psk_file else None,
-        allow_list=list(config.p2p.allow_list) or None,
+        listen_addr=p2p.listen,
+        bootstrap=list(p2p.bootstrap),
+        psk=read_psk(p2p.psk_file) if p2p.psk_file else None,
+        allow_list=list(p2p.allow_list) or None,
+        max_connections=p2p.max_connections,
+        cost_settings=CostSettings(
+            rate=p2p.cost_rate,
+            graylist_at=p2p.cost_graylist_at,
+            ban_at=p2p.cost_ban_at,
+            ban_s=p2p.cost_ban_s,
+        ),
     )
 
 

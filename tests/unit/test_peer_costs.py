@@ -3,6 +3,9 @@ then bans for a while with the reason, and forgets a ban that has run out."""
 
 from __future__ import annotations
 
+import pytest
+
+from swarm.core.errors import ConfigError
 from swarm.p2p.libp2p.peer_costs import MAX_TRACKED, UNITS, Cost, CostSettings, PeerCosts, Verdict
 
 
@@ -71,3 +74,38 @@ def test_bans_that_ran_out_are_forgotten_when_many_pile_up() -> None:
     clock.now += 61.0
     costs.charge("late", Cost.REFUSAL, 300)
     assert len(costs.snapshot()) == 1 and costs.banned("late")
+
+
+def test_the_budget_and_the_connection_bound_are_config_keys():
+    from swarm.config import build_config
+    from swarm.core.identity import create_identity
+    from swarm.node import make_transport
+
+    config = build_config(
+        {
+            "p2p": {
+                "cost_rate": 50.0,
+                "cost_graylist_at": 500.0,
+                "cost_ban_at": 900.0,
+                "cost_ban_s": 30.0,
+                "max_connections": 16,
+            }
+        }
+    )
+    transport = make_transport(config, create_identity(b"\x01" * 32))
+    try:
+        assert transport.cost_settings == CostSettings(
+            rate=50.0, graylist_at=500.0, ban_at=900.0, ban_s=30.0
+        )
+        assert transport.max_connections == 16
+    finally:
+        transport.close()
+
+
+def test_a_ban_level_under_the_graylist_level_is_one_line():
+    from swarm.config import build_config
+
+    with pytest.raises(
+        ConfigError, match=r"p2p.cost_ban_at \(100\) must be above p2p.cost_graylist_at \(3000\)"
+    ):
+        build_config({"p2p": {"cost_ban_at": 100.0}})

@@ -192,6 +192,16 @@ class Libp2pTransport(Transport):
         """
         self._thread.start(self._run_host, START_TIMEOUT_S)
 
+    @property
+    def cost_settings(self) -> CostSettings:
+        """Each peer's cost budget (`peer_costs`), as configured."""
+        return self._costs.settings
+
+    @property
+    def max_connections(self) -> int:
+        """Connected peers kept at most (0: no bound)."""
+        return self._max_connections
+
     def close(self) -> None:
         """Stop the host and its thread: graceful for up to CLOSE_GRACE_S, then cancelled."""
         self._thread.stop()
