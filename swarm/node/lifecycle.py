@@ -48,8 +48,10 @@ from swarm.node.assembly import (
     write_node_info,
 )
 from swarm.node.following import Following
+from swarm.node.intake import Intake, SpotCheck
 from swarm.node.memory import release_free_memory
 from swarm.node.monitoring import swarm_sample
+from swarm.node.publishing import Publishing
 from swarm.node.records import Records
 from swarm.node.rounds import RoundLoop, evaluate_by_family
 from swarm.node.sharing import Sharing
@@ -150,23 +152,33 @@ class Node:
             publisher=publisher,
             follower=follower,
         )
+        exchange = make_exchange(config, self.transport, self.verifier, self.key_pair, self.peer_id)
         self.sharing = Sharing(
             config=config,
-            key_pair=self.key_pair,
-            peer_id=self.peer_id,
-            topic=self.topic,
             transport=self.transport,
             verifier=self.verifier,
+            intake=Intake(
+                config,
+                self.verifier,
+                SpotCheck.from_config(config, self.spot_checker, self.policy, self.state),
+            ),
             pool=self.pool,
-            spot_checker=self.spot_checker,
-            policy=self.policy,
-            sampling=self.sampling,
-            state=self.state,
             ledger=self.ledger,
             records=self.records,
             reporter=self.reporter,
-            exchange=make_exchange(
-                config, self.transport, self.verifier, self.key_pair, self.peer_id
+            exchange=exchange,
+            publishing=Publishing(
+                config=config,
+                key_pair=self.key_pair,
+                peer_id=self.peer_id,
+                topic=self.topic,
+                transport=self.transport,
+                verifier=self.verifier,
+                policy=self.policy,
+                sampling=self.sampling,
+                state=self.state,
+                reporter=self.reporter,
+                exchange=exchange,
             ),
         )
         self.sharing.restore_memory()

@@ -5,7 +5,7 @@ model, generates nothing and trains nothing. It subscribes to the swarm's rollou
 delta topics and runs, on everything that arrives, every check a trainer runs except the
 token spot check (which needs the model): the gossip validator's cheap checks, then the
 copycat check, the task rebuilt from its spec, the question and every claimed reward
-recomputed (`swarm.node.sharing.Sharing`, with no policy). It records every group in its
+recomputed (`swarm.node.intake.Intake`, with no spot check). It records every group in its
 ledger (accepted ones with their signed bytes, so `swarm-node replay` re-verifies, exports
 or trains on them) and every delta manifest (`swarm.sync.manifests`). Gossip relays what it
 accepts to its other peers, so it also serves the swarm.
@@ -45,6 +45,7 @@ from swarm.node.assembly import (
     make_verifier,
     write_node_info,
 )
+from swarm.node.intake import Intake
 from swarm.node.monitoring import OBSERVER, swarm_sample
 from swarm.node.records import Records
 from swarm.node.sharing import Sharing
@@ -107,16 +108,10 @@ class Observer:
         )
         self.sharing = Sharing(
             config=config,
-            key_pair=self.key_pair,
-            peer_id=self.peer_id,
-            topic=self.topic,
             transport=self.transport,
             verifier=self.verifier,
+            intake=Intake(config, self.verifier),  # no model: no token spot check
             pool=ExperiencePool(1),  # it trains on nothing: the smallest pool there is
-            spot_checker=None,
-            policy=None,
-            sampling=None,
-            state=self.state,
             ledger=self.ledger,
             records=self.records,
             reporter=self.reporter,

@@ -1,10 +1,10 @@
 """The node's ledger rows: rounds, updates, groups, uses of shared groups, deltas, evaluations.
 
 `Records` writes what the other parts report, each call in one transaction: a round with
-its update, its sent groups and the shared groups it trained on; the weight-delta events
-of the sync parts; an evaluation. `group_row` only builds a group's row, for the sharing
-part to add within the transaction in which it stores what it received. What a round's
-rows say (mean reward, accuracy, tokens...) is computed apart, by the pure
+its update, its sent groups and the shared groups it trained on; what the sharing part
+received (accepted groups, rejected ones as rows or counts, automatic bans), checked before
+the transaction opens; the weight-delta events of the sync parts; an evaluation. What a
+round's rows say (mean reward, accuracy, tokens...) is computed apart, by the pure
 `round_metrics`, from plain data.
 """
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from swarm.core.reasons import Direction, Status
+from swarm.core.reasons import Direction, Reason, Status
 from swarm.ledger import (
     DeltaRow,
     EvalRow,
@@ -25,14 +25,18 @@ from swarm.ledger import (
     Ledger,
     RoundRow,
     UpdateRow,
+    add_ban,
+    add_rejection_counts,
     touch_peer,
 )
 from swarm.ledger.retention import Pruned, Retention, prune
 from swarm.monitor.display import Reporter, RoundReport
+from swarm.node.rejection_log import signed_by_sender
 from swarm.p2p.transport import PeerInfo
 from swarm.policy.trainer import UpdateResult
 from swarm.sync.rules import DeltaEvent
 from swarm.tasks import Scoring, extract_answer
+from swarm.verify.message import Accepted, Rejection
 
 if TYPE_CHECKING:
     from swarm.node.state import NodeState, SharingStats
@@ -227,6 +231,51 @@ class Records:
             tagged=metrics.tagged,
             shared_families=tuple(g.family for g in shared),
             score_s=times.score,
+        )
+
+    def record_received(
+        self,
+        accepted: Sequence[Accepted],
+        rejected: Sequence[Rejection],
+        counted: Mapping[tuple[str, Reason], int],
+        bans: Sequence[tuple[str, str]],
+        *,
+        now: float,
+        count_window_s: float,
+    ) -> list[int]:
+        """One transaction: peers' `accepted` groups (their row ids returned, in order), the
+        `rejected` ones as rows, the rejections `counted` by (peer, reason) in the window
+        holding `now`, and the (peer, reason) `bans` the reputation decided."""
+        with self.ledger.transaction() as session:
+            rows = []
+            for item in accepted:
+                touch_peer(session, item.group.sender, now, model=item.group.model)
+                row = self.group_row(
+                    item.signed, item.group, Direction.RECEIVED, Status.ACCEPTED, source=item.source
+                )
+                session.add(row)
+                rows.append(row)
+            session.flush()  # assigns the rows' ids, which records of their later use refer to
+            for r in rejected:
+                for peer in {r.source, r.sender if signed_by_sender(r) else ""} - {""}:
+                    touch_peer(session, peer, now)  # the transport's peer; a sender only if signed
+                session.add(self._rejected_row(r))
+            add_rejection_counts(session, counted, now, count_window_s)
+            for peer, reason in bans:
+                add_ban(session, peer, "auto", reason, now)
+            return [row.id for row in rows]
+
+    def _rejected_row(self, r: Rejection) -> GroupRow:
+        return self.group_row(
+            r.signed,
+            r.group,
+            Direction.RECEIVED,
+            Status.REJECTED,
+            source=r.source,
+            reason=r.reason,
+            detail=r.detail[:500],
+            content_hash=r.content_hash,
+            sender=r.sender,
         )
 
     def group_row(

@@ -26,9 +26,11 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from swarm.core.errors import RejectedMessage
 from swarm.core.reasons import Reason
 from swarm.verify.gate import blamed_peer
 from swarm.verify.message import Rejection
+from swarm.wire.signing import check_group_signature
 
 COUNTED_ONLY = frozenset({Reason.DUPLICATE, Reason.BANNED, Reason.IN_REJECTED_MESSAGE})
 MAX_PENDING_ROWS = 10_000
@@ -149,6 +151,17 @@ class RejectionLog:
             self._counts.clear()
             self._refused.clear()
         return taken
+
+
+def signed_by_sender(rejection: Rejection) -> bool:
+    """Whether a rejected group's claimed sender signed it (else the claim means nothing)."""
+    if not rejection.sender or rejection.signed is None:
+        return False
+    try:
+        check_group_signature(rejection.signed, rejection.sender)
+    except RejectedMessage:
+        return False
+    return True
 
 
 def _reason(text: str) -> Reason | None:

@@ -1,17 +1,24 @@
-"""Sharing: publishing this node's groups, and receiving its peers'.
+"""Sharing: receiving peers' groups and recording what became of them.
 
-Publishing signs a round's groups and sends them in batches; a failure is counted, never
-fatal. With an exchange protocol other than gossip (`p2p.exchange = "pull"`), the groups go
-to `exchange.publish` and arrive from `exchange.collect` (`swarm.exchange.base`); everything
-after that (verification, ledger, pool, reputation) is the same. Receiving has two halves. The gossip validator (`validate`, on the transport's
-thread) runs the verifier's cheap checks and notes the rejections. Once a round, `receive`
-drains the inbox, gives each group that passed the expensive checks (copycat, task
-rebuild, question, every claimed reward, and the token spot check on groups of this
-node's exact model and version), records every group in the ledger, and pools the good
-ones for training. Rejections are stored as rows within each peer's quota and counted
-beyond it (`swarm.node.rejection_log`), as is what the transport refuses by itself
-(`refused`, its rejection hook). Outcomes feed the peers' reputations; a peer they
-condemn is banned.
+The gossip validator (`validate`, on the transport's thread) runs the verifier's cheap
+checks and notes the rejections; the transport's rejection hook (`refused`) counts what the
+transport refused by itself (`swarm.node.refusals`). Once a round, `receive`:
+
+1. drains the inbox (`Verifier.recheck`: bans set since admission), or, with an exchange
+   protocol other than gossip (`p2p.exchange = "pull"`), collects what `exchange.collect`
+   pulled (`swarm.exchange.base`);
+2. reads which of those groups the ledger already holds (a short read, no write lock);
+3. has the intake run the expensive checks (`swarm.node.intake`: copycat, task rebuild,
+   question, every claimed reward, the token spot check on a node with a model) with no
+   transaction open;
+4. feeds the outcomes to the peers' reputations, then stores them in ONE short transaction
+   (`Records.record_received`: rows, rejection rows within each peer's quota and counts
+   beyond it, `swarm.node.rejection_log`; bans of the peers the reputation condemns), and
+   pools the accepted groups for training.
+
+So `swarm-node ban` (another process, same ledger) never waits on re-scoring. Publishing
+this node's own groups is `swarm.node.publishing`'s; `publish` hands the round's groups to
+it (a node without a model has none).
 """
 
 from __future__ import annotations
@@ -19,85 +26,72 @@ from __future__ import annotations
 import collections
 import logging
 import time
+from collections.abc import Sequence
 
 from swarm.config import Config
-from swarm.core.errors import RejectedMessage, SwarmError, TransportError
-from swarm.core.reasons import Direction, Reason, Status
+from swarm.core.errors import RejectedMessage, SwarmError
+from swarm.core.reasons import Reason
 from swarm.exchange.base import Exchange
 from swarm.experience import ExperiencePool, SharedGroup
 from swarm.ledger import (
     Ledger,
-    add_ban,
-    add_rejection_counts,
     banned_peers,
     group_known,
     received_outcomes,
     recent_accepted,
     rejected_rows_since,
-    touch_peer,
 )
 from swarm.monitor.display import Reporter
+from swarm.node.intake import Intake, Verified
+from swarm.node.publishing import Publishing
 from swarm.node.records import Records
 from swarm.node.refusals import transport_reason
 from swarm.node.rejection_log import RejectionLog, Taken
-from swarm.node.state import LocalGroup, NodeState, SharingStats
+from swarm.node.state import LocalGroup, SharingStats
 from swarm.p2p.transport import InboundMessage, PeerRejection, Transport
-from swarm.policy.model import Policy
-from swarm.policy.prompts import build_prompt
-from swarm.policy.source import same_model
-from swarm.tasks import Task
-from swarm.verify.gate import Verifier, blamed_peer
-from swarm.verify.message import Accepted, Rejection
-from swarm.verify.spotcheck import SpotChecker
+from swarm.verify.gate import Verifier
+from swarm.verify.message import Accepted
 from swarm.verify.state import NONCE_MEMORY
-from swarm.wire import RolloutGroup, Sampling, pack_messages, stored_nonce
-from swarm.wire.signing import check_group_signature, sign_group
+from swarm.wire import stored_nonce
 
 _log = logging.getLogger(__name__)  # node.log under `swarm-node join` (it captures the process)
 
+QUIET_S = 0.25  # final drain: the inbox quiet this long means nothing more is on its way
+FINAL_WAIT_S = 1.0  # final drain: the longest it waits for peers' last messages
+
 
 class Sharing:
-    """Publishes this node's groups and receives its peers' (see the module docstring)."""
+    """Receives peers' groups and records them; publishes through `publishing` (see the
+    module docstring)."""
 
     def __init__(
         self,
         *,
         config: Config,
-        key_pair,
-        peer_id: str,
-        topic: str,
         transport: Transport,
         verifier: Verifier,
+        intake: Intake,
         pool: ExperiencePool,
-        spot_checker: SpotChecker | None,
-        policy: Policy | None,
-        sampling,
-        state: NodeState,
         ledger: Ledger,
         records: Records,
         reporter: Reporter,
         exchange: Exchange | None = None,
+        publishing: Publishing | None = None,
     ):
         self.config = config
         self.exchange = exchange  # None: gossip through `validate` and the transport's inbox
-        self.key_pair = key_pair
-        self.peer_id = peer_id
-        self.topic = topic
         self.transport = transport
         self.verifier = verifier
+        self.intake = intake
         self.pool = pool  # peers' groups, re-scored, awaiting training
-        self.spot_checker = spot_checker
-        self.policy = policy
-        self.sampling = sampling
-        self.state = state
         self.ledger = ledger
         self.records = records
         self.reporter = reporter
+        self.publishing = publishing  # None: a node without a model publishes nothing
         self.stats = SharingStats()
         self.rejections = RejectionLog(
             config.ledger.rejected_rows_per_peer, config.ledger.count_window_s
         )
-        self._spot_checks_left = config.verify.spot_check_groups_per_round
 
     def restore_memory(self) -> None:
         """Feed the verifier what the ledger remembers: peers' reputations, and the groups
@@ -119,7 +113,7 @@ class Sharing:
 
     def new_round(self) -> None:
         """A new round: its budget of spot checks."""
-        self._spot_checks_left = self.config.verify.spot_check_groups_per_round
+        self.intake.new_round()
 
     def validate(self, message: InboundMessage) -> str | None:
         """Gossip validator (runs on the transport's thread): cheap checks, rejections noted
@@ -140,74 +134,45 @@ class Sharing:
         )
 
     def publish(self, groups: list[LocalGroup]) -> None:
-        """Sign this round's groups and publish them in batches; failures are counted, not fatal."""
-        signed, pairs = [], []
-        for group in groups:
-            group.wire = wire = self._wire_group(group)
-            group.signed = sign_group(wire, self.key_pair)
-            signed.append(group.signed)
-            pairs.append((group.signed, wire))
-            self.verifier.note_own(wire)  # a peer re-signing it is then a copycat
-        if self.exchange is not None:
-            self.exchange.publish(pairs)
-            self.stats.published_groups += len(groups)
-            return
-        for message in pack_messages(signed):
-            try:
-                self.transport.publish(self.topic, message)
-            except TransportError as e:
-                self.stats.publish_failures += 1
-                self.reporter.message(f"publish failed: {e}")
-        self.stats.published_groups += len(groups)
-
-    def _wire_group(self, group: LocalGroup) -> RolloutGroup:
-        policy = self.policy
-        if policy is None:
+        """Sign this round's groups and publish them (`swarm.node.publishing`), counted."""
+        if self.publishing is None:
             raise SwarmError("a node without a model has no groups to publish")
-        return RolloutGroup(
-            swarm_id=self.config.p2p.swarm_id,
-            sender=self.peer_id,
-            task=group.task.spec,
-            question=group.task.question,
-            completions=tuple(c.text for c in group.completions),
-            rewards=tuple(group.rewards),
-            finished=tuple(c.finished for c in group.completions),
-            model=policy.model_id,  # by content: never a local path
-            base_hash=policy.base_hash,
-            policy_version=self.state.policy_version,
-            sampling=Sampling(
-                temperature=float(self.sampling.temperature),
-                top_p=float(self.sampling.top_p),
-                top_k=int(self.sampling.top_k),
-                max_new_tokens=int(self.sampling.max_new_tokens),
-            ),
-            round=self.state.round,
-            created_at=time.time(),
-            token_ids=tuple(tuple(c.token_ids) for c in group.completions),
-            format_bonus=float(self.config.tasks.format_reward),
-        )
+        done = self.publishing.publish(groups)
+        self.stats.published_groups += done.groups
+        self.stats.publish_failures += done.failures
 
     def receive(self) -> None:
-        """Drain the inbox and store what arrived (accepted, rejected, counted) in one transaction."""
-        accepted = self._drain_inbox()
-        if accepted or self.rejections.waiting():
-            with self.ledger.transaction() as session:
-                self._store_received(session, accepted)
+        """Drain what arrived, check it with no transaction open, store every outcome in one."""
+        self._take_in(self._collect())
 
-    def final_drain(self, wait_s: float = 1.0) -> None:
+    def final_drain(self, quiet_s: float = QUIET_S, wait_s: float = FINAL_WAIT_S) -> None:
         """Record what peers sent during the last round, so nothing received goes unrecorded.
 
-        (The pull exchange receives only what it asks for, in its rounds: nothing to drain.)"""
+        Peers' last messages may still be on their way, and no transport can say whether a
+        peer is about to send: the transport's inbox is the only signal there is. So with
+        peers connected this waits on the inbox (woken by each arrival, no polling) until it
+        has been quiet for `quiet_s`, and never longer than `wait_s` in all; with none, or
+        once nothing comes, it ends at once. (The pull exchange receives only what it asks
+        for, in its rounds: nothing to drain.)"""
         if self.exchange is not None:
             return
-        if self.transport.peers():
-            time.sleep(wait_s)  # messages of the last round may still be in flight
-        self.receive()
+        waited = self._until_quiet(quiet_s, wait_s) if self.transport.peers() else []
+        self._take_in(self._collect(waited))
 
-    def _drain_inbox(self) -> list[Accepted]:
+    def _until_quiet(self, quiet_s: float, wait_s: float) -> list[InboundMessage]:
+        """Messages taken from the inbox until none came for `quiet_s` (at most `wait_s`)."""
+        messages: list[InboundMessage] = []
+        deadline = time.monotonic() + wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            batch = self.transport.receive(timeout=min(quiet_s, left))
+            if not batch:
+                break
+            messages += batch
+        return messages
+
+    def _collect(self, waited: Sequence[InboundMessage] = ()) -> list[Accepted]:
         """The groups received since the last round that the validator passed (rejections,
         including those of senders banned since, go to the rejection log)."""
-        accepted: list[Accepted] = []
         with self.ledger.reader() as session:  # bans set or lifted by `swarm-node ban/unban`
             self.verifier.set_bans(banned_peers(session))
         now = time.time()
@@ -217,96 +182,52 @@ class Sharing:
             for r in refused:
                 self.rejections.note(r, now)
             return pulled
-        for message in self.transport.receive():
+        accepted: list[Accepted] = []
+        for message in [*waited, *self.transport.receive()]:
             ok, bad = self.verifier.recheck(message.data, message.source)
             accepted += ok
             for r in bad:  # normally none: the validator already refused such messages
                 self.rejections.note(r, now)
         return accepted
 
-    def _store_received(self, session, accepted: list[Accepted]) -> list[Accepted]:
-        """Record received groups in the ledger and pool the good ones; return the new accepted ones.
-
-        A group that passed the cheap checks gets the expensive ones here (copycat, the
-        peer's verification share, task rebuild, question, every claimed reward); a failing
-        one is rejected like any other. Rejections are stored as rows or counted
-        (`swarm.node.rejection_log`). Outcomes feed the peers' reputation; a peer it
-        condemns is banned in the ledger.
-        """
+    def _take_in(self, items: list[Accepted]) -> None:
+        """Check `items` (no transaction open), then store every outcome in one transaction."""
+        outcome = self.intake.verify(items, self._known(items))
         now = time.time()
-        fresh, seen = [], set()
-        for item in accepted:
-            digest = item.signed.content_hash
-            if digest in seen or group_known(session, digest):
-                self.rejections.note(
-                    Rejection(
-                        Reason.DUPLICATE,
-                        "already received",
-                        item.source,
-                        digest,
-                        item.group.sender,
-                        item.signed,
-                        item.group,
-                    ),
-                    now,
-                )
-                continue
-            seen.add(digest)
-            try:
-                task, rewards = self.verifier.verify_content(
-                    item.group,
-                    self.config.tasks.format_reward,
-                    self.config.tasks.scoring(),
-                    peer=blamed_peer(item.source, item.group.sender),
-                )
-                self._spot_check(item)
-            except RejectedMessage as e:
-                self.rejections.note(
-                    Rejection(
-                        e.reason,
-                        e.detail,
-                        item.source,
-                        digest,
-                        item.group.sender,
-                        item.signed,
-                        item.group,
-                    ),
-                    now,
-                )
-                continue
-            touch_peer(session, item.group.sender, now, model=item.group.model)
-            row = self.records.group_row(
-                item.signed, item.group, Direction.RECEIVED, Status.ACCEPTED, source=item.source
-            )
-            session.add(row)
-            session.flush()  # assigns row.id, which records of its later use refer to
-            self.pool.add(self._shared_group(row.id, item, task, rewards, now))
-            fresh.append(item)
+        for r in outcome.rejected + outcome.duplicates:
+            self.rejections.note(r, now)
+        if outcome.accepted or self.rejections.waiting():
+            self._store(outcome.accepted, now)
+
+    def _known(self, items: list[Accepted]) -> frozenset[str]:
+        """Which of the groups' content hashes the ledger already holds (one short read)."""
+        if not items:
+            return frozenset()
+        hashes = {item.signed.content_hash for item in items}
+        with self.ledger.reader() as session:
+            return frozenset(h for h in hashes if group_known(session, h))
+
+    def _store(self, accepted: list[Verified], now: float) -> None:
+        """Reputations first (in memory), then one short transaction for every row; the
+        accepted groups go to the pool once their rows exist."""
         taken = self.rejections.take()
-        for r in taken.rows:
-            for peer in {r.source, r.sender if signed_by_sender(r) else ""} - {""}:
-                touch_peer(session, peer, now)  # the transport's peer; a sender only if signed
-            session.add(
-                self.records.group_row(
-                    r.signed,
-                    r.group,
-                    Direction.RECEIVED,
-                    Status.REJECTED,
-                    source=r.source,
-                    reason=r.reason,
-                    detail=r.detail[:500],
-                    content_hash=r.content_hash,
-                    sender=r.sender,
-                )
-            )
         counted = collections.Counter(taken.counts) + collections.Counter(taken.refused)
-        add_rejection_counts(session, counted, now, self.config.ledger.count_window_s)
-        for peer, reason in self.verifier.record(fresh, taken.rows, counted):
-            add_ban(session, peer, "auto", reason, now)
+        fresh = [v.item for v in accepted]
+        bans = self.verifier.record(fresh, taken.rows, counted)
+        row_ids = self.records.record_received(
+            fresh,
+            taken.rows,
+            counted,
+            bans,
+            now=now,
+            count_window_s=self.config.ledger.count_window_s,
+        )
+        for verified, row_id in zip(accepted, row_ids, strict=True):
+            self.pool.add(_shared_group(row_id, verified, now))
+        for peer, reason in bans:
             self.reporter.message(f"banned {peer}: {reason}")
         self._count(fresh, taken)
         self._log_refusals(taken)
-        return fresh
 
     def _log_refusals(self, taken: Taken) -> None:
         """What the transport refused by itself this round, per peer, to node.log."""
@@ -329,56 +250,22 @@ class Sharing:
         for (_, reason), n in taken.refused.items():
             self.stats.refused_by_reason[reason] += n
 
-    def _spot_check(self, item: Accepted) -> None:
-        """Re-score a sample of the group's tokens if it claims our exact model and version.
 
-        At most `verify.spot_check_groups_per_round` groups a round: each costs a forward pass.
-        A node without a model (an observer) has no spot checker and checks none.
-        """
-        group, policy = item.group, self.policy
-        if self.spot_checker is None or policy is None or self._spot_checks_left <= 0:
-            return
-        if not same_model(group.model, policy.model_id) or (
-            group.base_hash,
-            group.policy_version,
-        ) != (policy.base_hash, self.state.policy_version):
-            return
-        self._spot_checks_left -= 1
-        prompt = build_prompt(policy.tokenizer, group.question, self.config.policy.system_prompt)
-        self.spot_checker.check(group, item.signed.content_hash, prompt)
-
-    def _shared_group(
-        self, row_id: int, item: Accepted, task: Task, rewards, received_at: float
-    ) -> SharedGroup:
-        group = item.group
-        ours = (
-            self.policy is not None
-            and same_model(group.model, self.policy.model_id)
-            and group.base_hash == self.policy.base_hash
-        )
-        return SharedGroup(
-            row_id=row_id,
-            content_hash=item.signed.content_hash,
-            sender=group.sender,
-            task=task,
-            completions=group.completions,
-            finished=group.finished,
-            rewards=rewards,
-            claimed_rewards=group.rewards,
-            policy_version=group.policy_version,
-            same_model=ours,
-            received_at=received_at,
-            round=group.round,
-            family=group.task.dataset,
-        )
-
-
-def signed_by_sender(rejection: Rejection) -> bool:
-    """Whether a rejected group's claimed sender signed it (else the claim means nothing)."""
-    if not rejection.sender or rejection.signed is None:
-        return False
-    try:
-        check_group_signature(rejection.signed, rejection.sender)
-    except RejectedMessage:
-        return False
-    return True
+def _shared_group(row_id: int, verified: Verified, received_at: float) -> SharedGroup:
+    """An accepted group as the pool holds it (`row_id`: its ledger row)."""
+    item, group = verified.item, verified.item.group
+    return SharedGroup(
+        row_id=row_id,
+        content_hash=item.signed.content_hash,
+        sender=group.sender,
+        task=verified.task,
+        completions=group.completions,
+        finished=group.finished,
+        rewards=verified.rewards,
+        claimed_rewards=group.rewards,
+        policy_version=group.policy_version,
+        same_model=verified.ours,
+        received_at=received_at,
+        round=group.round,
+        family=group.task.dataset,
+    )
