@@ -143,8 +143,8 @@ def measure(config, peer_id: str, sent, repeat: int) -> dict:
 
     from swarm.core.identity import create_identity, peer_id_of
     from swarm.tasks import TaskSpec
-    from swarm.verify.bounded import InProcess, RescoreWorker, WorkerSettings
     from swarm.verify.gate import Verifier, VerifySettings
+    from swarm.verify.rescore_pool import InProcess, RescoreWorker, WorkerSettings
     from swarm.wire import SignedGroup, decode_group, encode_group, pack_messages
     from swarm.wire.signing import sign_group
 

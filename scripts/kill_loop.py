@@ -167,8 +167,8 @@ class MarkedTransport(Transport):
     def stats(self):
         return self.inner.stats()
 
-    def set_rejection_hook(self, hook):
-        self.inner.set_rejection_hook(hook)
+    def set_refusal_hook(self, hook):
+        self.inner.set_refusal_hook(hook)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)  # flush, wait_for_topic_peers, ...

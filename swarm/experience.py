@@ -9,7 +9,7 @@ shared group is trained on, its completions are re-tokenized with this node's to
 at most once.
 
 Deliberately not here: any check of a group (`swarm.verify`), choosing the batch
-(`swarm.sampling`), or computing log-probs (the trainer).
+(`swarm.batch_choice`), or computing log-probs (the trainer).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass
 
-from swarm.sampling import Candidate
+from swarm.batch_choice import Candidate
 from swarm.tasks import Task
 
 

@@ -6,7 +6,7 @@ mix, rebuilds the tasks, scores the made-up completions, signs the groups and sh
 through an exchange protocol (`swarm.exchange.base`); receives peers' groups through the
 same cheap checks as a trainer (`Verifier.admit`), verifies every one it keeps fully (task
 rebuilt, every reward re-scored, copycats) and pools it; then chooses a batch of I own and
-J shared groups with the trainer's sampler (`swarm.sampling.choose_batch`). It does not
+J shared groups with the trainer's sampler (`swarm.batch_choice.choose_batch`). It does not
 train, and instead of writing a ledger it counts the rows a trainer would write.
 
 Each round returns a `RoundCost`: bytes in and out, CPU seconds, groups checked and
@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from swarm.batch_choice import Candidate, Staleness, choose_batch
 from swarm.bench.synthetic import SyntheticRollouts, SyntheticShape, wire_group
 from swarm.core.errors import RejectedMessage
 from swarm.core.reasons import Reason
@@ -36,7 +37,6 @@ from swarm.exchange.base import Exchange, GossipExchange
 from swarm.exchange.pull import PullExchange, PullSettings
 from swarm.experience import ExperiencePool, SharedGroup
 from swarm.p2p.transport import Transport
-from swarm.sampling import Candidate, Staleness, choose_batch
 from swarm.tasks import PRESET_MIXES, Scoring, stream_seed
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.message import Accepted, Rejection

@@ -175,7 +175,7 @@ def replay(
     from rich.progress import Progress
 
     from swarm.ops.replay import count_rows, verify_ledger
-    from swarm.verify.bounded import RescoreWorker, WorkerSettings
+    from swarm.verify.rescore_pool import RescoreWorker, WorkerSettings
 
     cfg = load(config, sets, _run_dir_flag(run_dir))
     url = checked_ledger_url(cfg, ledger)

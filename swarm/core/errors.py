@@ -68,7 +68,7 @@ class RejectedMessage(SwarmError):
 
 
 class VerifyWorkerError(SwarmError):
-    """The verification worker (`swarm.verify.worker`) cannot start or run at all."""
+    """The verification worker (`swarm.verify.rescore_worker`) cannot start or run at all."""
 
 
 class RunFolderBusy(SwarmError):

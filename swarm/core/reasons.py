@@ -88,14 +88,14 @@ class Reason(enum.StrEnum):
     HASH_MISMATCH = "hash_mismatch"  # the stored body does not hash to its recorded content hash
     # A code this version does not know, read back from a ledger written by another one.
     UNKNOWN = "unknown"
-    # Bounded verification (`swarm.verify.worker`): rebuilding a group's task and scoring it
+    # Bounded verification (`swarm.verify.rescore_worker`): rebuilding a group's task and scoring it
     # ran past its deadline or memory limit, or past its peer's share of verification time.
     VERIFY_TIMEOUT = "verify_timeout"
     VERIFY_MEMORY = "verify_memory"
     VERIFY_CRASHED = "verify_crashed"  # the worker died on the group without a word
     VERIFY_BUDGET = "verify_budget", 0.2  # soft, like a rate limit
     # What the transport refused by itself, before any validator: the codes of
-    # `swarm.p2p.transport.PeerRejectReason` (`swarm.node.refusals` maps one to the other).
+    # `swarm.p2p.transport.RefusalReason` (`swarm.node.refusals` maps one to the other).
     OVERSIZE_MESSAGE = "oversize_message", 1.0, True
     UNSIGNED_MESSAGE = "unsigned_message", 0.5, True  # soft: another implementation's policy
     BAD_MESSAGE_SIGNATURE = "bad_message_signature", 1.0, True

@@ -1,6 +1,6 @@
 """Which announced groups a node pulls, and the state of one pull (pure, no I/O).
 
-`choose_pulls` is the trainer's sampler (`swarm.sampling.choose_batch`: uniform, only
+`choose_pulls` is the trainer's sampler (`swarm.batch_choice.choose_batch`: uniform, only
 groups whose claimed rewards carry signal, fresh enough, at most `per_sender_cap` per
 sender) over announcements, then `balanced`: one group per sender in turn, so a sender that
 announces more groups gains nothing. `Attempt` is one chosen group while its sources are
@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from swarm.sampling import Candidate, Staleness, choose_batch
+from swarm.batch_choice import Candidate, Staleness, choose_batch
 from swarm.verify.message import Accepted, Rejection
 from swarm.wire import GroupAnnouncement
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from swarm.core.errors import ConfigError
 from swarm.core.reasons import Reason
 from swarm.monitor.display import EvalReport, Reporter, RoundReport, RunInfo, SwarmSample
-from swarm.p2p.transport import PeerRejectReason
+from swarm.p2p.transport import RefusalReason
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -196,7 +196,7 @@ class NodeCollector:
         yield gauge("swarm_peers", float(s.peers))
         yield counter("swarm_received_bytes_total", _channels(s.bytes_in), "channel")
         yield counter("swarm_sent_bytes_total", _channels(s.bytes_out), "channel")
-        refused = {str(reason): 0 for reason in PeerRejectReason} | dict(s.refused)
+        refused = {str(reason): 0 for reason in RefusalReason} | dict(s.refused)
         yield counter("swarm_transport_refused_total", refused, "reason")
 
 

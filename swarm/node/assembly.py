@@ -42,8 +42,8 @@ from swarm.sync.publisher import DeltaPublisher
 from swarm.sync.rules import Expectation
 from swarm.tasks import Task, build_task, eval_specs, stream_seed
 from swarm.tasks import cache as task_cache
-from swarm.verify.bounded import RescoreWorker, WorkerSettings
 from swarm.verify.gate import Verifier, VerifySettings
+from swarm.verify.rescore_pool import RescoreWorker, WorkerSettings
 from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings
 
 

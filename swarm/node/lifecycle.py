@@ -48,8 +48,8 @@ from swarm.node.assembly import (
     write_node_info,
 )
 from swarm.node.following import Following
+from swarm.node.heap import release_free_memory
 from swarm.node.intake import Intake, SpotCheck
-from swarm.node.memory import release_free_memory
 from swarm.node.monitoring import swarm_sample
 from swarm.node.publishing import Publishing
 from swarm.node.records import Records
@@ -70,7 +70,7 @@ from swarm.tasks import validate_mix
 from swarm.wire import rollout_topic
 
 PRUNE_EVERY = 50  # rounds between two applications of the ledger's retention
-TRIM_EVERY = 10  # rounds between two returns of freed memory to the OS (swarm.node.memory)
+TRIM_EVERY = 10  # rounds between two returns of freed memory to the OS (swarm.node.heap)
 
 
 class Node:
@@ -231,7 +231,7 @@ class Node:
         if self._started:
             return
         self.verifier.start()  # the verification worker gets ready in the background
-        self.transport.set_rejection_hook(self.sharing.refused)  # recorded, the peer penalised
+        self.transport.set_refusal_hook(self.sharing.refused)  # recorded, the peer penalised
         self.transport.start()
         if self.sharing.exchange is not None:
             self.sharing.exchange.start()
@@ -341,7 +341,7 @@ class Node:
         The reporters then get the round's report and a `SwarmSample`."""
         report = self.rounds.run_round()
         if self.state.round % TRIM_EVERY == 0:
-            release_free_memory()  # what the rounds freed goes back to the OS (swarm.node.memory)
+            release_free_memory()  # what the rounds freed goes back to the OS (swarm.node.heap)
         self.reporter.swarm(self.swarm_sample())
         return report
 

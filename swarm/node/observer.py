@@ -163,7 +163,7 @@ class Observer:
         if self._started:
             return
         self.verifier.start()  # the verification worker gets ready in the background
-        self.transport.set_rejection_hook(self.sharing.refused)  # recorded, the peer penalised
+        self.transport.set_refusal_hook(self.sharing.refused)  # recorded, the peer penalised
         self.transport.start()
         if self.exchange is None:
             self.transport.subscribe(self.topic, self.sharing.validate)

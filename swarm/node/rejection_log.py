@@ -12,7 +12,7 @@ number and bytes (past either bound a rejection is counted instead, never droppe
 node reads back the rows it wrote in the current window (`restore`), so a restart does not
 renew a quota.
 
-Refusals by the transport itself (`swarm.p2p.transport.PeerRejection`) are counted apart
+Refusals by the transport itself (`swarm.p2p.transport.Refusal`) are counted apart
 (`refused`): they are not groups, so they do not enter the node's group totals.
 
 Thread-safe: the gossip validator and the transport's rejection hook note from the network

@@ -14,6 +14,14 @@ from __future__ import annotations
 import collections
 import time
 
+from swarm.batch_choice import (
+    BatchChoice,
+    Candidate,
+    SignalFilter,
+    Staleness,
+    choose_batch,
+    family_success,
+)
 from swarm.config import Config
 from swarm.experience import ExperiencePool, SharedGroup
 from swarm.monitor.display import Reporter, RoundReport
@@ -28,14 +36,6 @@ from swarm.policy.grpo import group_advantages
 from swarm.policy.model import Policy
 from swarm.policy.prompts import build_prompt
 from swarm.policy.trainer import GRPOTrainer, TrainSample, UpdateResult
-from swarm.sampling import (
-    BatchChoice,
-    Candidate,
-    SignalFilter,
-    Staleness,
-    choose_batch,
-    family_success,
-)
 from swarm.tasks import Task, build_task, sample_specs
 
 
@@ -156,7 +156,7 @@ class RoundLoop:
         return groups
 
     def _choose_batch(self, groups: list[LocalGroup]):
-        """The round's batch (`swarm.sampling.choose_batch` under the training settings)."""
+        """The round's batch (`swarm.batch_choice.choose_batch` under the training settings)."""
         t = self.config.training
         staleness = Staleness(
             max_version_gap=None if t.max_version_gap < 0 else t.max_version_gap,

@@ -48,10 +48,10 @@ from swarm.node.records import Records
 from swarm.node.refusals import transport_reason
 from swarm.node.rejection_log import RejectionLog, Taken
 from swarm.node.state import LocalGroup, SharingStats
-from swarm.p2p.transport import InboundMessage, PeerRejection, Transport
+from swarm.p2p.transport import InboundMessage, Refusal, Transport
 from swarm.verify.gate import Verifier
 from swarm.verify.message import Accepted
-from swarm.verify.state import NONCE_MEMORY
+from swarm.verify.tracking import NONCE_MEMORY
 from swarm.wire import stored_nonce
 
 _log = logging.getLogger(__name__)  # node.log under `swarm-node join` (it captures the process)
@@ -126,7 +126,7 @@ class Sharing:
             self.rejections.note(r, now)
         return rejected[0].reason
 
-    def refused(self, rejection: PeerRejection) -> None:
+    def refused(self, rejection: Refusal) -> None:
         """The transport's rejection hook (its thread): what it refused from a peer by itself,
         counted against the peer like a rejected group (`swarm.node.refusals`)."""
         self.rejections.refused(

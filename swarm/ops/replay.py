@@ -13,7 +13,7 @@ What passes can be exported (one JSON line per completion: the prompt formatted 
 `policy.model`, the completion, ground truth, reward and advantage, flat columns that
 `datasets` and TRL read as they are) or used to train a fresh model
 with the node's own GRPO path: one update per recorded round, its batch chosen from that
-round's sent (local) and accepted (shared) groups by `swarm.sampling.choose_batch` with the
+round's sent (local) and accepted (shared) groups by `swarm.batch_choice.choose_batch` with the
 config's I, J and per-peer cap (groups without learning signal dropped), advantages from the
 locally re-scored rewards, completions re-tokenized with the model's own tokenizer, and
 `swarm.policy.trainer.GRPOTrainer` for the step. Replaying a node's own ledger with its own
@@ -38,7 +38,7 @@ from swarm.core.errors import RejectedMessage, SwarmError
 from swarm.core.reasons import Direction, Reason, Status
 from swarm.ledger import GroupRow, Ledger
 from swarm.tasks import Task
-from swarm.verify.bounded import InProcess, Rescorer
+from swarm.verify.rescore_pool import InProcess, Rescorer
 from swarm.verify.rules import check_rewards
 from swarm.wire import RolloutGroup, SignedGroup
 from swarm.wire.signing import verify_signed
@@ -358,11 +358,11 @@ def train_offline(
     """
     import torch
 
+    from swarm.batch_choice import Candidate, choose_batch
     from swarm.config import task_mix
     from swarm.node import evaluate_policy, make_generator, trainer_settings
     from swarm.policy.model import load_policy
     from swarm.policy.trainer import GRPOTrainer
-    from swarm.sampling import Candidate, choose_batch
     from swarm.tasks import build_task, eval_specs, validate_mix
 
     if not groups:

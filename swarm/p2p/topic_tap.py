@@ -13,7 +13,7 @@ from swarm.p2p.transport import (
     FetchLimits,
     InboundMessage,
     PeerInfo,
-    RejectionHook,
+    RefusalHook,
     Transport,
     TransportStats,
     Validator,
@@ -97,8 +97,8 @@ class TopicTap(Transport):
     def stats(self) -> TransportStats:
         return self.inner.stats()
 
-    def set_rejection_hook(self, hook: RejectionHook | None) -> None:
-        self.inner.set_rejection_hook(hook)  # the wrapped transport is the one that refuses
+    def set_refusal_hook(self, hook: RefusalHook | None) -> None:
+        self.inner.set_refusal_hook(hook)  # the wrapped transport is the one that refuses
 
     def __getattr__(self, name: str):
         # flush, wait_for_topic_peers and other extras of the concrete transport.

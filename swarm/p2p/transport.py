@@ -39,7 +39,7 @@ class InboundMessage:
     received_at: float
 
 
-class PeerRejectReason(enum.StrEnum):
+class RefusalReason(enum.StrEnum):
     """Why the transport itself refused something a peer sent (before any validator ran)."""
 
     OVERSIZE = "oversize_message"  # a gossip message (or RPC) above the size limit
@@ -55,7 +55,7 @@ class PeerRejectReason(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class PeerRejection:
+class Refusal:
     """What the transport refused from one peer, for the node to record (ledger, bans).
 
     Floods are summarised: the transport reports each (peer, reason) at most once per
@@ -63,14 +63,14 @@ class PeerRejection:
     """
 
     peer_id: str  # the peer that sent it to us (and that is penalised)
-    reason: PeerRejectReason
+    reason: RefusalReason
     detail: str = ""
     count: int = 1
     source: str = ""  # the message's claimed origin, when a gossip message was refused
     topic: str = ""
 
 
-RejectionHook = Callable[[PeerRejection], None]
+RefusalHook = Callable[[Refusal], None]
 
 
 @dataclass(frozen=True)
@@ -296,8 +296,8 @@ class Transport(ABC):
         """
         return None
 
-    def set_rejection_hook(self, hook: RejectionHook | None) -> None:
-        """Call `hook` with each `PeerRejection` the transport makes (None: stop).
+    def set_refusal_hook(self, hook: RefusalHook | None) -> None:
+        """Call `hook` with each `Refusal` the transport makes (None: stop).
 
         It runs on the transport's thread, like a validator: keep it cheap and thread-safe;
         an exception in it is counted and otherwise ignored. A transport that never

@@ -17,7 +17,7 @@ in `swarm.sync.rules`; what this part adds is the order and the bounds:
 - a payload whose content failed is never fetched again, and `SyncResult.refused` lists it
   for the node to remember across restarts;
 - refusals of gossip are events at most once per peer and reason per minute
-  (`RefusalLimiter`); the rest are counted.
+  (`RejectionLimiter`); the rest are counted.
 
 The follower never touches the ledger or the model itself: the node records its events and
 loads the changed tensors through `load`.
@@ -52,14 +52,14 @@ from swarm.sync.rules import (
     Expectation,
     IndexCheck,
     PayloadCheck,
-    RefusalLimiter,
+    RejectionLimiter,
     check_header,
     check_manifest,
     manifest_event,
     manifest_key,
     plan_catch_up,
 )
-from swarm.verify.state import DecodedMessages
+from swarm.verify.tracking import DecodedMessages
 from swarm.wire import (
     DeltaManifest,
     SignedManifest,
@@ -155,7 +155,7 @@ class DeltaFollower:
         self._refused: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.refuse(refused)
         self.backoff = Backoff()
-        self.limiter = RefusalLimiter()
+        self.limiter = RejectionLimiter()
         self.dropped = 0  # pending items lost to the MAX_PENDING bound
         self.index_failures = 0  # index reads that failed (trainer not serving yet, or unreachable)
         self.budget_spent = 0  # syncs that stopped with steps left because the budget ran out

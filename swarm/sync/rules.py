@@ -19,7 +19,7 @@ budget.
 This module holds the pure parts, plain functions and classes over plain data, each unit
 tested without a network: the `DeltaEvent` the ledger records, `check_manifest`,
 `plan_catch_up`, the `PayloadCheck` run on a payload's first bytes, `Backoff` and
-`RefusalLimiter`. Deliberately not here: choosing whom to follow, or trusting a trainer's
+`RejectionLimiter`. Deliberately not here: choosing whom to follow, or trusting a trainer's
 training itself.
 """
 
@@ -302,7 +302,7 @@ class Backoff:
         return list(self._state)
 
 
-class RefusalLimiter:
+class RejectionLimiter:
     """Which refusals of peers' gossip become ledger rows: the first of each (peer, reason)
     in a window of `window_s`; the others are counted, and the next row says how many.
 

@@ -15,7 +15,7 @@ about to be used, those calls with ones that only read what the scorer expects:
 
 A refused answer raises `ValueError`, which the scorers already count as a wrong answer
 (score 0). Honest answers score as before. Time and memory are bounded elsewhere (the
-verification worker, `swarm.verify.worker`): `9**9**9` is a legal expression.
+verification worker, `swarm.verify.rescore_worker`): `9**9**9` is a legal expression.
 
 Deliberately not here: building or caching datasets (`swarm.tasks.build`, `swarm.tasks.cache`).
 """

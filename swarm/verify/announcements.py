@@ -29,7 +29,7 @@ from swarm.core.errors import RejectedMessage
 from swarm.core.reasons import Reason
 from swarm.tasks import stream_seed
 from swarm.verify import rules
-from swarm.verify.state import RateLimits
+from swarm.verify.tracking import RateLimits
 from swarm.wire import GroupAnnouncement, RolloutGroup, SignedAnnouncement
 from swarm.wire.signing import verify_announcement
 

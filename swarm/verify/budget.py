@@ -1,7 +1,7 @@
 """Each peer's share of this node's verification time.
 
 Rebuilding a peer's task and scoring its completions costs what the peer's spec and text
-make it cost, up to the per-group deadline (`swarm.verify.bounded`). The deadline bounds
+make it cost, up to the per-group deadline (`swarm.verify.rescore_pool`). The deadline bounds
 one group; this bounds a peer: a bucket of seconds per peer, `burst_s` full, refilled at
 `share` seconds per second. A group is verified while its peer's bucket holds any time;
 what it took is then taken out, so the bucket may go below zero (by at most one deadline)
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import collections
 
-from swarm.verify.state import TokenBucket
+from swarm.verify.tracking import TokenBucket
 
 
 class VerifyBudget:

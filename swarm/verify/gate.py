@@ -16,7 +16,7 @@ Three entry points, one per place a group passes through the node:
    copycat detection, the peer's share of verification time, rebuilding the task from its
    spec, the question text, and every claimed reward recomputed with the sender's declared
    format bonus. The rebuild and scoring run in the rescorer: a node's bounded worker
-   process (`swarm.verify.bounded`), or in this thread.
+   process (`swarm.verify.rescore_pool`), or in this thread.
 
 `record` feeds outcomes to the reputation, which throttles bad peers and names those to
 ban. Thread-safe: the validator and the round loop call in from different threads.
@@ -36,11 +36,11 @@ from swarm.core.errors import RejectedMessage
 from swarm.core.reasons import Reason, Status
 from swarm.tasks import Scoring, Task, canonical_config, claim_rules
 from swarm.verify import rules
-from swarm.verify.bounded import InProcess, Rescorer
 from swarm.verify.budget import VerifyBudget
 from swarm.verify.message import Accepted, Rejection, check_group, check_message, collateral
 from swarm.verify.reputation import Reputation, ReputationSettings
-from swarm.verify.state import DecodedMessages, NonceCache, RateLimits, RecentGroups
+from swarm.verify.rescore_pool import InProcess, Rescorer
+from swarm.verify.tracking import DecodedMessages, NonceCache, RateLimits, RecentGroups
 from swarm.wire import RolloutGroup, SignedGroup
 from swarm.wire.signing import check_group_signature
 
@@ -116,7 +116,7 @@ class Verifier:
         own_peer_id: str = "",
         rescorer: Rescorer | None = None,
     ):
-        """`rescorer` rebuilds and scores a group (`swarm.verify.bounded`): a node's
+        """`rescorer` rebuilds and scores a group (`swarm.verify.rescore_pool`): a node's
         `RescoreWorker`; by default `InProcess`, unbounded."""
         self.settings = settings
         self.clock = clock

@@ -5,7 +5,7 @@ returns None. They take everything they need as arguments (the time, the sender'
 policy version, the ban set), so they are unit-tested without network, clock or disk.
 
 Deliberately not here: wire decoding and signatures (`swarm.wire`, `swarm.verify.message`),
-the state these checks consult (`swarm.verify.state`), or rebuilding tasks (`swarm.verify.rescore`).
+the state these checks consult (`swarm.verify.tracking`), or rebuilding tasks (`swarm.verify.rescore`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from swarm.config import build_config
 from swarm.ledger import BanRow, GroupRow, Ledger, RoundRow, counted_rejections
 from swarm.ledger.retention import used_bytes
 from swarm.node import Node
-from swarm.node.memory import release_free_memory
+from swarm.node.heap import release_free_memory
 from tests.waiting import wait_for, wait_node_info
 
 
@@ -34,7 +34,7 @@ def rss_mb(pid: int | str = "self") -> float:
 def retained_rss_mb() -> float:
     """This process's resident memory once its free heap is returned to the OS: what it
     holds, not what it freed and has not handed back yet (the node trims every few rounds,
-    `swarm.node.memory`)."""
+    `swarm.node.heap`)."""
     release_free_memory()
     return rss_mb()
 

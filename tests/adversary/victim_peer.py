@@ -2,7 +2,7 @@
 
 Its own process, so that its memory (RSS) is its own and an attack that pins memory shows.
 It accepts every message on the topic (the attacks here are below the node's validator),
-records every `PeerRejection` its rejection hook receives, and answers JSON commands
+records every `Refusal` its rejection hook receives, and answers JSON commands
 like tests/integration/libp2p_peer.py, plus:
     {"cmd": "stats"}     -> {"stats": {...}, "rss_mb": float, "rejections": [...]} (all so far)
     {"cmd": "publish", ...}, {"cmd": "received"}, {"cmd": "serve_blob", ...}, {"cmd": "peers"}
@@ -21,7 +21,7 @@ import time
 
 from swarm.core.errors import TransportError
 from swarm.p2p.libp2p import Libp2pTransport
-from swarm.p2p.transport import PeerRejection
+from swarm.p2p.transport import Refusal
 from tests.integration.libp2p_peer import Recorder, emit, handle, read_commands
 
 
@@ -64,7 +64,7 @@ class Rejections:
         self._lock = threading.Lock()
         self.items: list[dict] = []
 
-    def hook(self, rejection: PeerRejection) -> None:
+    def hook(self, rejection: Refusal) -> None:
         with self._lock:
             if len(self.items) < 10_000:
                 self.items.append(
@@ -90,7 +90,7 @@ def main() -> int:
 
     transport = Libp2pTransport(listen_addr="/ip4/127.0.0.1/tcp/0")
     rejections = Rejections()
-    transport.set_rejection_hook(rejections.hook)
+    transport.set_refusal_hook(rejections.hook)
     transport.start()
     transport.subscribe(args.topic, None)
     recorder = Recorder(transport)

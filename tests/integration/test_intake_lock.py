@@ -26,9 +26,9 @@ from swarm.node.state import NodeState
 from swarm.p2p import MemoryHub, MemoryTransport
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.bans import ban
-from swarm.verify.bounded import InProcess
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.rescore import rescore
+from swarm.verify.rescore_pool import InProcess
 from swarm.wire import RolloutGroup, Sampling, pack_messages, rollout_topic
 from swarm.wire.signing import sign_group
 from tests.conftest import small_config

@@ -1,5 +1,5 @@
 """The verification worker: peers' groups re-scored in a child process within a deadline and a
-memory limit (swarm.verify.bounded, swarm.verify.worker)."""
+memory limit (swarm.verify.rescore_pool, swarm.verify.rescore_worker)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.core.reasons import Reason
 from swarm.tasks import TaskSpec, build_task
-from swarm.verify.bounded import InProcess, RescoreWorker, WorkerSettings
+from swarm.verify.rescore_pool import InProcess, RescoreWorker, WorkerSettings
 from swarm.wire import RolloutGroup, Sampling
 
 SENDER = peer_id_of(create_identity(b"\x41" * 32))

@@ -20,7 +20,7 @@ import torch
 from swarm.core.errors import FetchTooSlow, RejectedMessage
 from swarm.p2p.transport import MemoryTransport
 from swarm.policy.delta import encode_anchor
-from swarm.sync.rules import Backoff, PayloadCheck, RefusalLimiter
+from swarm.sync.rules import Backoff, PayloadCheck, RejectionLimiter
 from swarm.wire import delta_topic, pack_manifests
 from swarm.wire.signing import sign_manifest
 from tests.unit.test_sync import (
@@ -289,7 +289,7 @@ def test_backoff_doubles_up_to_its_cap_and_forgets_on_success():
 
 
 def test_refusal_limiter_records_once_per_window_and_counts_the_rest():
-    limiter = RefusalLimiter(window_s=60.0, max_keys=2)
+    limiter = RejectionLimiter(window_s=60.0, max_keys=2)
     assert limiter.admit("p", "r", 0.0) == 0
     assert [limiter.admit("p", "r", t) for t in (1.0, 2.0, 59.0)] == [None, None, None]
     assert limiter.admit("p", "r", 60.0) == 3 and limiter.unrecorded == 3

@@ -59,13 +59,13 @@ def test_the_cycle_check_finds_a_cycle():
 
 
 # The packages' layers, lowest first: a package imports only packages of lower layers (a
-# top-level module such as `swarm.sampling` counts as a package). docs/ARCHITECTURE.md
+# top-level module such as `swarm.batch_choice` counts as a package). docs/ARCHITECTURE.md
 # draws the same stack.
 LAYERS = (
     ("core",),
     ("tasks",),
     ("wire", "policy", "ledger"),
-    ("p2p", "sampling"),
+    ("p2p", "batch_choice"),
     ("experience", "monitor"),
     ("config",),
     ("verify",),

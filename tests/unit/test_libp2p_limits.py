@@ -8,9 +8,9 @@ from libp2p.peer.id import ID
 from swarm.core.identity import create_identity
 from swarm.p2p.libp2p import control_budget as cb
 from swarm.p2p.libp2p.inbound import InboundBudget
-from swarm.p2p.libp2p.rejections import RejectionRecorder
+from swarm.p2p.libp2p.refusals import RefusalRecorder
 from swarm.p2p.libp2p.stats import Counters
-from swarm.p2p.transport import PeerRejection, PeerRejectReason
+from swarm.p2p.transport import Refusal, RefusalReason
 
 
 def test_an_iwant_is_answered_at_most_three_times_per_peer_and_id() -> None:
@@ -54,12 +54,12 @@ def test_one_prune_reply_per_peer_topic_and_heartbeat() -> None:
 def test_refusals_are_all_counted_and_reported_once_a_second_with_a_count() -> None:
     now = [0.0]
     counters = Counters()
-    reports: list[PeerRejection] = []
-    recorder = RejectionRecorder(counters, clock=lambda: now[0])
+    reports: list[Refusal] = []
+    recorder = RefusalRecorder(counters, clock=lambda: now[0])
     recorder.set_hook(reports.append)
     for _ in range(100):
-        recorder.note("p", PeerRejectReason.CONTROL_FLOOD, "IHAVE over budget")
-    recorder.note("q", PeerRejectReason.OVERSIZE, "big", source="s", topic="t")
+        recorder.note("p", RefusalReason.CONTROL_FLOOD, "IHAVE over budget")
+    recorder.note("q", RefusalReason.OVERSIZE, "big", source="s", topic="t")
     assert counters.snapshot(0).peer_rejections == {
         "gossip_control_flood": 100,
         "oversize_message": 1,
@@ -75,13 +75,13 @@ def test_refusals_are_all_counted_and_reported_once_a_second_with_a_count() -> N
 
 def test_a_hook_that_raises_is_counted_not_fatal() -> None:
     counters = Counters()
-    recorder = RejectionRecorder(counters)
+    recorder = RefusalRecorder(counters)
 
-    def broken(rejection: PeerRejection) -> None:
+    def broken(rejection: Refusal) -> None:
         raise RuntimeError("node bug")
 
     recorder.set_hook(broken)
-    recorder.note("p", PeerRejectReason.UNSIGNED)
+    recorder.note("p", RefusalReason.UNSIGNED)
     stats = counters.snapshot(0)
     assert stats.peer_rejections["unsigned_message"] == 1
     assert stats.handler_errors["rejection_hook:RuntimeError"] == 1

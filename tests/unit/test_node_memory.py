@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from swarm.bench.footprint import Stages, memory_map, rss_mb
-from swarm.node.memory import release_free_memory
+from swarm.node.heap import release_free_memory
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swarm.core.errors import ConfigError
-from swarm.sampling import (
+from swarm.batch_choice import (
     Candidate,
     DropReason,
     SignalFilter,
@@ -18,6 +17,7 @@ from swarm.sampling import (
     is_stale,
     need_weight,
 )
+from swarm.core.errors import ConfigError
 
 reward_groups = st.lists(
     st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=2, max_size=6), max_size=20

@@ -14,6 +14,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from swarm.batch_choice import Candidate, choose_batch, has_signal_against
 from swarm.config import TrainingSection
 from swarm.experience import SharedGroup
 from swarm.node.shared_samples import own_samples, shared_part, shuffled, weighted
@@ -29,7 +30,6 @@ from swarm.policy.grpo import (
 from swarm.policy.skills import FAMILIES
 from swarm.policy.tiny import build_tokenizer
 from swarm.policy.trainer import TrainSample
-from swarm.sampling import Candidate, choose_batch, has_signal_against
 from swarm.tasks import build_task, sample_specs
 
 rewards01 = st.lists(st.sampled_from([0.0, 1.0]), min_size=2, max_size=8)

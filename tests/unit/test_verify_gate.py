@@ -14,10 +14,10 @@ from swarm.core.errors import RejectedMessage
 from swarm.core.identity import peer_id_of, sign
 from swarm.core.reasons import Reason
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
-from swarm.verify.bounded import InProcess
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.reputation import ReputationSettings
 from swarm.verify.rescore import rescore
+from swarm.verify.rescore_pool import InProcess
 from swarm.wire import SignedGroup, encode_group, pack_messages
 from swarm.wire.signing import SIGNING_DOMAIN, sign_group
 from tests.unit.test_wire import KEY, OTHER, make_group

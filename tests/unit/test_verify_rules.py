@@ -9,7 +9,7 @@ from swarm.core.reasons import Reason
 from swarm.tasks import TaskSpec
 from swarm.verify import rules
 from swarm.verify.reputation import PeerRecord, Reputation, ReputationSettings
-from swarm.verify.state import DecodedMessages, NonceCache, RateLimits, RecentGroups
+from swarm.verify.tracking import DecodedMessages, NonceCache, RateLimits, RecentGroups
 
 
 def _reason(fn, *args) -> str | None:

@@ -30,7 +30,7 @@ from swarm.p2p.libp2p.framing import (
 from swarm.p2p.libp2p.host import AccessPolicy
 from swarm.p2p.libp2p.peer_costs import Cost
 from swarm.p2p.libp2p.stats import Counters
-from swarm.p2p.transport import BlobServed, FetchLimits, PeerRejectReason, ServedBlobLog
+from swarm.p2p.transport import BlobServed, FetchLimits, RefusalReason, ServedBlobLog
 from swarm.wire import streams as wire_streams
 from swarm.wire.streams import (
     BLOB_RESPONSE,
@@ -41,7 +41,7 @@ from swarm.wire.streams import (
 )
 
 # gossip.Gossip.refuse: count, record and penalise something refused from a peer.
-Refuse = Callable[[ID, PeerRejectReason, str, None], None]
+Refuse = Callable[[ID, RefusalReason, str, None], None]
 
 BLOB_PROTOCOL = TProtocol(wire_streams.BLOB_PROTOCOL)
 # Served in pieces of this size: what one stalled fetch can pin beyond the blob itself (which
@@ -114,7 +114,7 @@ class BlobServer:
             stats.blob_streams_refused += 1
         if self._refuse is not None:
             detail = f"more than {MAX_FETCHES_PER_PEER} blob fetches at once"
-            self._refuse(peer_id, PeerRejectReason.BLOB_FETCH_LIMIT, detail, None)
+            self._refuse(peer_id, RefusalReason.BLOB_FETCH_LIMIT, detail, None)
         await reset_quietly(stream)
 
     async def _serve(self, stream: INetStream, peer_id: ID) -> None:

@@ -34,13 +34,13 @@ from libp2p.tools.anyio_service import background_trio_service
 from swarm.p2p.libp2p.host import AccessPolicy
 from swarm.p2p.libp2p.patches import SwarmGossipSub, SwarmPubsub, abort_peer_connections
 from swarm.p2p.libp2p.peer_costs import Ban, Cost
-from swarm.p2p.libp2p.rejections import RejectionRecorder
+from swarm.p2p.libp2p.refusals import RefusalRecorder
 from swarm.p2p.libp2p.scoring import PENALTY, build_score_params
 from swarm.p2p.libp2p.stats import Counters
 from swarm.p2p.transport import (
     BoundedInbox,
     InboundMessage,
-    PeerRejectReason,
+    RefusalReason,
     Validator,
     run_validator,
 )
@@ -117,7 +117,7 @@ class Gossip:
         policy: AccessPolicy,
         counters: Counters,
         inbox: BoundedInbox,
-        rejections: RejectionRecorder,
+        rejections: RefusalRecorder,
         *,
         mesh_degree: int,
         max_message_size: int,
@@ -316,7 +316,7 @@ class Gossip:
     def refuse(
         self,
         peer_id: ID,
-        reason: PeerRejectReason,
+        reason: RefusalReason,
         detail: str,
         msg: rpc_pb2.Message | None = None,
     ) -> None:
@@ -330,12 +330,12 @@ class Gossip:
             topic=topics[0] if topics else "",
         )
         scorer = self.gossipsub.scorer
-        if reason in (PeerRejectReason.UNSIGNED, PeerRejectReason.BAD_SIGNATURE):
+        if reason in (RefusalReason.UNSIGNED, RefusalReason.BAD_SIGNATURE):
             for topic in topics:
                 scorer.on_invalid_message(peer_id, topic)  # P4, as for invalid messages
         else:
             scorer.penalize_behavior(peer_id, PENALTY[reason])
-        if reason is PeerRejectReason.OVER_BUDGET:
+        if reason is RefusalReason.OVER_BUDGET:
             with self._counters.locked() as stats:
                 stats.graylisted_rpcs += 1
         self._policy.charge(peer_id, Cost.REFUSAL)  # transport refusals count toward bans
@@ -346,7 +346,7 @@ class Gossip:
         peer = self._policy.peer_str(peer_id.to_bytes())
         logger.warning("banning %s for %.0f s: %s", peer, ban.until - time.monotonic(), ban.reason)
         detail = f"banned: {ban.reason}"
-        self._rejections.note(peer, PeerRejectReason.OVER_BUDGET, detail, at_once=True)
+        self._rejections.note(peer, RefusalReason.OVER_BUDGET, detail, at_once=True)
         with self._counters.locked() as stats:
             stats.cost_bans += 1
         self.pubsub.manager.run_task(abort_peer_connections, self._host.get_network(), peer_id)

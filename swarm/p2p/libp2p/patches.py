@@ -76,7 +76,7 @@ from swarm.p2p.libp2p.framing import (  # noqa: E402
 from swarm.p2p.libp2p.inbound import InboundBudget  # noqa: E402
 from swarm.p2p.libp2p.peer_costs import Cost  # noqa: E402
 from swarm.p2p.libp2p.pulse import Pulse  # noqa: E402
-from swarm.p2p.transport import PeerRejectReason  # noqa: E402
+from swarm.p2p.transport import RefusalReason  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ _VERIFIED: contextvars.ContextVar[rpc_pb2.Message | None] = contextvars.ContextV
 # is reset and the peer's connection closed (it reconnects clean).
 OVERSIZE_DISCARD_LIMIT = 64 * 1024 * 1024
 # Called with (peer, reason, detail, message or None) for everything refused from a peer.
-Refuse = Callable[[ID, PeerRejectReason, str, "rpc_pb2.Message | None"], None]
+Refuse = Callable[[ID, RefusalReason, str, "rpc_pb2.Message | None"], None]
 
 
 class TunedQueues(dict):
@@ -264,7 +264,7 @@ class SwarmGossipSub(GossipSub):
         self.budget.new_heartbeat()  # once per heartbeat, before IHAVEs go out
         return super().gossip_heartbeat()
 
-    def _note(self, peer_id: ID, reason: PeerRejectReason, detail: str) -> None:
+    def _note(self, peer_id: ID, reason: RefusalReason, detail: str) -> None:
         if self.refuse is not None:
             self.refuse(peer_id, reason, detail, None)
 
@@ -294,7 +294,7 @@ class SwarmGossipSub(GossipSub):
             self._counted(
                 "ihave_ignored", sum(len(e.messageIDs) for e in control.ihave[:MAX_CONTROL_PER_RPC])
             )
-            self._note(sender_peer_id, PeerRejectReason.CONTROL_FLOOD, refused)
+            self._note(sender_peer_id, RefusalReason.CONTROL_FLOOD, refused)
             return
         for ihave in control.ihave:
             await self.handle_ihave(ihave, sender_peer_id)
@@ -311,7 +311,7 @@ class SwarmGossipSub(GossipSub):
         if ihave_msg.topicID not in self.mesh:
             self._counted("ihave_ignored", len(ids))
             self._note(
-                sender_peer_id, PeerRejectReason.CONTROL_FLOOD, "IHAVE for a topic we are not in"
+                sender_peer_id, RefusalReason.CONTROL_FLOOD, "IHAVE for a topic we are not in"
             )
             return
         if self._below(sender_peer_id, self.scorer.params.gossip_threshold):
@@ -322,7 +322,7 @@ class SwarmGossipSub(GossipSub):
             self._counted("ihave_ignored", len(ids) - allowed)
             self._note(
                 sender_peer_id,
-                PeerRejectReason.CONTROL_FLOOD,
+                RefusalReason.CONTROL_FLOOD,
                 f"IHAVE over budget: {len(ids) - allowed} of {len(ids)} IDs ignored",
             )
         if self.pubsub is None:  # not attached yet: nothing to ask for
@@ -357,7 +357,7 @@ class SwarmGossipSub(GossipSub):
             self._counted("iwant_refused", refused)
             self._note(
                 sender_peer_id,
-                PeerRejectReason.CONTROL_FLOOD,
+                RefusalReason.CONTROL_FLOOD,
                 f"IWANT over budget: {refused} IDs not answered",
             )
         if answers and self.pubsub is not None:
@@ -370,7 +370,7 @@ class SwarmGossipSub(GossipSub):
         topic = graft_msg.topicID
         if topic not in self.mesh:
             self._note(
-                sender_peer_id, PeerRejectReason.CONTROL_FLOOD, "GRAFT for a topic we are not in"
+                sender_peer_id, RefusalReason.CONTROL_FLOOD, "GRAFT for a topic we are not in"
             )
             return
         if sender_peer_id in self.direct_peers or self.scorer.is_graylisted(
@@ -380,7 +380,7 @@ class SwarmGossipSub(GossipSub):
                 await self.emit_prune(topic, sender_peer_id, False, False)
             return
         if self._check_back_off(sender_peer_id, topic):
-            self._note(sender_peer_id, PeerRejectReason.BACKOFF_VIOLATION, f"GRAFT on {topic!r}")
+            self._note(sender_peer_id, RefusalReason.BACKOFF_VIOLATION, f"GRAFT on {topic!r}")
             self._add_back_off(sender_peer_id, topic, False)
             if self.budget.admit_prune_reply(sender_peer_id, topic):
                 await self.emit_prune(topic, sender_peer_id, False, False)
@@ -394,7 +394,7 @@ class SwarmGossipSub(GossipSub):
         topic = prune_msg.topicID
         if topic not in self.mesh:
             self._note(
-                sender_peer_id, PeerRejectReason.CONTROL_FLOOD, "PRUNE for a topic we are not in"
+                sender_peer_id, RefusalReason.CONTROL_FLOOD, "PRUNE for a topic we are not in"
             )
             return
         self._add_back_off(sender_peer_id, topic, False, max(0, prune_msg.backoff))
@@ -538,15 +538,13 @@ class SwarmPubsub(Pubsub):
                 ):
                     self._refuse(
                         msg_forwarder,
-                        PeerRejectReason.LOW_SCORE,
+                        RefusalReason.LOW_SCORE,
                         "score under the publish threshold",
                         msg,
                     )
                     return
                 if not signature_validator(msg):
-                    self._refuse(
-                        msg_forwarder, PeerRejectReason.BAD_SIGNATURE, "signature fails", msg
-                    )
+                    self._refuse(msg_forwarder, RefusalReason.BAD_SIGNATURE, "signature fails", msg)
                     return
                 verified = _VERIFIED.set(msg)
                 relayed = _RELAYED_FROM.set(ID(msg.from_id) if msg.from_id else None)
@@ -579,10 +577,10 @@ class SwarmPubsub(Pubsub):
                 self._charge(peer_id, Cost.RPC, 1.0)
                 self._charge(peer_id, Cost.RPC_MIB, size / (1 << 20))
                 if self._graylisted(peer_id):
-                    await self._skip_rpc(stream, peer_id, size, PeerRejectReason.OVER_BUDGET)
+                    await self._skip_rpc(stream, peer_id, size, RefusalReason.OVER_BUDGET)
                     continue
                 if self._score_graylisted(peer_id):
-                    await self._skip_rpc(stream, peer_id, size, PeerRejectReason.CONTROL_FLOOD)
+                    await self._skip_rpc(stream, peer_id, size, RefusalReason.CONTROL_FLOOD)
                     continue
                 if size > self.max_inbound_rpc_size:
                     await self._skip_oversize_rpc(stream, peer_id, size)
@@ -609,11 +607,11 @@ class SwarmPubsub(Pubsub):
         return scorer.score(peer_id, list(self.topic_ids)) < scorer.params.graylist_threshold
 
     async def _skip_rpc(
-        self, stream: INetStream, peer_id: ID, size: int, reason: PeerRejectReason
+        self, stream: INetStream, peer_id: ID, size: int, reason: RefusalReason
     ) -> None:
         """Read an RPC of a graylisted peer (past its cost budget, or scored under the
         graylist threshold) past, unparsed; refused, and billed like any refusal."""
-        why = "over its cost budget" if reason is PeerRejectReason.OVER_BUDGET else "graylisted"
+        why = "over its cost budget" if reason is RefusalReason.OVER_BUDGET else "graylisted"
         detail = f"RPC of {size} bytes dropped unparsed: {why}"
         self._charge(peer_id, Cost.SKIPPED_RPC, 1.0)
         self._refuse(peer_id, reason, detail, None)
@@ -624,7 +622,7 @@ class SwarmPubsub(Pubsub):
 
     async def _skip_oversize_rpc(self, stream: INetStream, peer_id: ID, size: int) -> None:
         detail = f"RPC of {size} bytes, limit {self.max_inbound_rpc_size}"
-        self._refuse(peer_id, PeerRejectReason.OVERSIZE, detail, None)
+        self._refuse(peer_id, RefusalReason.OVERSIZE, detail, None)
         if size > OVERSIZE_DISCARD_LIMIT:
             raise StreamProtocolError(detail)  # stream_handler resets and reconnects
         with trio.fail_after(STREAM_IO_TIMEOUT_S + size / 1_000_000):
@@ -651,10 +649,10 @@ class SwarmPubsub(Pubsub):
     def _admissible(self, peer_id: ID, msg: rpc_pb2.Message) -> bool:
         if len(msg.data) > self.max_message_size:
             detail = f"message of {len(msg.data)} bytes, limit {self.max_message_size}"
-            self._refuse(peer_id, PeerRejectReason.OVERSIZE, detail, msg)
+            self._refuse(peer_id, RefusalReason.OVERSIZE, detail, msg)
             return False
         if not msg.signature:
-            self._refuse(peer_id, PeerRejectReason.UNSIGNED, "no signature", msg)
+            self._refuse(peer_id, RefusalReason.UNSIGNED, "no signature", msg)
             return False
         return True
 

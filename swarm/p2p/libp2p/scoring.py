@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from libp2p.pubsub.score import ScoreParams, TopicScoreParams
 
-from swarm.p2p.transport import PeerRejectReason
+from swarm.p2p.transport import RefusalReason
 
 DECAY_PER_HEARTBEAT = 0.95  # the heartbeat is 1 s
 
@@ -32,17 +32,17 @@ ACCEPT_PX_THRESHOLD = 5.0  # PX only from peers that earned it by delivering mes
 
 # Behaviour penalty per refusal, by reason (unsigned and badly signed messages count as
 # invalid messages instead, P4). A GRAFT during backoff costs 1, as in the spec.
-PENALTY: dict[PeerRejectReason, float] = {
-    PeerRejectReason.OVERSIZE: 2.0,
-    PeerRejectReason.UNSIGNED: 0.0,
-    PeerRejectReason.BAD_SIGNATURE: 0.0,
-    PeerRejectReason.CONTROL_FLOOD: 1.0,
-    PeerRejectReason.BACKOFF_VIOLATION: 1.0,
-    PeerRejectReason.BLOB_FETCH_LIMIT: 1.0,
-    PeerRejectReason.FLOW_CONTROL: 10.0,
-    PeerRejectReason.INBOUND_BUDGET: 1.0,
-    PeerRejectReason.LOW_SCORE: 0.0,  # the penalties that put it there are enough
-    PeerRejectReason.OVER_BUDGET: 1.0,
+PENALTY: dict[RefusalReason, float] = {
+    RefusalReason.OVERSIZE: 2.0,
+    RefusalReason.UNSIGNED: 0.0,
+    RefusalReason.BAD_SIGNATURE: 0.0,
+    RefusalReason.CONTROL_FLOOD: 1.0,
+    RefusalReason.BACKOFF_VIOLATION: 1.0,
+    RefusalReason.BLOB_FETCH_LIMIT: 1.0,
+    RefusalReason.FLOW_CONTROL: 10.0,
+    RefusalReason.INBOUND_BUDGET: 1.0,
+    RefusalReason.LOW_SCORE: 0.0,  # the penalties that put it there are enough
+    RefusalReason.OVER_BUDGET: 1.0,
 }
 
 

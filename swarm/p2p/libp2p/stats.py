@@ -28,7 +28,7 @@ class Libp2pStats(TransportStats):
     refused_peers: int = 0  # connections closed because the peer is not on the allow-list
     stalled_peers: int = 0  # connections torn down because their outbound queue was stuck
     handler_errors: collections.Counter = field(default_factory=collections.Counter)  # where -> n
-    # What the transport refused from peers by itself, by PeerRejectReason value.
+    # What the transport refused from peers by itself, by RefusalReason value.
     peer_rejections: collections.Counter = field(default_factory=collections.Counter)
     iwant_served_bytes: int = 0  # message bytes sent in answer to peers' IWANTs
     iwant_refused: int = 0  # IWANT message IDs not answered (repeat or over budget)

@@ -44,7 +44,7 @@ from swarm.p2p.libp2p.patches import abort_peer_connections
 from swarm.p2p.libp2p.peer_costs import Cost, CostSettings, PeerCosts
 from swarm.p2p.libp2p.peer_exchange import PeerExchange
 from swarm.p2p.libp2p.publish import PUBLISH_WAIT_S, Outbox
-from swarm.p2p.libp2p.rejections import RejectionRecorder
+from swarm.p2p.libp2p.refusals import RefusalRecorder
 from swarm.p2p.libp2p.stats import Counters, Libp2pStats
 from swarm.p2p.libp2p.testing import RawStream
 from swarm.p2p.libp2p.trimming import DEFAULT_MAX_CONNECTIONS, ConnectionTrimmer
@@ -54,8 +54,8 @@ from swarm.p2p.transport import (
     FetchLimits,
     InboundMessage,
     PeerInfo,
-    PeerRejectReason,
-    RejectionHook,
+    RefusalHook,
+    RefusalReason,
     Transport,
     Validator,
 )
@@ -165,7 +165,7 @@ class Libp2pTransport(Transport):
         except ValueError as exc:
             raise TransportError(str(exc)) from exc
         self._counters = Counters()
-        self._rejections = RejectionRecorder(self._counters)
+        self._rejections = RefusalRecorder(self._counters)
         self._blobs = BlobServer(self._policy, self._counters)
         self._trimmer = (
             ConnectionTrimmer(max_connections, self._counters) if max_connections > 0 else None
@@ -291,7 +291,7 @@ class Libp2pTransport(Transport):
             stats.flow_control_violations += 1
         if net is None:
             return
-        net.gossip.refuse(peer_id, PeerRejectReason.FLOW_CONTROL, "wrote past the receive window")
+        net.gossip.refuse(peer_id, RefusalReason.FLOW_CONTROL, "wrote past the receive window")
         if self._nursery is not None:
             self._nursery.start_soon(abort_peer_connections, net.host.get_network(), peer_id)
 
@@ -450,8 +450,8 @@ class Libp2pTransport(Transport):
         """A consistent snapshot of the counters (not a live view)."""
         return self._counters.snapshot(self._inbox.dropped)
 
-    def set_rejection_hook(self, hook: RejectionHook | None) -> None:
-        """Hand every `PeerRejection` to `hook` (on the network thread; see `Transport`)."""
+    def set_refusal_hook(self, hook: RefusalHook | None) -> None:
+        """Hand every `Refusal` to `hook` (on the network thread; see `Transport`)."""
         self._rejections.set_hook(hook)
 
     def peer_costs(self) -> dict[str, dict]:

@@ -5,7 +5,7 @@ task and running the dataset's scorer on them is the one check whose cost the pe
 The node runs it here, in a child process of its own with an address-space limit
 (`RLIMIT_AS`), a deadline per group (an interval timer that interrupts Python code; the
 parent kills the process when C code does not return in time) and the byte-bounded dataset
-cache (`swarm.tasks.cache`). The parent side is `swarm.verify.bounded.RescoreWorker`.
+cache (`swarm.tasks.cache`). The parent side is `swarm.verify.rescore_pool.RescoreWorker`.
 
 Protocol, on stdin and stdout: frames of a 4-byte big-endian length and a msgpack body.
 The worker first writes `Ready`; then, for each `Request` (a group's encoded body), a
@@ -16,7 +16,7 @@ worker that died had taken the group (the group's doing: `verify_crashed`) or di
 typed data both ways, nothing pickled: a worker is fed a peer's bytes, so the parent reads
 what it says as untrusted. It exits when its stdin closes (or its parent dies).
 
-Start:  python -m swarm.verify.worker --memory-mb 1024 --cache-mb 128 --deadline-s 2
+Start:  python -m swarm.verify.rescore_worker --memory-mb 1024 --cache-mb 128 --deadline-s 2
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every refusal (an oversize or unsigned message, a control flood, a blob fetch over the
 per-peer limit, ...) is counted in `Libp2pStats.peer_rejections` by reason and handed to
-the rejection hook the node set (`Transport.set_rejection_hook`) as a `PeerRejection`.
+the rejection hook the node set (`Transport.set_refusal_hook`) as a `Refusal`.
 A flood must not become a flood of ledger rows, so each (peer, reason) is reported at
 most once per REPORT_INTERVAL_S; the events in between are summed into the next report's
 `count`, and `flush()` (called every second from the network thread) sends what waited.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from swarm.p2p.libp2p.stats import Counters
-from swarm.p2p.transport import PeerRejection, PeerRejectReason, RejectionHook
+from swarm.p2p.transport import Refusal, RefusalHook, RefusalReason
 
 logger = logging.getLogger(__name__)
 
@@ -30,25 +30,25 @@ MAX_TRACKED = 4096  # (peer, reason) pairs remembered; beyond it the oldest are 
 class _Pending:
     last_report: float
     count: int = 0
-    latest: PeerRejection | None = None
+    latest: Refusal | None = None
 
 
-class RejectionRecorder:
+class RefusalRecorder:
     """Counts refusals and reports them to the hook, at most once per second per (peer, reason)."""
 
     def __init__(self, counters: Counters, clock: Callable[[], float] = time.monotonic) -> None:
         self._counters = counters
         self._clock = clock
-        self._hook: RejectionHook | None = None
-        self._pending: dict[tuple[str, PeerRejectReason], _Pending] = {}
+        self._hook: RefusalHook | None = None
+        self._pending: dict[tuple[str, RefusalReason], _Pending] = {}
 
-    def set_hook(self, hook: RejectionHook | None) -> None:
+    def set_hook(self, hook: RefusalHook | None) -> None:
         self._hook = hook
 
     def note(
         self,
         peer_id: str,
-        reason: PeerRejectReason,
+        reason: RefusalReason,
         detail: str = "",
         *,
         source: str = "",
@@ -60,7 +60,7 @@ class RejectionRecorder:
         with self._counters.locked() as stats:
             stats.peer_rejections[reason.value] += 1
         now = self._clock()
-        rejection = PeerRejection(peer_id, reason, detail, 1, source, topic)
+        rejection = Refusal(peer_id, reason, detail, 1, source, topic)
         if at_once:
             self._report(rejection)
             return
@@ -95,7 +95,7 @@ class RejectionRecorder:
         if pending.count and pending.latest is not None:
             self._report(_summed(pending.latest, pending.count))
 
-    def _report(self, rejection: PeerRejection) -> None:
+    def _report(self, rejection: Refusal) -> None:
         hook = self._hook
         if hook is None:
             return
@@ -105,8 +105,8 @@ class RejectionRecorder:
             self._counters.handler_error("rejection_hook", exc)
 
 
-def _summed(rejection: PeerRejection, count: int) -> PeerRejection:
-    return PeerRejection(
+def _summed(rejection: Refusal, count: int) -> Refusal:
+    return Refusal(
         rejection.peer_id,
         rejection.reason,
         rejection.detail,

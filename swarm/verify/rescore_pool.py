@@ -1,7 +1,7 @@
 """Re-scoring peers' groups within bounds: the parent side of the verification worker.
 
 `RescoreWorker` runs `swarm.verify.rescore.rescore_group` in a long-lived child process
-(`swarm.verify.worker`), started once and reused: one group at a time, each within a
+(`swarm.verify.rescore_worker`), started once and reused: one group at a time, each within a
 deadline, the process within an address-space limit. A group past its deadline is
 rejected (`verify_timeout`); a worker that does not answer within the deadline plus a grace
 period (stuck in C code) is killed. A group that exhausts the memory limit is rejected
@@ -39,7 +39,7 @@ from typing import IO, Protocol
 from swarm.core.errors import RejectedMessage, VerifyWorkerError
 from swarm.core.reasons import Reason
 from swarm.tasks import Task
-from swarm.verify import worker as protocol
+from swarm.verify import rescore_worker as protocol
 from swarm.verify.rescore import Rescored, rescore_group
 from swarm.wire import RolloutGroup, encode_group
 
@@ -160,7 +160,7 @@ class RescoreWorker:
         command = [
             self.python,
             "-m",
-            "swarm.verify.worker",
+            "swarm.verify.rescore_worker",
             "--memory-mb",
             str(s.memory_mb),
             "--cache-mb",
