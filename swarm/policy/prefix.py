@@ -15,10 +15,16 @@ gradients back onto their prompt), as in Prefix Grouper (arXiv 2506.05433).
 `prefix_hidden` returns the final hidden states that predict each completion token, so the
 caller maps them to log-probs however it likes (in chunks, under autocast, ...).
 
+Gradient checkpointing: the prompt keys/values travel in a cache that a layer replayed in
+the backward pass cannot change (`swarm.policy.prefix_cache`), so both passes run under
+non-reentrant checkpointing, layer by layer, as the plain forward does; gradients match it.
+
 Limits: the model must be a Hugging Face causal LM whose decoder (`model.base_model`) takes
-`past_key_values`, `position_ids` and a 2-D `attention_mask` (Llama, Qwen2, Mistral, Gemma,
-Phi-3, ...). With gradient checkpointing on, Hugging Face drops the cache in training, so
-`supports_shared_prefix` says no and the caller uses the plain forward.
+`past_key_values` (or `cache`), `position_ids` and a 2-D `attention_mask` (Llama, Qwen2,
+Mistral, Gemma, Phi-3, ...), with every decoder layer attending through that cache (checked:
+a layer that ignores it raises `ModelError`). Under reentrant checkpointing, or with a
+transformers that drops the cache in every checkpointed layer, `supports_shared_prefix`
+says no and the caller uses the plain forward.
 """
 
 from __future__ import annotations
@@ -100,13 +106,13 @@ def pack_prefix_batch(
 def supports_shared_prefix(model: torch.nn.Module) -> bool:
     """Whether `prefix_hidden` can run on `model` in its current state.
 
-    Hugging Face turns the cache off in layers under gradient checkpointing while training,
-    which would cut the completions off from their prompt; such a model takes the plain path.
+    Yes unless gradient checkpointing is on in a way a replayed layer could not keep the
+    prompt cache: reentrant checkpointing, or a transformers too old to let a layer keep it
+    (`swarm.policy.prefix_cache.replays_safely`). Such a model takes the plain path.
     """
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # new, old name
-        if hasattr(type(model), name):
-            return not getattr(model, name)
-    return True
+    from swarm.policy.prefix_cache import replays_safely
+
+    return replays_safely(model)
 
 
 def prefix_hidden(model: Any, batch: PrefixBatch) -> torch.Tensor:
@@ -115,33 +121,40 @@ def prefix_hidden(model: Any, batch: PrefixBatch) -> torch.Tensor:
     Column 0 comes from the prompt's last position, columns 1.. from the completion pass.
     Positions count real tokens only, as `generate` and the plain forward number them.
     Needs at least one completion token (C >= 1); the prompt must not be empty.
+    Under gradient checkpointing both passes are checkpointed, layer by layer, like the
+    plain forward (`swarm.policy.prefix_cache` makes the cache safe to replay).
     """
+    from swarm.policy.prefix_cache import PrefixCache, cache_kept_under_checkpointing
+
+    if not supports_shared_prefix(model):
+        raise ModelError("this model's gradient checkpointing cannot keep the prompt cache")
     decoder = model.base_model
+    cache_argument = _cache_argument(decoder)
+    prompt_cache = PrefixCache.empty(decoder.config.num_hidden_layers)
     prompt_positions = (batch.prompt_attention.cumsum(-1) - 1).clamp(min=0)
-    prompt_out = decoder(
-        input_ids=batch.prompt_ids,
-        attention_mask=batch.prompt_attention,
-        position_ids=prompt_positions,
-        use_cache=True,
-    )
-    cache = output_cache(prompt_out)
-    if cache is None:
-        raise ModelError("the model returned no cache: the shared-prefix forward cannot run")
-    cache.batch_select_indices(batch.rows)  # row i: its prompt's keys/values (differentiable)
     completion_len = batch.completion_ids.shape[1]
     prompt_lengths = batch.prompt_attention.sum(-1)[batch.rows]
     steps = torch.arange(completion_len, device=batch.completion_ids.device)
-    completion_positions = prompt_lengths.unsqueeze(-1) + steps
     attention = torch.cat(
         [batch.prompt_attention[batch.rows], batch.mask.to(batch.prompt_attention.dtype)], dim=-1
     )
-    completion_out = decoder(
-        input_ids=batch.completion_ids,
-        attention_mask=attention,
-        position_ids=completion_positions,
-        use_cache=True,
-        **{_cache_argument(decoder): cache},
-    )
+    with cache_kept_under_checkpointing(model):
+        prompt_out = decoder(
+            input_ids=batch.prompt_ids,
+            attention_mask=batch.prompt_attention,
+            position_ids=prompt_positions,
+            use_cache=False,
+            **{cache_argument: prompt_cache},
+        )
+        cache = prompt_cache.continuation(batch.rows)  # row i: its prompt's keys/values
+        completion_out = decoder(
+            input_ids=batch.completion_ids,
+            attention_mask=attention,
+            position_ids=prompt_lengths.unsqueeze(-1) + steps,
+            use_cache=False,
+            **{cache_argument: cache},
+        )
+    cache.check_all_read()
     first = prompt_out.last_hidden_state[:, -1:, :][batch.rows]
     rest = completion_out.last_hidden_state[:, :-1, :]
     return torch.cat([first, rest], dim=1)

@@ -112,8 +112,8 @@ class TrainerSettings:
     autocast_bf16: bool = False
     optimizer: OptimizerKind = OptimizerKind.ADAMW
     # Each distinct prompt of a micro-batch runs once and its completions attend to its
-    # cache (swarm.policy.prefix): same loss and gradients, less compute. False: every row
-    # runs prompt + completion (also what a model under gradient checkpointing gets).
+    # cache (swarm.policy.prefix): same loss and gradients, less compute and memory, with
+    # gradient checkpointing on or off. False: every row runs prompt + completion.
     shared_prefix: bool = True
     gradient_checkpointing: bool = False  # recompute layer activations in the backward pass
 

@@ -5,6 +5,7 @@ import random
 import pytest
 import torch
 
+from swarm.core.errors import ModelError
 from swarm.policy.grpo import clipped_policy_loss
 from swarm.policy.prefix import (
     group_prompts,
@@ -142,11 +143,90 @@ def test_packing_pads_prompts_left_and_completions_right():
     assert packed.mask.tolist() == [[1, 0, 0], [1, 1, 1], [0, 0, 0]]
 
 
-def test_gradient_checkpointing_takes_the_plain_path():
-    model = _random_model("llama")
+def _checkpointed(kind: str, reentrant: bool = False):
+    model = _random_model(kind)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    return model
+
+
+def _count_attention_calls(model) -> list[int]:
+    """A counter of every attention call, the backward pass's replays included."""
+    calls = [0]
+
+    def count(*_):
+        calls[0] += 1
+
+    for name, module in model.named_modules():
+        if name.endswith("self_attn"):
+            module.register_forward_hook(count)
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+@pytest.mark.parametrize("micro", [12, 5])
+def test_under_gradient_checkpointing_the_shared_prefix_gives_the_plain_gradients(kind, micro):
+    """Checkpointed layers replay in the backward pass and still read the same prompt cache."""
+    reference = _random_model(kind)  # no checkpointing, the plain forward
+    samples = _samples(reference.config.vocab_size)
+    plain_loss, plain_lp, plain_grads = _loss_and_grads(reference, samples, _plain_logprobs, micro)
+    model = _checkpointed(kind)
     assert supports_shared_prefix(model)
-    model.gradient_checkpointing_enable()
+    calls = _count_attention_calls(model)
+    model.train()
+    logprobs, mask = _shared_logprobs(model, samples[:micro])
+    forward_calls = calls[0]
+    (logprobs * mask).sum().backward()
+    assert forward_calls == 2 * model.config.num_hidden_layers  # prompt pass, completion pass
+    assert calls[0] == 2 * forward_calls  # every layer of both passes ran again: checkpointed
+    loss, shared_lp, grads = _loss_and_grads(model, samples, _shared_logprobs, micro)
+    assert loss == pytest.approx(plain_loss, rel=1e-5, abs=1e-6)
+    assert shared_lp == pytest.approx(plain_lp, rel=1e-5, abs=1e-5)
+    assert set(grads) == set(plain_grads) == {n for n, _ in model.named_parameters()}
+    for name, grad in plain_grads.items():
+        scale = grad.abs().max().item()
+        assert scale > 0, name
+        assert torch.allclose(grads[name], grad, rtol=1e-4, atol=1e-5 * scale), name
+
+
+def test_reentrant_checkpointing_takes_the_plain_path():
+    """Reentrant checkpointing would cut the gradient through the prompt cache: refused."""
+    assert supports_shared_prefix(_random_model("llama"))
+    model = _checkpointed("llama", reentrant=True)
     assert not supports_shared_prefix(model)
+    samples = _samples(model.config.vocab_size)[:4]
+    model.train()
+    with pytest.raises(ModelError):
+        _shared_logprobs(model, samples)
+
+
+def test_trainer_keeps_the_shared_prefix_under_gradient_checkpointing():
+    """One checkpointed GRPO update either way: the shared path runs (two decoder passes per
+    micro-batch) and gives the plain path's loss, norm and weights."""
+    import copy
+
+    from swarm.policy.trainer import GRPOTrainer, TrainerSettings
+
+    base = _random_model("llama")
+    samples = _samples(base.config.vocab_size, seed=2)
+    results, models, decoder_calls = [], [], []
+    for shared in (True, False):
+        model = copy.deepcopy(base)
+        calls = [0]
+        model.base_model.register_forward_hook(
+            lambda *_, calls=calls: calls.__setitem__(0, calls[0] + 1)
+        )
+        settings = TrainerSettings(
+            lr=1e-3, micro_batch_size=5, shared_prefix=shared, gradient_checkpointing=True
+        )
+        results.append(GRPOTrainer(model, PAD, settings).update(samples))
+        models.append(model)
+        decoder_calls.append(calls[0])
+    micro_batches = -(-len(samples) // 5)
+    assert decoder_calls == [2 * micro_batches, micro_batches]
+    assert results[0].loss == pytest.approx(results[1].loss, rel=1e-5, abs=1e-7)
+    assert results[0].grad_norm == pytest.approx(results[1].grad_norm, rel=1e-4)
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
 
 
 def test_trainer_default_is_shared_prefix_and_matches_the_plain_path():
