@@ -1,7 +1,7 @@
 """The node's life: built from its parts, started, run round after round, stopped, closed.
 
-`Node` composes the parts (`swarm.node.assembly` builds them from the config) and owns
-what spans rounds: resuming from the newest checkpoint, node.json in the run folder,
+`Node` runs over its parts (`swarm.node.parts.assemble` builds them from the config, resumed
+from the newest checkpoint) and owns what spans rounds: node.json in the run folder,
 evaluating and checkpointing when due, and stopping cleanly. Stopping (Ctrl-C or
 `request_stop`) takes effect at the next round boundary and always leaves a checkpoint.
 
@@ -17,14 +17,9 @@ from __future__ import annotations
 
 import threading
 
-import torch
-
-from swarm.config import Config, task_mix
+from swarm.config import Config
 from swarm.config.preflight import check_role
-from swarm.core.errors import CheckpointError, ConfigError
-from swarm.experience import ExperiencePool
-from swarm.ledger import Ledger, get_meta, set_meta, supersede_after
-from swarm.ledger.retention import Retention
+from swarm.core.errors import ConfigError
 from swarm.monitor.display import (
     EvalReport,
     Reporter,
@@ -33,41 +28,19 @@ from swarm.monitor.display import (
     SwarmSample,
 )
 from swarm.monitor.logs import NodeLog
-from swarm.node.assembly import (
-    claim_run_folder,
-    identity_and_transport,
-    make_eval_tasks,
-    make_exchange,
-    make_generator,
-    make_spot_checker,
-    make_sync,
-    make_trainer,
-    make_verifier,
-    sampling_params,
-    task_stream_seed,
-    write_node_info,
-)
-from swarm.node.following import Following
+from swarm.node.assembly import claim_run_folder, write_node_info
 from swarm.node.heap import release_free_memory
-from swarm.node.intake import Intake, SpotCheck
 from swarm.node.monitoring import swarm_sample
-from swarm.node.publishing import Publishing
-from swarm.node.records import Records
-from swarm.node.rounds import RoundLoop, evaluate_by_family
-from swarm.node.sharing import Sharing
+from swarm.node.parts import assemble, checkpoint_dir
+from swarm.node.rounds import evaluate_by_family
 from swarm.node.state import LocalGroup, NodeState
 from swarm.p2p.transport import Transport
 from swarm.policy.checkpoint import (
     CheckpointState,
-    latest_checkpoint,
-    load_checkpoint,
     save_checkpoint,
 )
-from swarm.policy.model import load_policy
 from swarm.sync.follower import DeltaFollower
 from swarm.sync.publisher import DeltaPublisher
-from swarm.tasks import validate_mix
-from swarm.wire import rollout_topic
 
 PRUNE_EVERY = 50  # rounds between two applications of the ledger's retention
 TRIM_EVERY = 10  # rounds between two returns of freed memory to the OS (swarm.node.heap)
@@ -97,108 +70,18 @@ class Node:
         self.config = config
         with claim_run_folder(config, reporter, log) as (self.run_lock, self.monitoring):
             self.reporter = self.monitoring.reporter
-            self._assemble(transport, key_pair)
-
-    def _assemble(self, transport: Transport | None, key_pair) -> None:
-        config = self.config
-        self.key_pair, self.peer_id, self.transport = identity_and_transport(
-            config, transport, key_pair
-        )
-        self.topic = rollout_topic(config.p2p.swarm_id)
-        self.pool = ExperiencePool(
-            config.training.pool_size, int(config.training.pool_mb * 2**20)
-        )  # peers' groups, re-scored, awaiting training
-        self.verifier = make_verifier(config, self.peer_id)
-        self.mix = validate_mix(task_mix(config))
-        self.sampling = sampling_params(config)
-        self.state = NodeState()
+            self.parts = assemble(config, transport, key_pair, self.monitoring)
         self._stop = threading.Event()
         self._started = False
-        self.ledger = Ledger(config.ledger_url)
-        torch.manual_seed(config.node.seed)
-        self.policy = load_policy(
-            config.policy.model,
-            config.policy.device,
-            config.policy.dtype,
-            shown_name=config.policy.model_name,
-        )
-        self.monitoring.identify(config.node.name, self.peer_id, self.policy.model_id)
-        self.generator = make_generator(config, self.policy)
-        self.trainer = make_trainer(config, self.policy)
-        self.spot_checker = make_spot_checker(config, self.policy)
-        self.eval_tasks = make_eval_tasks(config, self.mix)
-        self.records = Records(
-            self.ledger,
-            self.state,
-            self.reporter,
-            config.tasks.scoring(),
-            Retention.from_config(config),
-        )
-        self._resume()
-        publisher, follower, self.transport = make_sync(
-            config,
-            self.transport,
-            self.key_pair,
-            self.peer_id,
-            self.policy,
-            self.state.policy_version,
-        )
-        self.following = Following(
-            transport=self.transport,
-            policy=self.policy,
-            generator=self.generator,
-            state=self.state,
-            records=self.records,
-            publisher=publisher,
-            follower=follower,
-        )
-        exchange = make_exchange(config, self.transport, self.verifier, self.key_pair, self.peer_id)
-        self.sharing = Sharing(
-            config=config,
-            transport=self.transport,
-            verifier=self.verifier,
-            intake=Intake(
-                config,
-                self.verifier,
-                SpotCheck.from_config(config, self.spot_checker, self.policy, self.state),
-            ),
-            pool=self.pool,
-            ledger=self.ledger,
-            records=self.records,
-            reporter=self.reporter,
-            exchange=exchange,
-            publishing=Publishing(
-                config=config,
-                key_pair=self.key_pair,
-                peer_id=self.peer_id,
-                topic=self.topic,
-                transport=self.transport,
-                verifier=self.verifier,
-                policy=self.policy,
-                sampling=self.sampling,
-                state=self.state,
-                reporter=self.reporter,
-                exchange=exchange,
-            ),
-        )
-        self.sharing.restore_memory()
-        self.following.publish_base()
-        self.rounds = RoundLoop(
-            config=config,
-            state=self.state,
-            mix=self.mix,
-            sampling=self.sampling,
-            policy=self.policy,
-            generator=self.generator,
-            trainer=self.trainer,
-            pool=self.pool,
-            transport=self.transport,
-            sharing=self.sharing,
-            following=self.following,
-            records=self.records,
-            reporter=self.reporter,
-            task_seed=task_stream_seed(config, self.peer_id),
-        )
+
+    def __getattr__(self, name: str):
+        """A part read as the node's own attribute: `node.transport` is `node.parts.transport`,
+        `node.policy` is `node.parts.model.policy` (`swarm.node.parts`)."""
+        parts = self.__dict__.get("parts")
+        for holder in (parts, getattr(parts, "model", None)):
+            if holder is not None and name in holder.__dataclass_fields__:
+                return getattr(holder, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def publisher(self) -> DeltaPublisher | None:
@@ -214,7 +97,7 @@ class Node:
 
     @property
     def checkpoint_dir(self):
-        return self.config.run_dir / "checkpoints"
+        return checkpoint_dir(self.config)
 
     def request_stop(self) -> None:
         """Finish the current round, checkpoint, and return from `run()`."""
@@ -245,32 +128,6 @@ class Node:
         """Leave the swarm: close the transport (a closed libp2p transport cannot start again)."""
         self._started = False
         self.transport.close()
-
-    def _resume(self) -> None:
-        """Load the newest checkpoint, if any; mark ledger rounds after it as superseded."""
-        path = latest_checkpoint(self.checkpoint_dir)
-        with self.ledger.transaction() as session:
-            model = get_meta(session, "model")
-            if model is not None and model != self.config.policy.model:
-                raise ConfigError(
-                    f"{self.config.run_dir} belongs to a node of model {model!r}, not {self.config.policy.model!r}: "
-                    "use another node.run_dir"
-                )
-            set_meta(session, "model", self.config.policy.model)
-            set_meta(session, "node_name", self.config.node.name)
-            if path is None:
-                supersede_after(session, -1)
-                return
-            state = load_checkpoint(
-                path, self.policy.model, self.trainer.optimizer if self.trainer else None
-            )
-            if state.model_name != self.config.policy.model:
-                raise CheckpointError(
-                    f"{path} is a checkpoint of {state.model_name!r}, not {self.config.policy.model!r}"
-                )
-            self.state.round, self.state.policy_version = state.round, state.policy_version
-            supersede_after(session, state.round - 1)
-        self.generator.sync_weights(self.policy.model)
 
     def run(self) -> NodeState:
         """Run rounds until `node.rounds` rounds exist in total, or until stopped."""

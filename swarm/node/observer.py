@@ -31,33 +31,19 @@ import threading
 import time
 
 from swarm.config import Config
-from swarm.config.preflight import OBSERVER_MODEL, check_role, ledger_model_problem
+from swarm.config.preflight import OBSERVER_MODEL, check_role
 from swarm.core.errors import ConfigError
-from swarm.exchange.pull import PullExchange, PullSettings
-from swarm.experience import ExperiencePool
-from swarm.ledger import Ledger, get_meta, set_meta, touch_peer
-from swarm.ledger.retention import Retention
+from swarm.ledger import touch_peer
 from swarm.monitor.display import Reporter, RunInfo, SwarmSample
 from swarm.monitor.logs import NodeLog
-from swarm.node.assembly import (
-    claim_run_folder,
-    identity_and_transport,
-    make_verifier,
-    write_node_info,
-)
-from swarm.node.intake import Intake
+from swarm.node.assembly import claim_run_folder, write_node_info
 from swarm.node.monitoring import OBSERVER, swarm_sample
-from swarm.node.records import Records
-from swarm.node.sharing import Sharing
+from swarm.node.parts import assemble
 from swarm.node.state import NodeState
-from swarm.p2p.topic_tap import TopicTap
 from swarm.p2p.transport import Transport
-from swarm.sync.manifests import ManifestLog
-from swarm.wire import rollout_topic
 
 NO_MODEL = OBSERVER_MODEL
 PRUNE_EVERY = 50  # passes between two applications of the ledger's retention
-OBSERVER_PULLS = 64  # groups pulled a pass in a pull swarm when p2p.pull_groups is -1
 
 
 class Observer:
@@ -80,73 +66,19 @@ class Observer:
         self.config = config
         with claim_run_folder(config, reporter, log) as (self.run_lock, self.monitoring):
             self.reporter = self.monitoring.reporter
-            self._assemble(transport, key_pair)
-
-    def _assemble(self, transport: Transport | None, key_pair) -> None:
-        config = self.config
-        self.key_pair, self.peer_id, inner = identity_and_transport(config, transport, key_pair)
-        self.monitoring.identify(config.node.name, self.peer_id, "")
-        self.topic = rollout_topic(config.p2p.swarm_id)
-        self.manifests = ManifestLog(config.p2p.swarm_id)
-        # Delta manifests go to the manifest log, never into the rollout inbox.
-        self.transport = TopicTap(inner, self.manifests.topic, self.manifests.offer)
-        self.verifier = make_verifier(config, self.peer_id)
-        self.exchange = self._pull_exchange() if config.p2p.exchange == "pull" else None
-        self.state = NodeState()
-        self.ledger = Ledger(config.ledger_url)
-        try:
-            self._claim_ledger()
-        except BaseException:
-            self.ledger.close()
-            raise
-        self.records = Records(
-            self.ledger,
-            self.state,
-            self.reporter,
-            config.tasks.scoring(),
-            Retention.from_config(config),
-        )
-        self.sharing = Sharing(
-            config=config,
-            transport=self.transport,
-            verifier=self.verifier,
-            intake=Intake(config, self.verifier),  # no model: no token spot check
-            pool=ExperiencePool(1),  # it trains on nothing: the smallest pool there is
-            ledger=self.ledger,
-            records=self.records,
-            reporter=self.reporter,
-            exchange=self.exchange,
-        )
-        self.sharing.restore_memory()
+            self.parts = assemble(config, transport, key_pair, self.monitoring)
         self.policy = None  # no model, by design
         self._stop = threading.Event()
         self._started = False
         self._shown: tuple[int, ...] | None = None
 
-    def _pull_exchange(self) -> PullExchange:
-        """What an observer of a pull swarm pulls: what is announced, not what would train."""
-        p2p = self.config.p2p
-        settings = PullSettings(
-            lists_per_round=p2p.pull_lists,
-            pull_groups=p2p.pull_groups if p2p.pull_groups >= 0 else OBSERVER_PULLS,
-            per_sender_cap=0,
-            max_age_s=self.config.verify.max_age_s,
-            view_capacity=p2p.view_size,
-            every_group=True,
-        )
-        return PullExchange(
-            self.transport, self.verifier, p2p.swarm_id, self.key_pair, self.peer_id, settings
-        )
-
-    def _claim_ledger(self) -> None:
-        """Mark the ledger an observer's (`peers` and `status` show it; a trainer is refused
-        on it); refuse a trainer's, whose ledger would then no longer say whose it is."""
-        with self.ledger.transaction() as session:
-            problem = ledger_model_problem(self.config, get_meta(session, "model"))
-            if problem:
-                raise ConfigError(problem)
-            set_meta(session, "node_name", self.config.node.name)
-            set_meta(session, "model", NO_MODEL)
+    def __getattr__(self, name: str):
+        """A part read as the observer's own attribute: `observer.manifests` is
+        `observer.parts.manifests` (`swarm.node.parts`)."""
+        parts = self.__dict__.get("parts")
+        if parts is not None and name in parts.__dataclass_fields__:
+            return getattr(parts, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- lifecycle ------------------------------------------------------------------------------
 
