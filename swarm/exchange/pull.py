@@ -58,6 +58,7 @@ from swarm.verify.message import Accepted, Rejection
 from swarm.wire import (
     ANNOUNCEMENTS_KEY,
     MAX_ANNOUNCEMENTS_MESSAGE_BYTES,
+    MAX_ANNOUNCEMENTS_PER_MESSAGE,
     MAX_HOLDER_HINTS,
     GroupAnnouncement,
     HolderHint,
@@ -85,6 +86,9 @@ class PullSettings:
     pull_groups: int = 10  # groups pulled each round (J plus a margin for failures)
     per_sender_cap: int = 2  # of those, at most this many from one sender
     keep_rounds: int = 3  # own and pulled groups stay served this many rounds
+    # Own groups stay announced this many rounds (at most keep_rounds): a list then names the
+    # holders of the previous round's groups, who fetched them after they were first announced.
+    announce_rounds: int = 2
     candidate_rounds: int = 1  # announcements stay candidates this many rounds
     max_age_s: float = 600.0  # older announcements are not pulled
     fetch_timeout_s: float = 5.0  # one fetch at most
@@ -169,7 +173,10 @@ class PullExchange:
         self.holders: collections.OrderedDict[str, dict[str, tuple[str, ...]]] = (
             collections.OrderedDict()
         )
-        self._announced: list[tuple[str, SignedAnnouncement]] = []  # (blob hash, signed)
+        # (round, blob hash, signed) of the own groups announced, newest last
+        self._announced: collections.deque[tuple[int, str, SignedAnnouncement]] = (
+            collections.deque()
+        )
         self._served: collections.deque[tuple[int, str]] = collections.deque()  # (round, key)
         self.counters = PullCounters()
         self._unserved: collections.OrderedDict[str, int] = collections.OrderedDict()
@@ -184,8 +191,9 @@ class PullExchange:
         self.fetcher.close()
 
     def announced(self) -> list[str]:
-        """Blob hashes of the groups this node announces now (its latest round)."""
-        return [digest for digest, _ in self._announced]
+        """Blob hashes of the groups this node announces now (its last `announce_rounds`
+        rounds, newest last)."""
+        return [digest for _, digest, _ in self._announced]
 
     def take_counters(self) -> dict:
         out, self.counters = self.counters, PullCounters()
@@ -213,15 +221,19 @@ class PullExchange:
         )
 
     def publish(self, groups: list[tuple[SignedGroup, RolloutGroup]]) -> None:
-        """Serve this round's groups and the list announcing them (it replaces the last)."""
-        self._announced = []
+        """Serve this round's groups and the list announcing them with those of the last
+        `announce_rounds` - 1 rounds (still served), newest first past the list's bound."""
+        window = max(1, min(self.settings.announce_rounds, self.settings.keep_rounds))
+        while self._announced and self._announced[0][0] <= self.round - window:
+            self._announced.popleft()
         for signed, group in groups:
             served = encode_signed_group(signed)
             announcement = self.announcement_of(signed, group, served)
             self._serve(group_key(announcement.blob_hash), served)
-            self._announced.append(
-                (announcement.blob_hash, sign_announcement(announcement, self.key_pair))
-            )
+            signed_announcement = sign_announcement(announcement, self.key_pair)
+            self._announced.append((self.round, announcement.blob_hash, signed_announcement))
+        while len(self._announced) > MAX_ANNOUNCEMENTS_PER_MESSAGE:
+            self._announced.popleft()
         self._serve_list()
 
     def _serve_list(self) -> None:
@@ -229,10 +241,10 @@ class PullExchange:
         self._note_fetches()
         hints = [
             HolderHint(digest, peer, addrs)
-            for digest, _ in self._announced
+            for _, digest, _ in self._announced  # oldest first: their holders are known by now
             for peer, addrs in self.holders.get(digest, {}).items()
         ]
-        items = [signed for _, signed in self._announced]
+        items = [signed for _, _, signed in self._announced]
         self.transport.serve_blob(
             ANNOUNCEMENTS_KEY, pack_announcements(items, hints[:MAX_HOLDER_HINTS])
         )

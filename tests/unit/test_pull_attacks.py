@@ -16,11 +16,13 @@ from swarm.verify.reputation import ReputationSettings
 from swarm.wire import (
     ANNOUNCEMENTS_KEY,
     SignedGroup,
+    decode_announcement,
     decode_group,
     decode_signed_group,
     encode_signed_group,
     group_key,
     pack_announcements,
+    unpack_announcements,
 )
 from swarm.wire.signing import sign_announcement
 
@@ -195,3 +197,32 @@ def test_a_popular_group_is_served_mostly_by_its_holders_not_its_sender():
         from_holders += puller.exchange.take_counters()["pulled_from_holders"]
     # 4 holders and the sender in a random order: about 4 pulls in 5 from a holder
     assert from_holders >= len(pullers) // 2
+
+
+def served_list(sender: NetworkNode) -> tuple[list[str], dict[str, set[str]]]:
+    """The blob hashes a sender's list announces, and the holders it hints for each."""
+    items, hints = unpack_announcements(
+        sender.transport.fetch_blob(sender.peer_id, ANNOUNCEMENTS_KEY)
+    )
+    holders: dict[str, set[str]] = {}
+    for hint in hints:
+        holders.setdefault(hint.content_hash, set()).add(hint.peer_id)
+    return [decode_announcement(i.body).blob_hash for i in items], holders
+
+
+def test_last_rounds_groups_stay_announced_with_the_holders_who_fetched_them_since():
+    """Holders fetch a group after it was announced; the next round's list still names it,
+    with them, so a node pulling it then can pull from a holder. Announced only while served."""
+    for announce_rounds, keep_rounds, expect_old in ((2, 3, True), (1, 3, False), (2, 1, False)):
+        nodes, _ = swarm_of(6, announce_rounds=announce_rounds, keep_rounds=keep_rounds)
+        sender, holders = nodes[0], nodes[1:5]
+        old, data = published(sender)
+        for holder in holders:
+            holder.transport.fetch_blob(sender.peer_id, group_key(old))
+        sender.exchange.collect()  # the round ends
+        sender.publish_round(RoundCost(round=1))
+        announced, hinted = served_list(sender)
+        assert len(announced) == (2 if expect_old else 1) and announced[-1] != old
+        if expect_old:
+            assert announced[0] == old and hinted[old] == {h.peer_id for h in holders}
+        assert all(d == old or d == announced[-1] for d in announced)
