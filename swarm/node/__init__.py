@@ -58,24 +58,13 @@ _EXPORTS = {
     "SharingStats": "swarm.node.state",
     "evaluate_policy": "swarm.node.rounds",
     "make_generator": "swarm.node.assembly",
+    "make_node": "swarm.node.kinds",
     "make_transport": "swarm.node.assembly",
     "read_psk": "swarm.node.assembly",
     "trainer_settings": "swarm.node.assembly",
 }
 
-__all__ = sorted([*_EXPORTS, "make_node"])
-
-
-def make_node(config, **kwargs):
-    """A `Node` (trainer or generator) or an `Observer`, as `config.node.role` says; the
-    keyword arguments are theirs (transport, reporter, key_pair, log)."""
-    if config.node.role == "observer":
-        from swarm.node.observer import Observer
-
-        return Observer(config, **kwargs)
-    from swarm.node.lifecycle import Node
-
-    return Node(config, **kwargs)
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):

@@ -124,3 +124,40 @@ def test_the_package_graph_sees_a_package_cycle():
     packages = package_graph(graph)
     assert packages == {"a": {"b"}, "b": {"a"}}
     assert cycle_from(packages, "a") == ["a", "b", "a"]
+
+
+def init_code(source: str) -> list[str]:
+    """What a package's __init__ holds beyond its docstring, imports, `__all__`, `__version__`
+    and a lazy re-export table (`_EXPORTS` with the PEP 562 `__getattr__` that reads it)."""
+    allowed_names = {"__all__", "__version__", "_EXPORTS"}
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if all(isinstance(t, ast.Name) and t.id in allowed_names for t in targets):
+                continue
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+            continue
+        found.append(f"line {node.lineno}: {type(node).__name__}")
+    return found
+
+
+def test_package_inits_hold_only_re_exports():
+    code = {
+        str(path.relative_to(ROOT)): found
+        for path in sorted((ROOT / "swarm").rglob("__init__.py"))
+        if (found := init_code(path.read_text(encoding="utf-8")))
+    }
+    assert code == {}
+
+
+def test_the_init_check_sees_code():
+    assert init_code('"""doc"""\nimport x\n__all__ = ["x"]\n') == []
+    assert init_code("def helper():\n    pass\nX = 1\n") == [
+        "line 1: FunctionDef",
+        "line 3: Assign",
+    ]

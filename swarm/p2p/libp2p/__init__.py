@@ -19,10 +19,7 @@ some of that version's internals. One module per concern:
 docs/LIBP2P.md lists the py-libp2p pitfalls and where each is handled.
 """
 
-from swarm.core.libp2p_parts import skip_unused_parts
-
-skip_unused_parts()  # before the first libp2p import: parts a node never uses stay unloaded
-
+from swarm.p2p.libp2p import guard  # noqa: F401, I001 - before any libp2p import: unused parts stay unloaded
 from swarm.p2p.libp2p import patches  # noqa: F401, E402 - first: checks the py-libp2p version
 from swarm.p2p.libp2p.blobs import BLOB_PROTOCOL  # noqa: E402
 from swarm.p2p.libp2p.gossip import (  # noqa: E402
