@@ -39,7 +39,7 @@ from swarm.experience import ExperiencePool, SharedGroup
 from swarm.p2p.transport import Transport
 from swarm.tasks import PRESET_MIXES, Scoring, stream_seed
 from swarm.verify.gate import Verifier, VerifySettings
-from swarm.verify.message import Accepted, Rejection
+from swarm.verify.message import Accepted
 from swarm.wire.signing import sign_group
 
 SYNTHETIC_MODEL = "synthetic"
@@ -254,7 +254,7 @@ class NetworkNode:
         for item in accepted:
             digest = item.signed.content_hash
             if digest in seen:
-                rejected.append(_rejection(item, Reason.DUPLICATE, "already received"))
+                rejected.append(item.rejected(Reason.DUPLICATE, "already received"))
                 continue
             seen.add(digest)
             cost.verified += 1
@@ -263,7 +263,7 @@ class NetworkNode:
                     item.group, self.settings.format_bonus, self.scoring
                 )
             except RejectedMessage as e:  # recorded like any other refusal
-                rejected.append(_rejection(item, e.reason, e.detail))
+                rejected.append(item.rejected(e.reason, e.detail))
                 continue
             self._pool(item, task, rewards, now)
             fresh.append(item)
@@ -316,18 +316,6 @@ class NetworkNode:
             created = self._created.pop(g.content_hash, now)
             cost.chosen.append((g.sender, max(0.0, now - created)))
         cost.ledger_rows += len(batch.shared)  # one group-use row each
-
-
-def _rejection(item: Accepted, reason: Reason, detail: str) -> Rejection:
-    return Rejection(
-        reason,
-        detail,
-        item.source,
-        item.signed.content_hash,
-        item.group.sender,
-        item.signed,
-        item.group,
-    )
 
 
 # -- running one as a process (the benchmarks start many) ----------------------------------

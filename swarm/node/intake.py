@@ -130,13 +130,13 @@ class Intake:
         for item in items:
             digest = item.signed.content_hash
             if digest in seen or digest in known:
-                outcome.duplicates.append(_rejection(item, Reason.DUPLICATE, "already received"))
+                outcome.duplicates.append(item.rejected(Reason.DUPLICATE, "already received"))
                 continue
             seen.add(digest)
             try:
                 outcome.accepted.append(self._verified(item))
             except RejectedMessage as e:
-                outcome.rejected.append(_rejection(item, e.reason, e.detail))
+                outcome.rejected.append(item.rejected(e.reason, e.detail))
         return outcome
 
     def _verified(self, item: Accepted) -> Verified:
@@ -152,15 +152,3 @@ class Intake:
         if spot is not None:
             spot.check(item)
         return Verified(item, task, rewards, ours=spot is not None and spot.ours(group))
-
-
-def _rejection(item: Accepted, reason: Reason, detail: str) -> Rejection:
-    return Rejection(
-        reason,
-        detail,
-        item.source,
-        item.signed.content_hash,
-        item.group.sender,
-        item.signed,
-        item.group,
-    )

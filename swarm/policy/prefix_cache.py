@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
@@ -59,6 +60,7 @@ class PrefixLayer(DynamicLayer):
             if self.written is None:
                 self.written = (key_states, value_states)
             return key_states, value_states
+        assert self.keys is not None and self.values is not None  # set with the prefix
         return (
             torch.cat([self.keys[self.rows], key_states], dim=-2),
             torch.cat([self.values[self.rows], value_states], dim=-2),
@@ -69,7 +71,8 @@ class PrefixCache(Cache):
     """The cache of one pass of the shared-prefix forward (a `PrefixLayer` per decoder layer)."""
 
     def __init__(self, layers: list[PrefixLayer]):
-        super().__init__(layers=layers)
+        super().__init__(layers=list[Any](layers))
+        self.prefix_layers = layers
 
     @classmethod
     def empty(cls, layers: int) -> PrefixCache:
@@ -78,14 +81,15 @@ class PrefixCache(Cache):
 
     def continuation(self, rows: torch.Tensor) -> PrefixCache:
         """The cache for the next pass: what this pass wrote, row `rows[i]` for batch row i."""
-        written = [layer.written for layer in self.layers]
-        if not written or any(w is None for w in written):
+        written = [layer.written for layer in self.prefix_layers]
+        kept = [w for w in written if w is not None]
+        if not written or len(kept) < len(written):
             raise ModelError("the prompt pass left no keys/values: the model dropped the cache")
-        return PrefixCache([PrefixLayer(keys, values, rows) for keys, values in written])
+        return PrefixCache([PrefixLayer(keys, values, rows) for keys, values in kept])
 
     def check_all_read(self) -> None:
         """Raise unless every layer read its prefix: a layer without it would be silently wrong."""
-        if any(layer.reads == 0 for layer in self.layers):
+        if any(layer.reads == 0 for layer in self.prefix_layers):
             raise ModelError("a decoder layer ignored the prompt cache in the completion pass")
 
 
@@ -133,7 +137,7 @@ def cache_kept_under_checkpointing(model: torch.nn.Module) -> Iterator[None]:
     """
     layers = [m for m in checkpointed_layers(model) if not m._can_checkpoint_with_cache]
     for layer in layers:
-        layer._can_checkpoint_with_cache = True
+        setattr(layer, "_can_checkpoint_with_cache", True)  # noqa: B010 - a torch.nn.Module's
     try:
         yield
     finally:

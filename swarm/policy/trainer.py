@@ -10,7 +10,7 @@ an AdamW step at lr 1e-6 is far below a bf16 weight's resolution and would round
 The optimizer is AdamW (betas 0.9/0.99, the default) or plain Adam with PyTorch's defaults
 (betas 0.9/0.999, eps 1e-8, no weight decay), as the SAPO paper used.
 
-Deliberately not here: choosing which groups to train on (`swarm.sampling`), rewards
+Deliberately not here: choosing which groups to train on (`swarm.batch_choice`), rewards
 (`swarm.tasks`), or anything about peers.
 """
 

@@ -45,6 +45,18 @@ class Accepted:
     group: RolloutGroup
     source: str
 
+    def rejected(self, reason: Reason, detail: str) -> Rejection:
+        """This group refused by a later check, with all that is known of it."""
+        return Rejection(
+            reason,
+            detail,
+            self.source,
+            self.signed.content_hash,
+            self.group.sender,
+            self.signed,
+            self.group,
+        )
+
 
 def check_message(
     data: bytes, source: str, swarm_id: str, verify_signatures: bool = True
