@@ -128,7 +128,13 @@ def test_generator_process_follows_trainer_process_bit_for_bit(tmp_path, tiny_mo
                 proc.wait()
 
     rows = _deltas(gen_dir)
-    assert not [r for r in rows if r.status == "rejected"], [(r.reason, r.to_version) for r in rows]
+    # A trainer that exits right after announcing its last delta may be gone before a loaded
+    # follower fetches it (the follower then records fetch_failed for that version only and
+    # catches up when the trainer returns); nothing else may be refused.
+    refused = [(r.reason, r.to_version) for r in rows if r.status == "rejected"]
+    assert all(reason == "fetch_failed" and version == final for reason, version in refused), (
+        refused
+    )
     applied = [r for r in rows if r.status == "applied"]
     assert applied and all(r.peer == trainer_id and r.bytes > 0 for r in applied)
     # Every delta and anchor the generator applied, the trainer recorded as served to it.
