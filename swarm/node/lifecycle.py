@@ -31,7 +31,7 @@ from swarm.monitor.logs import NodeLog
 from swarm.node.assembly import claim_run_folder, write_node_info
 from swarm.node.heap import release_free_memory
 from swarm.node.monitoring import swarm_sample
-from swarm.node.parts import assemble, checkpoint_dir
+from swarm.node.parts import assemble, checkpoint_dir, part_of
 from swarm.node.rounds import evaluate_by_family
 from swarm.node.state import LocalGroup, NodeState
 from swarm.p2p.transport import Transport
@@ -77,11 +77,7 @@ class Node:
     def __getattr__(self, name: str):
         """A part read as the node's own attribute: `node.transport` is `node.parts.transport`,
         `node.policy` is `node.parts.model.policy` (`swarm.node.parts`)."""
-        parts = self.__dict__.get("parts")
-        for holder in (parts, getattr(parts, "model", None)):
-            if holder is not None and name in holder.__dataclass_fields__:
-                return getattr(holder, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return part_of(self.__dict__.get("parts"), name, self)
 
     @property
     def publisher(self) -> DeltaPublisher | None:

@@ -38,7 +38,7 @@ from swarm.monitor.display import Reporter, RunInfo, SwarmSample
 from swarm.monitor.logs import NodeLog
 from swarm.node.assembly import claim_run_folder, write_node_info
 from swarm.node.monitoring import OBSERVER, swarm_sample
-from swarm.node.parts import assemble
+from swarm.node.parts import assemble, part_of
 from swarm.node.state import NodeState
 from swarm.p2p.transport import Transport
 
@@ -75,10 +75,7 @@ class Observer:
     def __getattr__(self, name: str):
         """A part read as the observer's own attribute: `observer.manifests` is
         `observer.parts.manifests` (`swarm.node.parts`)."""
-        parts = self.__dict__.get("parts")
-        if parts is not None and name in parts.__dataclass_fields__:
-            return getattr(parts, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return part_of(self.__dict__.get("parts"), name, self)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -99,6 +99,15 @@ class Parts:
     manifests: ManifestLog | None = None
 
 
+def part_of(parts: Parts | None, name: str, owner: object):
+    """The part `name` of `parts` (or of its model half), as a node kind reads it as its own
+    attribute (`node.transport`, `node.policy`); AttributeError naming `owner` otherwise."""
+    for holder in (parts, getattr(parts, "model", None)):
+        if holder is not None and name in holder.__dataclass_fields__:
+            return getattr(holder, name)
+    raise AttributeError(f"{type(owner).__name__!r} object has no attribute {name!r}")
+
+
 def assemble(
     config: Config, transport: Transport | None, key_pair, monitoring: Monitoring
 ) -> Parts:
