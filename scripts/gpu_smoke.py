@@ -39,8 +39,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0.05,
         help="largest mean |vLLM - trainer| log-prob per token after a push (default 0.05)",
     )
+    parser.add_argument(
+        "--generator",
+        choices=("vllm", "transformers"),
+        default="vllm",
+        help="vllm (default; needs the gpu extra) or transformers (the CPU-capable backend; the "
+        "log-prob check then compares its sampling log-probs with the trainer's)",
+    )
+    parser.add_argument(
+        "--tasks",
+        choices=("sapo", "skills"),
+        default="sapo",
+        help="sapo (the SAPO mix, for real models) or skills (the four families the built-in "
+        "testbed models under models/ were warm-started on)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cuda (default), or cpu for a dry run of the same steps (transformers generator only)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.device == "cpu" and args.generator == "vllm":
+        parser.error("--device cpu needs --generator transformers")
     if not 0.05 <= args.gpu_memory <= 0.95:
         parser.error("--gpu-memory must lie in [0.05, 0.95]")
     return args
@@ -58,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("error: gpu_smoke.py needs a CUDA GPU; none is visible here", file=sys.stderr)
         return 2
     from swarm.core.errors import SwarmError
@@ -79,12 +101,15 @@ def _run(args: argparse.Namespace) -> int:
     from swarm.policy.model import load_policy
     from swarm.policy.prompts import build_prompt
     from swarm.policy.trainer import GRPOTrainer, TrainerSettings
-    from swarm.policy.vllm_generator import VLLMGenerator
+    from swarm.policy.skills import SKILL_MIX
     from swarm.tasks import SAPO_MIX, build_task, sample_specs, score_completion
 
     torch.manual_seed(args.seed)
-    policy = load_policy(args.model, "cuda", "auto")
-    generator = VLLMGenerator(policy, gpu_memory_utilization=args.gpu_memory, seed=args.seed)
+    policy = load_policy(args.model, args.device, "auto")
+    print(f"model {args.model}: {sum(p.numel() for p in policy.model.parameters()):,} parameters, "
+          f"loaded as {policy.dtype}; generator {args.generator}", flush=True)
+    generator = _generator(args, policy)
+    mix = SAPO_MIX if args.tasks == "sapo" else SKILL_MIX
     settings = TrainerSettings(
         lr=args.lr,
         micro_batch_size=args.micro_batch,
@@ -99,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
     for round_index in range(args.rounds):
         began = time.perf_counter()
         tasks = [
-            build_task(s) for s in sample_specs(SAPO_MIX, args.seed, round_index, args.questions)
+            build_task(s) for s in sample_specs(mix, args.seed, round_index, args.questions)
         ]
         prompts = [build_prompt(policy.tokenizer, t.question) for t in tasks]
         groups = generator.generate(prompts, args.completions, params)
@@ -116,29 +141,48 @@ def _run(args: argparse.Namespace) -> int:
         print(
             f"round {round_index}: reward {sum(rewards) / len(rewards):.3f}  "
             f"loss {result.loss:+.4f}  grad norm {result.grad_norm:.3f}  "
-            f"vLLM vs trainer log-prob: mean |diff| {gap:.4f}, max {worst:.4f}  "
-            f"peak {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB  "
+            f"generator vs trainer log-prob: mean |diff| {gap:.4f}, max {worst:.4f}  "
+            f"peak {_peak_gib():.2f} GiB  "
             f"{time.perf_counter() - began:.1f} s",
             flush=True,
         )
     moved = _moved_share(policy.model, start)
     if moved < 0.5:
         failures.append(f"only {moved:.1%} of the weights changed")
-    free, total = torch.cuda.mem_get_info()
     print(f"weights changed: {moved:.1%} of elements")
-    print(
-        f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB allocated by "
-        f"PyTorch in this process; {(total - free) / 2**30:.2f} of {total / 2**30:.2f} GiB "
-        f"in use on the card at the end ({torch.cuda.get_device_name()})"
-    )
+    if torch.cuda.is_available() and args.device == "cuda":
+        free, total = torch.cuda.mem_get_info()
+        print(
+            f"peak GPU memory: {_peak_gib():.2f} GiB allocated by "
+            f"PyTorch in this process; {(total - free) / 2**30:.2f} of {total / 2**30:.2f} GiB "
+            f"in use on the card at the end ({torch.cuda.get_device_name()})"
+        )
     for failure in failures:
         print(f"FAILED: {failure}")
     print("OK" if not failures else "FAILED")
     return 0 if not failures else 1
 
 
+def _peak_gib() -> float:
+    """The CUDA allocator's peak in GiB (0 on a CPU run)."""
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+
+
+def _generator(args: argparse.Namespace, policy):
+    """The backend under test: vLLM in this process, or the transformers generator."""
+    if args.generator == "transformers":
+        from swarm.policy.generator import TransformersGenerator
+
+        return TransformersGenerator(policy.model, policy.tokenizer, policy.stop_token_ids)
+    from swarm.policy.vllm_generator import VLLMGenerator
+
+    return VLLMGenerator(policy, gpu_memory_utilization=args.gpu_memory, seed=args.seed)
+
+
 def _logprob_gap(generator, trainer, prompts, params) -> tuple[float, float]:
-    """Sample again with the pushed weights; mean and max |vLLM - trainer| per token."""
+    """Sample again with the pushed weights; mean and max |generator - trainer| per token."""
     import torch
 
     from swarm.policy.trainer import TrainSample

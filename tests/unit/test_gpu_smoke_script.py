@@ -48,3 +48,20 @@ def test_without_a_gpu_it_says_so_and_exits_2(capsys):
     assert capsys.readouterr().err.strip() == (
         "error: gpu_smoke.py needs a CUDA GPU; none is visible here"
     )
+
+
+def test_the_same_steps_run_on_a_cpu_with_the_transformers_generator(capsys):
+    """A dry run: two rounds of a shipped testbed model, the checks of a GPU run included."""
+    model = Path(__file__).resolve().parents[2] / "models" / "swarm-gap-0"
+    argv = ["--generator", "transformers", "--tasks", "skills", "--device", "cpu"]
+    argv += ["--model", str(model), "--rounds", "2", "--questions", "4", "--completions", "4"]
+    assert _load().main(argv + ["--lr", "1e-4"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("generator vs trainer log-prob") == 2
+    assert "weights changed: 100.0% of elements" in out and out.rstrip().endswith("OK")
+
+
+def test_cpu_needs_the_transformers_generator(capsys):
+    with pytest.raises(SystemExit) as stop:
+        _load().parse_args(["--device", "cpu"])
+    assert stop.value.code == 2 and "--generator transformers" in capsys.readouterr().err
