@@ -100,14 +100,17 @@ def _run(args: argparse.Namespace) -> int:
     from swarm.policy.grpo import group_advantages
     from swarm.policy.model import load_policy
     from swarm.policy.prompts import build_prompt
-    from swarm.policy.trainer import GRPOTrainer, TrainerSettings
     from swarm.policy.skills import SKILL_MIX
+    from swarm.policy.trainer import GRPOTrainer, TrainerSettings
     from swarm.tasks import SAPO_MIX, build_task, sample_specs, score_completion
 
     torch.manual_seed(args.seed)
     policy = load_policy(args.model, args.device, "auto")
-    print(f"model {args.model}: {sum(p.numel() for p in policy.model.parameters()):,} parameters, "
-          f"loaded as {policy.dtype}; generator {args.generator}", flush=True)
+    print(
+        f"model {args.model}: {sum(p.numel() for p in policy.model.parameters()):,} parameters, "
+        f"loaded as {policy.dtype}; generator {args.generator}",
+        flush=True,
+    )
     generator = _generator(args, policy)
     mix = SAPO_MIX if args.tasks == "sapo" else SKILL_MIX
     settings = TrainerSettings(
@@ -123,9 +126,7 @@ def _run(args: argparse.Namespace) -> int:
     failures = []
     for round_index in range(args.rounds):
         began = time.perf_counter()
-        tasks = [
-            build_task(s) for s in sample_specs(mix, args.seed, round_index, args.questions)
-        ]
+        tasks = [build_task(s) for s in sample_specs(mix, args.seed, round_index, args.questions)]
         prompts = [build_prompt(policy.tokenizer, t.question) for t in tasks]
         groups = generator.generate(prompts, args.completions, params)
         samples, rewards = [], []

@@ -366,6 +366,10 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.backend == "vllm":  # eight engines in this process: each core in its own process
+        from swarm.policy.vllm_generator import isolate_engines
+
+        isolate_engines()
     k, _, n = args.shard.partition("/")
     units = units_for(args)[int(k) :: int(n)]
     for number, (arm, seed, lr) in enumerate(units, 1):

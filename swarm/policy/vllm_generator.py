@@ -4,17 +4,37 @@ vLLM is imported only when this class is built, so the rest of swarm-node never 
 a missing vllm package or a missing GPU is a clear `GeneratorError`. vLLM keeps its own copy
 of the weights: after each training step `sync_weights` loads the trainer's weights into the
 running engine in place (no restart, no disk).
+
+One engine per process runs in-process (its core in this process; weights pushed without a
+copy). vLLM keeps process-wide state for such an engine (its distributed group, its cached
+environment, the process's seeds), so a second one beside it would share that state: it is
+refused with a one-line error. Where one process runs several nodes (the SAPO experiment),
+call `isolate_engines()` before the first engine: every engine's core then runs in its own
+process and weights travel to it as CPU tensors.
 """
 
 from __future__ import annotations
 
 import os
+import weakref
 
 import torch
 
 from swarm.core.errors import GeneratorError
 from swarm.policy.generator import Completion, Generator, SamplingParams
 from swarm.policy.model import Policy, resolve_model_path
+
+MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
+_in_process_engines: weakref.WeakSet = weakref.WeakSet()  # live engines run in this process
+
+
+def isolate_engines() -> None:
+    """Run every vLLM engine of this process in its own core process (call before the first)."""
+    if _in_process_engines:
+        raise GeneratorError(
+            "isolate_engines() must come before the first vLLM engine of the process"
+        )
+    os.environ[MULTIPROCESSING] = "1"
 
 
 def engine_kwargs(policy: Policy, gpu_memory_utilization: float, seed: int) -> dict:
@@ -71,8 +91,15 @@ class VLLMGenerator(Generator):
             raise GeneratorError(
                 "generation.backend = 'vllm' needs a CUDA GPU; use 'transformers' on this machine"
             )
-        # In-process engine: weights are pushed without copies through a socket.
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # In-process engine unless the process chose isolation: weights pushed without copies.
+        os.environ.setdefault(MULTIPROCESSING, "0")
+        self.in_process = os.environ[MULTIPROCESSING] == "0"
+        if self.in_process and _in_process_engines:
+            raise GeneratorError(
+                "a second in-process vLLM engine would share the first one's process-wide "
+                "state: run one node per process, or call "
+                "swarm.policy.vllm_generator.isolate_engines() before the first engine"
+            )
         try:
             import vllm
         except ImportError:
@@ -93,6 +120,8 @@ class VLLMGenerator(Generator):
         finally:
             torch.set_num_threads(threads)
             torch.set_rng_state(rng)
+        if self.in_process:
+            _in_process_engines.add(self)
 
     def generate(
         self, prompts: list[str], n: int, params: SamplingParams
@@ -139,9 +168,11 @@ class VLLMGenerator(Generator):
         be reused. The engine's model takes every weight again (its loader fuses q/k/v and
         gate/up per layer), so a follower's partial update pushes them all as well.
         """
-        in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         weights = [
-            (name, t.detach().to(self.dtype) if in_process else t.detach().to("cpu", self.dtype))
+            (
+                name,
+                t.detach().to(self.dtype) if self.in_process else t.detach().to("cpu", self.dtype),
+            )
             for name, t in model.state_dict().items()
         ]
         try:
@@ -155,5 +186,6 @@ class VLLMGenerator(Generator):
             ) from None
 
     def close(self) -> None:
-        del self.llm
+        _in_process_engines.discard(self)
+        self.llm = None
         torch.cuda.empty_cache()

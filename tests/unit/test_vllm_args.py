@@ -10,11 +10,12 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from swarm.core.errors import GeneratorError
 from swarm.node.assembly import make_generator
 from swarm.node.shared_samples import own_samples
 from swarm.policy.generator import SamplingParams
 from swarm.policy.model import Policy
-from swarm.policy.vllm_generator import VLLMGenerator
+from swarm.policy.vllm_generator import VLLMGenerator, isolate_engines
 from tests import vllm_standin
 from tests.conftest import small_config
 
@@ -152,3 +153,31 @@ def test_weights_are_pushed_through_reload_weights_by_name(policy, vllm):
         pushed = llm.worker.weights[name]
         assert pushed.dtype == torch.bfloat16
         assert torch.equal(pushed, tensor.to(torch.bfloat16))
+
+
+def test_a_second_in_process_engine_is_refused_in_one_line(policy, vllm, monkeypatch):
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    first = VLLMGenerator(policy, seed=1)
+    with pytest.raises(GeneratorError, match="second in-process vLLM engine"):
+        VLLMGenerator(policy, seed=2)
+    assert len(vllm.LLM.built) == 1  # refused before vLLM was asked for a second engine
+    first.close()
+    VLLMGenerator(policy, seed=3)  # the first is gone: one in-process engine again
+
+
+def test_isolated_engines_each_run_apart_and_take_cpu_weights(policy, vllm, monkeypatch):
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    isolate_engines()
+    generators = [VLLMGenerator(policy, seed=s) for s in range(3)]
+    assert not any(g.in_process for g in generators)
+    generators[1].sync_weights(policy.model)
+    pushed = vllm.LLM.built[1].worker.weights["lm_head.weight"]
+    assert pushed.device.type == "cpu" and pushed.dtype == torch.bfloat16
+
+
+def test_isolation_comes_before_the_first_engine(policy, vllm, monkeypatch):
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    engine = VLLMGenerator(policy, seed=1)
+    with pytest.raises(GeneratorError, match="before the first vLLM engine"):
+        isolate_engines()
+    engine.close()
