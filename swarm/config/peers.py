@@ -125,6 +125,16 @@ class VerifySection:
     rate_burst: int = opt(
         4096, "Groups a peer may send at once (size of its rate-limit bucket).", min=1
     )
+    rate_bytes_per_s: float = opt(
+        262144.0,
+        "Sustained bytes of group bodies a peer may send per second (refill of its byte budget; a real model's round of 8 long groups a few minutes apart is a few tens of KB/s).",
+        min=0.0,
+    )
+    rate_bytes_burst: int = opt(
+        0,
+        "Bytes of group bodies a peer may send at once (its byte bucket). 0: auto, two of our own rounds at 16 bytes a token (generation questions x completions x max_new_tokens), at least 8 MiB.",
+        min=0,
+    )
     copycat_overlap: float = opt(
         0.75,
         "Reject a group sharing at least this share of its completions with another peer's group for the same task spec (0: off).",

@@ -66,6 +66,8 @@ class VerifySettings:
     reward_tolerance: float = 1e-6
     rate_groups_per_s: float = 100.0
     rate_burst: int = 4096
+    rate_bytes_per_s: float = 256 * 1024
+    rate_bytes_burst: int = 8 * 1024 * 1024
     copycat_overlap: float = 0.75
     recheck_signatures: bool = False
     # (dataset, canonical config JSON) a peer's task may name; None: any (offline tools, tests)
@@ -86,6 +88,8 @@ class VerifySettings:
             reward_tolerance=v.reward_tolerance,
             rate_groups_per_s=v.rate_groups_per_s,
             rate_burst=v.rate_burst,
+            rate_bytes_per_s=v.rate_bytes_per_s,
+            rate_bytes_burst=v.rate_bytes_burst or auto_byte_burst(config.generation),
             copycat_overlap=v.copycat_overlap,
             recheck_signatures=v.recheck_signatures,
             task_catalogue=task_catalogue(config),
@@ -93,6 +97,17 @@ class VerifySettings:
             peer_verify_share=v.peer_verify_share,
             peer_verify_burst_s=v.peer_verify_burst_s,
         )
+
+
+BYTES_PER_TOKEN = 16  # a completion's text and token ids on the wire, generously
+MIN_BYTE_BURST = 8 * 1024 * 1024
+
+
+def auto_byte_burst(generation) -> int:
+    """`verify.rate_bytes_burst = 0`: what two of our own rounds would send, at least 8 MiB."""
+    g = generation
+    tokens = g.questions_per_round * g.completions_per_question * g.max_new_tokens
+    return max(MIN_BYTE_BURST, 2 * tokens * BYTES_PER_TOKEN)
 
 
 def task_catalogue(config) -> frozenset[tuple[str, str]]:
@@ -127,6 +142,7 @@ class Verifier:
         self._lock = threading.Lock()
         self._nonces = NonceCache(ttl_s=settings.max_age_s)
         self._rates = RateLimits(settings.rate_groups_per_s, settings.rate_burst)
+        self._byte_rates = RateLimits(settings.rate_bytes_per_s, settings.rate_bytes_burst)
         self._versions: collections.OrderedDict[str, int] = (
             collections.OrderedDict()
         )  # newest per sender
@@ -197,6 +213,7 @@ class Verifier:
         s = self.settings
         nonces: dict[tuple[str, bytes], str] = {}
         wanted: collections.Counter[str] = collections.Counter()
+        wanted_bytes: collections.Counter[str] = collections.Counter()
         for item in accepted:
             group, digest = item.group, item.signed.content_hash
             try:
@@ -220,12 +237,19 @@ class Verifier:
                 return item, e
             nonces[key] = digest
             wanted[group.sender] += 1
+            wanted_bytes[group.sender] += len(item.signed.body)
         for sender, n in wanted.items():
-            if not self._rates.allows(sender, n, now, self.reputation.rate_factor(sender)):
-                item = next(a for a in accepted if a.group.sender == sender)
-                return item, RejectedMessage(
-                    Reason.RATE_LIMITED, f"{sender[:16]}... sent more than its rate limit allows"
-                )
+            factor = self.reputation.rate_factor(sender)
+            if not self._rates.allows(sender, n, now, factor):
+                what = "groups"
+            elif not self._byte_rates.allows(sender, wanted_bytes[sender], now, factor):
+                what = "bytes"
+            else:
+                continue
+            item = next(a for a in accepted if a.group.sender == sender)
+            return item, RejectedMessage(
+                Reason.RATE_LIMITED, f"{sender[:16]}... sent more {what} than its rate limit allows"
+            )
         return None
 
     def _commit(self, accepted: list[Accepted], now: float) -> None:

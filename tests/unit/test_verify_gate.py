@@ -170,6 +170,22 @@ def test_rate_limit_and_whole_message_rejection_leave_no_trace():
     assert reasons(v.admit(message(honest(index=9)), ME)[1]) == ["rate_limited"]
 
 
+def test_a_peer_past_its_byte_budget_is_rate_limited_however_few_its_groups():
+    long = tuple(f"{'x' * 3000}<answer>{i}</answer>" for i in range(4))
+    size = len(sign_group(honest(index=0, completions=long), KEY).body)
+    short = len(sign_group(honest(index=4), KEY).body)
+    v = verifier(rate_bytes_burst=3 * size + short, rate_bytes_per_s=10_000)
+    for i in range(3):
+        assert v.admit(message(honest(index=i, completions=long)), ME)[1] == []
+    rejected = v.admit(message(honest(index=3, completions=long)), ME)[1]
+    assert reasons(rejected) == ["rate_limited"] and "bytes" in rejected[0].detail
+    assert v.admit(message(honest(index=4)), ME)[1] == []  # a short group still fits
+    v.clock.t += 1.0  # the budget refills at its rate: 10 kB/s here, not yet a long group
+    assert reasons(v.admit(message(honest(index=5, completions=long)), ME)[1]) == ["rate_limited"]
+    v.clock.t += size / 10_000
+    assert v.admit(message(honest(index=6, completions=long)), ME)[1] == []
+
+
 def test_a_replay_inside_one_message_is_caught():
     v = verifier()
     accepted, rejected = v.admit(message(honest(), honest(round=5)), ME)
@@ -493,3 +509,15 @@ def test_a_rescorer_rejection_is_charged_and_raised():
     with pytest.raises(RejectedMessage) as refused:
         v.verify_content(honest(index=21), 0.1, peer=ME)
     assert refused.value.reason == Reason.VERIFY_BUDGET
+
+
+def test_the_byte_burst_follows_our_own_rounds_with_a_floor():
+    from swarm.config import Config
+    from swarm.verify.gate import auto_byte_burst
+
+    config = Config()
+    assert VerifySettings.from_config(config).rate_bytes_burst == 8 * 2**20  # small rounds
+    long = dataclasses.replace(
+        config.generation, questions_per_round=8, completions_per_question=16, max_new_tokens=16384
+    )
+    assert auto_byte_burst(long) == 2 * 8 * 16 * 16384 * 16  # 64 MiB: two rounds of 4 MiB groups
