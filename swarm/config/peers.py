@@ -56,6 +56,17 @@ class P2PSection:
         min=4,
         max=64,
     )
+    relays: list = opt(
+        [],
+        "Multiaddrs (/ip4/.../tcp/.../p2p/12D3KooW...) of circuit relays (v2) for a node that "
+        "cannot be dialled (behind NAT or a firewall): it keeps a reservation on each and "
+        "tells peers its address through them; every connection a peer opens to it then crosses a relay.",
+    )
+    relay_service: bool = opt(
+        False,
+        "Act as a circuit relay (v2) for peers that reserve a slot here (at most 32 reservations; "
+        "each circuit at most an hour and 1 GiB). Needs an address the other peers can dial.",
+    )
     max_connections: int = opt(
         64,
         "Connected peers kept at most: past it the least recently used idle connections are "

@@ -130,6 +130,8 @@ def make_transport(config: Config, key_pair) -> Transport:
         psk=read_psk(p2p.psk_file) if p2p.psk_file else None,
         allow_list=list(p2p.allow_list) or None,
         max_connections=p2p.max_connections,
+        relay_service=p2p.relay_service,
+        relays=list(p2p.relays),
         cost_settings=CostSettings(
             rate=p2p.cost_rate,
             graylist_at=p2p.cost_graylist_at,

@@ -55,8 +55,10 @@ _PEER_STR_CACHE = 4096
 # ------------------------------------------------------------------ argument parsing
 
 
-def parse_listen_addr(addr: str) -> multiaddr.Multiaddr:
-    """A TCP listen address, "/ip4/<ip>/tcp/<port>" or its ip6 form."""
+def parse_listen_addr(addr: str) -> multiaddr.Multiaddr | None:
+    """A TCP listen address, "/ip4/<ip>/tcp/<port>" or its ip6 form; "": listen on nothing."""
+    if addr == "":
+        return None
     try:
         parsed = multiaddr.Multiaddr(addr)
     except (ValueError, TypeError) as exc:
@@ -240,7 +242,7 @@ class AllowListNotifee(INotifee):
 
 def build_host(
     key_pair: KeyPair,
-    listen_addr: multiaddr.Multiaddr,
+    listen_addr: multiaddr.Multiaddr | None,
     psk: str | None,
     dial_timeout: float,
     on_flow_violation: Callable[[ID], None],
@@ -254,7 +256,8 @@ def build_host(
     noise = NoiseTransport(key_pair, noise_privkey=create_new_x25519_key_pair().private_key)
     host = new_host(
         key_pair=key_pair,
-        listen_addrs=[listen_addr],
+        # Picks the TCP transport; the host listens only on what `host.run` is given.
+        listen_addrs=[listen_addr or multiaddr.Multiaddr(DEFAULT_LISTEN_ADDR)],
         sec_opt={NOISE_PROTOCOL_ID: noise},  # Noise only: no plaintext, no impersonation
         muxer_opt=_yamux_only(),
         psk=psk,

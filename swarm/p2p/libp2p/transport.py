@@ -45,6 +45,7 @@ from swarm.p2p.libp2p.peer_costs import Cost, CostSettings, PeerCosts
 from swarm.p2p.libp2p.peer_exchange import PeerExchange
 from swarm.p2p.libp2p.publish import PUBLISH_WAIT_S, Outbox
 from swarm.p2p.libp2p.refusals import RefusalRecorder
+from swarm.p2p.libp2p.relay import Relaying, circuit_to, is_circuit, parse_relays
 from swarm.p2p.libp2p.stats import Counters, Libp2pStats
 from swarm.p2p.libp2p.testing import RawStream
 from swarm.p2p.libp2p.trimming import DEFAULT_MAX_CONNECTIONS, ConnectionTrimmer
@@ -76,6 +77,7 @@ class _Network:
     gossip: Gossip
     dialer: Dialer
     peer_exchange: PeerExchange
+    relaying: Relaying
 
 
 class Libp2pTransport(Transport):
@@ -90,6 +92,8 @@ class Libp2pTransport(Transport):
         key_pair / identity_path: the node identity (a key pair, or a key file that is
             created on first use). Neither: a fresh random identity, for tests.
         listen_addr: "/ip4/<ip>/tcp/<port>"; port 0 picks a free port (see listen_addrs()).
+            "": listen on nothing (no inbound connection, as behind NAT; reachable only
+            through `relays`).
         bootstrap: full multiaddrs with /p2p/<peer id>; each is dialed, and re-dialed with
             backoff whenever the connection drops, forever.
         topics: topics to subscribe to at start, without a validator.
@@ -111,6 +115,11 @@ class Libp2pTransport(Transport):
             node look like a libp2p peer that does not speak our protocol (tests use it).
         max_blob_size: largest blob fetch_blob() accepts from a peer.
         publish_wait: bound, in seconds, on publish()'s wait for outbound queues to drain.
+        relay_service: relay connections for peers that hold a reservation with us
+            (circuit relay v2; `relay.py`).
+        relays: full multiaddrs of relays (with /p2p/<relay id>): the node keeps a
+            reservation on each, and its circuit address through each comes first in
+            listen_addrs().
     """
 
     def __init__(
@@ -134,6 +143,8 @@ class Libp2pTransport(Transport):
         max_blob_size: int = DEFAULT_MAX_BLOB_SIZE,
         publish_wait: float = PUBLISH_WAIT_S,
         cost_settings: CostSettings | None = None,
+        relay_service: bool = False,
+        relays: Sequence[str] = (),
     ) -> None:
         if max_message_size <= 0:
             raise TransportError("max_message_size must be positive")
@@ -145,6 +156,8 @@ class Libp2pTransport(Transport):
         self._listen_addr = hosting.parse_listen_addr(listen_addr)
         self._bootstrap = [i for i in hosting.parse_bootstrap(bootstrap) if i.peer_id != my_id]
         self._initial_topics = list(dict.fromkeys(topics))
+        self._relay_service = relay_service
+        self._relays = [r for r in parse_relays(relays) if r.peer_id != my_id]
         self._psk = hosting.parse_psk(psk)
         self._costs = PeerCosts(cost_settings)
         self._policy = hosting.AccessPolicy(
@@ -221,12 +234,15 @@ class Libp2pTransport(Transport):
         async with net.gossip.running():
             for topic in self._initial_topics:
                 await net.gossip.subscribe(topic, None)
-            async with net.host.run([self._listen_addr]), trio.open_nursery() as nursery:
+            listen = [self._listen_addr] if self._listen_addr is not None else []
+            async with net.host.run(listen), trio.open_nursery() as nursery:
                 self._listen_addrs = [
                     f"{addr}/p2p/{self.peer_id}" for addr in net.host.get_transport_addrs()
                 ]
-                if not self._listen_addrs:
+                if listen and not self._listen_addrs:
                     raise TransportError(listen_failure(str(self._listen_addr)))
+                # Relays first: listen_addrs() names the circuits of those that said yes.
+                await nursery.start(net.relaying.run)
                 self._start_background_tasks(net, nursery)
                 self._thread.mark_ready()
                 await self._thread.wait_for_stop()
@@ -241,6 +257,13 @@ class Libp2pTransport(Transport):
             self._psk,
             self._dial_timeout,
             self._on_flow_violation,
+        )
+        relaying = Relaying(
+            host,
+            service=self._relay_service,
+            relays=self._relays,
+            psk=self._psk,
+            dial_timeout=self._dial_timeout,
         )
         # Pubsub registers its stream handlers and connection notifee first, as it always has.
         gossip = Gossip(
@@ -259,7 +282,7 @@ class Libp2pTransport(Transport):
             dial_timeout=self._dial_timeout,
             max_peers=self._max_peers,
             trimmer=self._trimmer,
-            busy=self._blobs.busy,
+            busy=lambda peer_id: self._blobs.busy(peer_id) or relaying.keeps(peer_id),
         )
         gossip.gossipsub.learn_peer = dialer.learn  # PRUNE peer exchange, from well-scored peers
         peer_exchange = PeerExchange(host, self._policy, dialer, self._counters)
@@ -273,7 +296,13 @@ class Libp2pTransport(Transport):
             lambda p: self._policy.charge(p, Cost.CONNECTION),
         )
         host.get_network().register_notifee(notifee)
-        return _Network(host=host, gossip=gossip, dialer=dialer, peer_exchange=peer_exchange)
+        return _Network(
+            host=host,
+            gossip=gossip,
+            dialer=dialer,
+            peer_exchange=peer_exchange,
+            relaying=relaying,
+        )
 
     def _start_background_tasks(self, net: _Network, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -311,7 +340,11 @@ class Libp2pTransport(Transport):
     async def _fetch_blob(
         self, peer_id: ID, key: str, timeout: float, limits: FetchLimits | None
     ) -> bytes:
-        host = self._running_net().host
+        net = self._running_net()
+        host = net.host
+        began = trio.current_time()
+        await net.relaying.connect(peer_id, timeout)  # the dial through a relay, if need be
+        timeout = max(timeout - (trio.current_time() - began), 0.0)
         if self._trimmer is not None:
             self._trimmer.touch(peer_id)
         data = await fetch_blob(host, peer_id, key, timeout, self._max_blob_size, limits)
@@ -345,7 +378,9 @@ class Libp2pTransport(Transport):
             await close_quietly(stream)
 
     async def _open_raw(self, peer_id: ID, protocol: TProtocol) -> INetStream:
-        host = self._running_net().host
+        net = self._running_net()
+        host = net.host
+        await net.relaying.connect(peer_id, STREAM_IO_TIMEOUT_S)
         try:
             with trio.fail_after(STREAM_IO_TIMEOUT_S):
                 return await host.new_stream(peer_id, [protocol])
@@ -408,9 +443,12 @@ class Libp2pTransport(Transport):
         return self._thread.call_sync(self._peer_infos)
 
     def listen_addrs(self) -> list[str]:
-        if not self._thread.is_ready:
+        """Where peers reach this node: its circuit addresses through the relays that hold
+        a reservation for it, then the addresses it listens on."""
+        net = self._net
+        if not self._thread.is_ready or net is None:
             raise TransportError("the transport is not started")
-        return list(self._listen_addrs)
+        return list(net.relaying.addresses) + list(self._listen_addrs)
 
     def serve_blob(self, key: str, data: bytes) -> None:
         """Serve `data` under `key` to any (allowed) peer until `unserve_blob` or close."""
@@ -433,13 +471,15 @@ class Libp2pTransport(Transport):
         return self._blobs.served(prefix)
 
     def learn_peer(self, peer_id: str, addrs: Sequence[str]) -> None:
-        """Add a peer's dialable TCP addresses to the peerstore (for `fetch_blob`), for an hour."""
+        """Add a peer's dialable TCP and circuit-relay addresses to the peerstore (for
+        `fetch_blob`), for an hour."""
         try:
             target = ID.from_base58(peer_id)
             parsed = [multiaddr.Multiaddr(a) for a in addrs[:4]]
         except (ValueError, TypeError, BaseLibp2pError, multiaddr.exceptions.Error):
             return  # a hint that does not parse is no hint
         dialable = [a for a in parsed if hosting.is_dialable_tcp(a)]
+        dialable += [circuit_to(a, target) for a in parsed if is_circuit(a)]
         if dialable and target != ID.from_pubkey(self._key_pair.public_key):
             self._thread.call_sync(self._add_addrs, target, dialable)
 
