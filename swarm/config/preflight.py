@@ -104,7 +104,7 @@ def check_run_folder(config: Config, where: Where = _nowhere) -> None:
 
 
 def check_addresses(config: Config, where: Where = _nowhere) -> None:
-    """Listen address (parses, port free here), bootstrap addresses, allow-list peer IDs."""
+    """Listen address (parses, port free here), bootstrap and relay addresses, allow-list IDs."""
     p2p = config.p2p
     try:
         address = parse_listen(p2p.listen)
@@ -113,11 +113,12 @@ def check_addresses(config: Config, where: Where = _nowhere) -> None:
     problem = listen_problem(address)
     if problem:
         raise ConfigError(f"{where('p2p.listen')}: p2p.listen = {p2p.listen!r}: {problem}")
-    for i, addr in enumerate(p2p.bootstrap):
-        try:
-            parse_dial(addr)
-        except ConfigError as e:
-            raise ConfigError(f"{where('p2p.bootstrap')}: p2p.bootstrap[{i}]: {e}") from None
+    for key in ("bootstrap", "relays"):
+        for i, addr in enumerate(getattr(p2p, key)):
+            try:
+                parse_dial(addr)
+            except ConfigError as e:
+                raise ConfigError(f"{where('p2p.' + key)}: p2p.{key}[{i}]: {e}") from None
     for i, peer in enumerate(p2p.allow_list):
         try:
             check_peer_id(peer, "")

@@ -47,11 +47,12 @@ def check_cross_field(config: Config, origin) -> None:
             f"{origin('p2p', 'cost_ban_at')}: p2p.cost_ban_at ({config.p2p.cost_ban_at:g}) must be "
             f"above p2p.cost_graylist_at ({config.p2p.cost_graylist_at:g})"
         )
-    for i, addr in enumerate(config.p2p.bootstrap):
-        if not isinstance(addr, str) or "/p2p/" not in addr:
-            raise ConfigError(
-                f"{origin('p2p', 'bootstrap')}: p2p.bootstrap[{i}] must be a multiaddr ending in /p2p/<peer id>, got {addr!r}"
-            )
+    for key in ("bootstrap", "relays"):
+        for i, addr in enumerate(getattr(config.p2p, key)):
+            if not isinstance(addr, str) or "/p2p/" not in addr:
+                raise ConfigError(
+                    f"{origin('p2p', key)}: p2p.{key}[{i}] must be a multiaddr ending in /p2p/<peer id>, got {addr!r}"
+                )
     _check_sync(config, origin)
     v = config.verify
     if v.worker and v.task_cache_mb + WORKER_BASE_MB > v.worker_memory_mb // 2:

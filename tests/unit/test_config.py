@@ -82,6 +82,10 @@ def _write(tmp_path, text):
             "[p2p]\nbootstrap = ['/ip4/1.2.3.4/tcp/1']\n",
             "p2p.bootstrap[0] must be a multiaddr ending in /p2p/",
         ),
+        (
+            "[p2p]\nrelays = ['/ip4/1.2.3.4/tcp/1']\n",
+            "p2p.relays[0] must be a multiaddr ending in /p2p/",
+        ),
         ("[generation]\ntemperature = 0.0\n", "generation.temperature = 0"),
     ],
 )

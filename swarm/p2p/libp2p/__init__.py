@@ -12,6 +12,7 @@ some of that version's internals. One module per concern:
 - publish.py: the publish hand-off queue and back-pressure
 - blobs.py: the blob stream protocol (serve and fetch)
 - peer_exchange.py: the peer-exchange stream protocol
+- relay.py: circuit relay v2 (relaying for others, reservations, dialling through a relay)
 - framing.py: length-prefixed framing shared by our stream protocols
 - stats.py: the counters
 - patches.py: every change to py-libp2p's internals
