@@ -240,12 +240,14 @@ def summarize_real(network: list[dict], trainers: list[dict], warmup: int) -> di
     pulls = sum(r["extra"].get("pulls", 0) for r in every)
     failed = sum(r["extra"].get("pulls_failed", 0) for r in every)
     from_holders = sum(r["extra"].get("pulled_from_holders", 0) for r in every)
+    with_holders = sum(r["extra"].get("pulls_with_holders", 0) for r in every)
     return {
         "per_node": per_node,
         "network_pulls": pulls,
         "network_pulls_failed": failed,
         "network_pulled_from_holders": from_holders,  # served by a peer other than the sender
         "holder_share": from_holders / (pulls - failed) if pulls > failed else 0.0,
+        "network_pulls_with_holders": with_holders,  # a holder besides the sender was known
         "network_peers_max": max((r["peers"] for r in rows), default=0),
         "bootstrap_peers_mean": _mean([r["peers"] for r in boot]),
         "bootstrap_bytes_out_mean": _mean([r["bytes_out"] for r in boot]),

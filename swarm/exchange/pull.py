@@ -115,6 +115,7 @@ class PullCounters:
     pulls_failed: int = 0  # no group admitted: nothing served in time, or refused
     pulls_refused: int = 0  # of those, the announced bytes came and were refused
     pulled_from_holders: int = 0
+    pulls_with_holders: int = 0  # pulls for which a holder besides the sender was known
     holder_misses: int = 0  # a hinted holder did not serve the group
     bad_holders: int = 0  # a source served bytes that are not the announced group
     served: int = 0  # own or held groups peers fetched in full from this node
@@ -180,6 +181,8 @@ class PullExchange:
         self._served: collections.deque[tuple[int, str]] = collections.deque()  # (round, key)
         self.counters = PullCounters()
         self._unserved: collections.OrderedDict[str, int] = collections.OrderedDict()
+        # blob hashes this node chose to pull (never candidates again, whoever announces them)
+        self._chosen: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.last_asked: list[str] = []  # the peers asked for their lists in the last round
 
     def start(self) -> None:
@@ -320,15 +323,15 @@ class PullExchange:
         rejected, now = [], self.clock()
         for signed in items:
             self.counters.cheap_checked += 1
-            try:
-                announcement = self.gate.check(signed, peer, now)
+            try:  # seen before and not pulled: a candidate again, now with its holders
+                announcement = self.gate.check(signed, peer, now, again=True)
             except RejectedMessage as e:
-                if e.reason != Reason.DUPLICATE:  # asked again before it announced anew
-                    self.counters.announcements_refused += 1
-                    digest = hashlib.sha256(signed.body).hexdigest()
-                    rejected.append(Rejection(e.reason, e.detail, peer, digest, peer))
+                self.counters.announcements_refused += 1
+                digest = hashlib.sha256(signed.body).hexdigest()
+                rejected.append(Rejection(e.reason, e.detail, peer, digest, peer))
                 continue
-            self.candidates[announcement.blob_hash] = (announcement, self.round)
+            if announcement.blob_hash not in self._chosen:
+                self.candidates[announcement.blob_hash] = (announcement, self.round)
         for hint in hints:
             if hint.content_hash in self.candidates:
                 self._hint(hint.content_hash, hint.peer_id, hint.addrs)
@@ -352,6 +355,9 @@ class PullExchange:
         )
         for announcement in chosen:
             self.candidates.pop(announcement.blob_hash, None)
+            self._chosen[announcement.blob_hash] = None
+        while len(self._chosen) > HINT_MEMORY:
+            self._chosen.popitem(last=False)
         return chosen
 
     def _sources(self, announcement: GroupAnnouncement) -> list[str]:
@@ -363,6 +369,7 @@ class PullExchange:
         rng = random.Random(f"{self.own_id}:{announcement.blob_hash}")
         rng.shuffle(holders)
         sources = [announcement.sender] + holders[: self.settings.max_holders]
+        self.counters.pulls_with_holders += len(sources) > 1
         rng.shuffle(sources)
         for peer in sources:
             if hinted.get(peer):

@@ -106,8 +106,13 @@ class AnnouncementGate:
         self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def check(self, signed: SignedAnnouncement, source: str, now: float) -> GroupAnnouncement:
-        """The announcement, if it passes every check; else `RejectedMessage`."""
+    def check(
+        self, signed: SignedAnnouncement, source: str, now: float, again: bool = False
+    ) -> GroupAnnouncement:
+        """The announcement, if it passes every check; else `RejectedMessage`.
+
+        One seen before is `DUPLICATE`, or with `again` passes without counting against its
+        sender's rate again (a group re-announced with its holders, not yet pulled)."""
         announcement = verify_announcement(signed)
         if announcement.swarm_id != self.swarm_id:
             raise RejectedMessage(
@@ -125,6 +130,8 @@ class AnnouncementGate:
         rules.check_age(announcement.created_at, now, self.max_age_s, self.max_future_s)
         with self._lock:
             if announcement.blob_hash in self._seen:
+                if again:
+                    return announcement
                 raise RejectedMessage(Reason.DUPLICATE, "announcement already seen")
             if not self._rates.allows(announcement.sender, 1, now):
                 raise RejectedMessage(

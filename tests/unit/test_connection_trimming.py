@@ -14,7 +14,22 @@ def peers(n: int) -> list[ID]:
 
 def test_under_the_bound_nothing_is_closed():
     trimmer = ConnectionTrimmer(8, Counters(), idle_s=0.0)
-    assert trimmer.victims(peers(8), set(), lambda p: False, now=100.0) == []
+    assert trimmer.victims(peers(7), set(), lambda p: False, now=100.0) == []
+
+
+def test_at_the_bound_idle_peers_go_so_that_inbound_connections_find_room():
+    trimmer = ConnectionTrimmer(8, Counters(), idle_s=0.0)  # the host refuses a ninth
+    assert len(trimmer.victims(peers(8), set(), lambda p: False, now=100.0)) == 2
+
+
+def test_a_dial_at_the_bound_makes_room_by_the_least_recently_used_free_peer():
+    trimmer = ConnectionTrimmer(3, Counters())
+    ps = peers(3)
+    for i, p in enumerate(ps):
+        trimmer.touch(p, now=float(i))
+    assert trimmer.room_victim(ps, lambda p: False) == ps[0]
+    assert trimmer.room_victim(ps, {ps[0]}.__contains__) == ps[1]  # a fetch running: kept
+    assert trimmer.room_victim(ps, lambda p: True) is None
 
 
 def test_over_the_bound_the_least_recently_used_idle_peers_go_down_to_three_quarters():
@@ -30,7 +45,7 @@ def test_over_the_bound_the_least_recently_used_idle_peers_go_down_to_three_quar
 
 
 def test_peers_that_left_are_forgotten():
-    trimmer = ConnectionTrimmer(2, Counters(), idle_s=0.0)
+    trimmer = ConnectionTrimmer(3, Counters(), idle_s=0.0)
     ps = peers(3)
     trimmer.victims(ps, set(), lambda p: False, now=0.0)
     trimmer.victims(ps[:1], set(), lambda p: False, now=1.0)

@@ -226,3 +226,29 @@ def test_last_rounds_groups_stay_announced_with_the_holders_who_fetched_them_sin
         if expect_old:
             assert announced[0] == old and hinted[old] == {h.peer_id for h in holders}
         assert all(d == old or d == announced[-1] for d in announced)
+
+
+def test_a_group_seen_but_not_pulled_is_pulled_later_from_the_holders_its_list_names():
+    """A node that saw a group announced and chose another one pulls it when the sender's
+    list announces it again, from the holders the list names by then."""
+    nodes, _ = swarm_of(16, per_sender_cap=1)
+    senders, holders, pullers = nodes[:2], nodes[2:6], nodes[6:]
+    digests = [published(sender)[0] for sender in senders]
+    first = {}
+    for puller in pullers:
+        puller.exchange.start()
+        (item,) = puller.exchange.collect()[0]  # one of the two; the other is seen only
+        first[puller.peer_id] = item.signed.content_hash
+    for holder in holders:  # the holders fetch both groups and serve them on
+        for sender, digest in zip(senders, digests, strict=True):
+            data = holder.transport.fetch_blob(sender.peer_id, group_key(digest))
+            holder.transport.serve_blob(group_key(digest), data)
+    for sender in senders:
+        sender.exchange.collect()  # its list now hints the holders
+    from_holders = 0
+    for puller in pullers:
+        puller.exchange.take_counters()
+        (item,) = puller.exchange.collect()[0]
+        assert item.signed.content_hash != first[puller.peer_id]  # the other one, now
+        from_holders += puller.exchange.take_counters()["pulled_from_holders"]
+    assert from_holders >= len(pullers) // 2  # 4 holders and the sender in a random order

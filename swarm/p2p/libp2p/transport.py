@@ -257,6 +257,7 @@ class Libp2pTransport(Transport):
             self._psk,
             self._dial_timeout,
             self._on_flow_violation,
+            self._trimmer.max_connections if self._trimmer is not None else 0,
         )
         relaying = Relaying(
             host,
@@ -343,6 +344,7 @@ class Libp2pTransport(Transport):
         net = self._running_net()
         host = net.host
         began = trio.current_time()
+        await self._make_room(net, peer_id)
         await net.relaying.connect(peer_id, timeout)  # the dial through a relay, if need be
         timeout = max(timeout - (trio.current_time() - began), 0.0)
         if self._trimmer is not None:
@@ -377,9 +379,16 @@ class Libp2pTransport(Transport):
         finally:
             await close_quietly(stream)
 
+    async def _make_room(self, net: _Network, peer_id: ID) -> None:
+        """At the hard bound on connections, close one so that a dial to `peer_id` can pass."""
+        if self._trimmer is not None:
+            busy = lambda p: self._blobs.busy(p) or net.relaying.keeps(p)  # noqa: E731
+            await self._trimmer.make_room(net.host, peer_id, busy)
+
     async def _open_raw(self, peer_id: ID, protocol: TProtocol) -> INetStream:
         net = self._running_net()
         host = net.host
+        await self._make_room(net, peer_id)
         await net.relaying.connect(peer_id, STREAM_IO_TIMEOUT_S)
         try:
             with trio.fail_after(STREAM_IO_TIMEOUT_S):

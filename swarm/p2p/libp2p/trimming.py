@@ -7,10 +7,13 @@ managers (go's high and low watermarks), the trimmer lets the count reach
 `max_connections`, then closes connections down to three quarters of it: never a bootstrap
 peer's while the node knows few others (`bootstrap_kept`), never one with a blob fetch
 running, never one used (a fetch either way) or opened within `idle_s`, the least recently
-used first. The bound is hard but for a grace: if the idle ones do not bring the count
-back to `max_connections`, the least recently used of the others go too, except one with a
-fetch running or opened or used in the last `GRACE_S` (2 s, time for a dial's fetch to
-start), so the count exceeds the bound only by connections younger than that.
+used first. The host's own swarm holds the bound hard (`host.connection_config`): at `max_connections`
+it refuses inbound connections before their handshake and fails dials, so before a dial the
+transport makes room (`make_room`: the least recently used connection without a fetch
+running goes). The trimmer starts at the bound itself, so that there is room for inbound
+connections again; if the idle ones do not bring the count under the bound, the least
+recently used of the others go too, except one with a fetch running or opened or used in
+the last `GRACE_S` (2 s, time for a dial's fetch to start).
 It runs on the network thread, from the dialer's maintenance loop.
 """
 
@@ -23,7 +26,7 @@ import trio
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
 
-from swarm.p2p.libp2p.host import connected_peers
+from swarm.p2p.libp2p.host import connected_peers, is_connected
 from swarm.p2p.libp2p.patches import abort_peer_connections
 from swarm.p2p.libp2p.stats import Counters
 
@@ -65,7 +68,7 @@ class ConnectionTrimmer:
         alive = set(connected)
         for peer_id in [p for p in self._last_used if p not in alive]:
             del self._last_used[peer_id]
-        if len(connected) <= self.max_connections:
+        if len(connected) < self.max_connections:  # at the bound: room for the next inbound one
             return []
         target = int(self.max_connections * LOW_WATERMARK)
         idle = sorted(
@@ -93,6 +96,26 @@ class ConnectionTrimmer:
             )
             victims += rest[:over]
         return victims
+
+    def room_victim(self, connected: list[ID], busy: Callable[[ID], bool]) -> ID | None:
+        """Before a dial at the bound: the least recently used connected peer without a fetch
+        running (None if every one is busy)."""
+        free = [p for p in connected if not busy(p)]
+        return min(free, key=lambda p: self._last_used.get(p, 0.0), default=None)
+
+    async def make_room(self, host: IHost, peer_id: ID, busy: Callable[[ID], bool]) -> None:
+        """Close one connection if a dial to `peer_id` would pass the host's hard bound."""
+        network = host.get_network()
+        if is_connected(host, peer_id) or len(network.get_connections()) < self.max_connections:
+            return
+        victim = self.room_victim(connected_peers(host), busy)
+        if victim is None:
+            return  # the dial fails at the bound: every connection is in use
+        logger.debug("closing the connection to %s to make room for a dial", victim)
+        await abort_peer_connections(network, victim)
+        self._last_used.pop(victim, None)
+        with self._counters.locked() as stats:
+            stats.connections_trimmed += 1
 
     async def trim(self, host: IHost, protected: Collection[ID], busy: Callable[[ID], bool]) -> int:
         """Close the connections `victims` names; returns how many peers were disconnected."""
