@@ -47,6 +47,11 @@ def check_cross_field(config: Config, origin) -> None:
             f"{origin('p2p', 'cost_ban_at')}: p2p.cost_ban_at ({config.p2p.cost_ban_at:g}) must be "
             f"above p2p.cost_graylist_at ({config.p2p.cost_graylist_at:g})"
         )
+    p2p = config.p2p
+    if p2p.exchange == "pull" and p2p.max_connections <= p2p.pull_lists:
+        raise ConfigError(
+            f"{origin('p2p', 'max_connections', 'p2p.pull_lists')}: p2p.max_connections ({p2p.max_connections}) must be above p2p.pull_lists ({p2p.pull_lists}): a node asks that many peers a round, and past its bound its fetches are refused"
+        )
     for key in ("bootstrap", "relays"):
         for i, addr in enumerate(getattr(config.p2p, key)):
             if not isinstance(addr, str) or "/p2p/" not in addr:

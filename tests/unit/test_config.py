@@ -83,6 +83,10 @@ def _write(tmp_path, text):
             "p2p.bootstrap[0] must be a multiaddr ending in /p2p/",
         ),
         (
+            "[p2p]\nmax_connections = 8\n",
+            "p2p.max_connections (8) must be above p2p.pull_lists (8)",
+        ),
+        (
             "[p2p]\nrelays = ['/ip4/1.2.3.4/tcp/1']\n",
             "p2p.relays[0] must be a multiaddr ending in /p2p/",
         ),
