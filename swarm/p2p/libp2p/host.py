@@ -240,34 +240,16 @@ class AllowListNotifee(INotifee):
 # ------------------------------------------------------------------ the host
 
 
-def connection_config(dial_timeout: float, max_connections: int) -> ConnectionConfig:
-    """The swarm's limits: `max_connections` as its hard cap (and its watermarks, so its own
-    pruner never runs: the transport's trimmer chooses whom to close), else its defaults."""
-    if max_connections <= 0:
-        return ConnectionConfig(dial_timeout=dial_timeout)
-    return ConnectionConfig(
-        dial_timeout=dial_timeout,
-        max_connections=max_connections,
-        min_connections=0,
-        low_watermark=max_connections,
-        high_watermark=max_connections,
-    )
-
-
 def build_host(
     key_pair: KeyPair,
     listen_addr: multiaddr.Multiaddr | None,
     psk: str | None,
     dial_timeout: float,
     on_flow_violation: Callable[[ID], None],
-    max_connections: int = 0,
 ) -> IHost:
     """A host over TCP with Noise only, Yamux only, no mDNS; dialing is left to the transport.
 
     `on_flow_violation(peer)` is called when a peer writes past a stream's receive window.
-    `max_connections` (> 0) is a hard bound on the host's connections, inbound and outbound:
-    past it the swarm refuses an inbound connection before its handshake and fails a dial
-    (the transport makes room first, `trimming.ConnectionTrimmer.make_room`).
     """
     if psk is not None:
         use_spec_private_networks()
@@ -280,7 +262,7 @@ def build_host(
         muxer_opt=_yamux_only(),
         psk=psk,
         enable_mDNS=False,
-        connection_config=connection_config(dial_timeout, max_connections),
+        connection_config=ConnectionConfig(dial_timeout=dial_timeout),
         # Identify's "observed address" of an outbound connection is an ephemeral port;
         # advertising it would hand peers addresses nobody listens on.
         disable_identify_address_discovery=True,

@@ -257,7 +257,6 @@ class Libp2pTransport(Transport):
             self._psk,
             self._dial_timeout,
             self._on_flow_violation,
-            self._trimmer.max_connections if self._trimmer is not None else 0,
         )
         relaying = Relaying(
             host,
@@ -281,7 +280,7 @@ class Libp2pTransport(Transport):
             self._policy,
             self._counters,
             dial_timeout=self._dial_timeout,
-            max_peers=self._max_peers,
+            max_peers=self._dial_target(),
             trimmer=self._trimmer,
             busy=lambda peer_id: self._blobs.busy(peer_id) or relaying.keeps(peer_id),
         )
@@ -378,6 +377,13 @@ class Libp2pTransport(Transport):
             raise TransportError(f"writing to {peer_id} on {protocol} failed: {exc}") from exc
         finally:
             await close_quietly(stream)
+
+    def _dial_target(self) -> int:
+        """Connections the dialer fills up to with peers it learned: at most half the bound,
+        so that the other half (and the hard cap above it) is left for peers dialling in."""
+        if self._trimmer is None:
+            return self._max_peers
+        return min(self._max_peers, max(1, self._trimmer.max_connections // 2))
 
     async def _make_room(self, net: _Network, peer_id: ID) -> None:
         """At the hard bound on connections, close one so that a dial to `peer_id` can pass."""

@@ -7,13 +7,15 @@ managers (go's high and low watermarks), the trimmer lets the count reach
 `max_connections`, then closes connections down to three quarters of it: never a bootstrap
 peer's while the node knows few others (`bootstrap_kept`), never one with a blob fetch
 running, never one used (a fetch either way) or opened within `idle_s`, the least recently
-used first. The host's own swarm holds the bound hard (`host.connection_config`): at `max_connections`
-it refuses inbound connections before their handshake and fails dials, so before a dial the
-transport makes room (`make_room`: the least recently used connection without a fetch
-running goes). The trimmer starts at the bound itself, so that there is room for inbound
-connections again; if the idle ones do not bring the count under the bound, the least
-recently used of the others go too, except one with a fetch running or opened or used in
-the last `GRACE_S` (2 s, time for a dial's fetch to start).
+used first. Before a dial at the bound the transport makes room (`make_room`: the least recently used
+connection without a fetch running goes), and the node's dialer fills only half the bound
+with peers it learned (`Libp2pTransport._dial_target`), so its own connections keep to the
+bound and the other half is left for peers dialling in. Those are never refused (a cap that
+refused them kept newcomers out: 60 of 100 processes could join a swarm through one
+address): the trimmer starts at the bound; if the idle ones do not bring the count under it,
+the least recently used of the others go too, except one with a fetch running or opened or
+used in the last `GRACE_S` (2 s, time for a dial's fetch to start), so the count passes the
+bound only by connections that young.
 It runs on the network thread, from the dialer's maintenance loop.
 """
 
@@ -104,15 +106,15 @@ class ConnectionTrimmer:
         return min(free, key=lambda p: self._last_used.get(p, 0.0), default=None)
 
     async def make_room(self, host: IHost, peer_id: ID, busy: Callable[[ID], bool]) -> None:
-        """Close one connection if a dial to `peer_id` would pass the host's hard bound."""
-        network = host.get_network()
-        if is_connected(host, peer_id) or len(network.get_connections()) < self.max_connections:
+        """Close one peer's connections if a dial to `peer_id` would pass the bound."""
+        connected = connected_peers(host)
+        if is_connected(host, peer_id) or len(connected) < self.max_connections:
             return
-        victim = self.room_victim(connected_peers(host), busy)
+        victim = self.room_victim(connected, busy)
         if victim is None:
             return  # the dial fails at the bound: every connection is in use
         logger.debug("closing the connection to %s to make room for a dial", victim)
-        await abort_peer_connections(network, victim)
+        await abort_peer_connections(host.get_network(), victim)
         self._last_used.pop(victim, None)
         with self._counters.locked() as stats:
             stats.connections_trimmed += 1
