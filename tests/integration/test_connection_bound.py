@@ -8,22 +8,13 @@ import time
 
 import pytest
 
-from swarm.p2p.libp2p import Libp2pTransport
+from tests.integration.transports import started_transports
 
 
 @pytest.fixture()
 def started():
-    transports: list[Libp2pTransport] = []
-
-    def start(**kwargs) -> Libp2pTransport:
-        transport = Libp2pTransport(peer_exchange=False, **kwargs)
-        transports.append(transport)
-        transport.start()
-        return transport
-
-    yield start
-    for transport in transports:
-        transport.close()
+    with started_transports(peer_exchange=False) as start:
+        yield start
 
 
 @pytest.mark.timeout(90)

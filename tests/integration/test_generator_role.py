@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from swarm.core.errors import LedgerError
 from swarm.core.identity import create_identity, peer_id_of, save_identity
 from swarm.ledger import DeltaRow, Ledger
@@ -81,6 +83,7 @@ def _log(run_dir: Path) -> str:
     return (run_dir / "log.txt").read_text()[-3000:]
 
 
+@pytest.mark.slow  # ~40 s on 2 cores: a trainer and a generator process
 def test_generator_process_follows_trainer_process_bit_for_bit(tmp_path, tiny_model_path):
     trainer_dir, gen_dir = tmp_path / "trainer", tmp_path / "generator"
     keys = {trainer_dir: create_identity(), gen_dir: create_identity()}

@@ -34,6 +34,7 @@ from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, SEND_STALL_S, Libp2pTransport
 from swarm.p2p.libp2p.patches import coalesce
 from swarm.p2p.libp2p.peer_exchange import PX_FIRST_DELAY_S, PX_INTERVAL_S
 from swarm.p2p.libp2p.pnet import XSalsa20
+from tests.integration.transports import started_transports
 from tests.waiting import wait_until
 
 HELPER = Path(__file__).with_name("libp2p_peer.py")
@@ -300,17 +301,8 @@ def test_a_killed_node_does_not_stop_the_others_and_rejoins_after_restart(
 
 @pytest.fixture
 def started() -> Iterator[Callable[..., Libp2pTransport]]:
-    transports: list[Libp2pTransport] = []
-
-    def start(**kwargs: object) -> Libp2pTransport:
-        transport = Libp2pTransport(topics=[TOPIC], **kwargs)
-        transports.append(transport)
-        transport.start()
-        return transport
-
-    yield start
-    for transport in transports:
-        transport.close()
+    with started_transports(topics=[TOPIC]) as start:
+        yield start
 
 
 def _drain_until(transport: Libp2pTransport, count: int, timeout: float) -> list[bytes]:

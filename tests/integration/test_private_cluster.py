@@ -77,6 +77,7 @@ def _rows(run_dir: Path, model=GroupRow) -> list:
         ledger.close()
 
 
+@pytest.mark.slow  # ~35 s on 2 cores: a cluster of processes and an outsider
 @pytest.mark.timeout(300)
 def test_members_share_and_outsiders_are_refused(tmp_path, tiny_model_path):
     out = tmp_path / "cluster"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from tests.integration.test_network_only_processes import rounds_of, start
 
 NODES = 5
@@ -46,6 +48,7 @@ def test_pull_nodes_find_each_other_from_one_address_and_verify_every_pull():
         assert max(r["peak_mb"] for r in rounds) < 100
 
 
+@pytest.mark.slow  # ~65 s on 2 cores; the demo test covers a pull swarm of trainers by default
 def test_a_trainer_process_trains_on_groups_pulled_over_libp2p(tmp_path, tiny_model_path):
     from swarm.bench.scale_real import RealSettings, run_real
 

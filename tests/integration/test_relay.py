@@ -15,6 +15,7 @@ import pytest
 from swarm.core.errors import TransportError
 from swarm.core.identity import create_identity
 from swarm.p2p.libp2p import Libp2pTransport
+from tests.integration.transports import started_transports
 from tests.waiting import wait_until
 
 BLOB_SIZE = 1024 * 1024
@@ -23,17 +24,8 @@ FETCHES = 5
 
 @pytest.fixture
 def started() -> Iterator[Callable[..., Libp2pTransport]]:
-    transports: list[Libp2pTransport] = []
-
-    def start(**kwargs: object) -> Libp2pTransport:
-        transport = Libp2pTransport(peer_exchange=False, dial_timeout=3.0, **kwargs)
-        transports.append(transport)
-        transport.start()
-        return transport
-
-    yield start
-    for transport in transports:
-        transport.close()
+    with started_transports(peer_exchange=False, dial_timeout=3.0) as start:
+        yield start
 
 
 def fetch_seconds(peer: Libp2pTransport, node: Libp2pTransport, key: str, blob: bytes) -> float:

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from swarm.core.errors import LedgerError
 from swarm.ledger import EvalRow, Ledger, RoundRow, UpdateRow
 from swarm.node import Node
@@ -20,6 +22,7 @@ from swarm.policy.checkpoint import latest_checkpoint, read_state
 from tests.conftest import small_config
 
 
+@pytest.mark.slow  # ~45 s on 2 cores: enough rounds for held-out accuracy to rise
 def test_solo_node_raises_held_out_accuracy(tmp_path, tiny_model_path):
     config = small_config(
         tmp_path / "solo",
