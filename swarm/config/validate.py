@@ -53,7 +53,7 @@ def check_cross_field(config: Config, origin) -> None:
             f"{origin('p2p', 'max_connections', 'p2p.pull_lists')}: p2p.max_connections ({p2p.max_connections}) must be above p2p.pull_lists ({p2p.pull_lists}): a node asks that many peers a round, and past its bound its fetches are refused"
         )
     for key in ("bootstrap", "relays"):
-        for i, addr in enumerate(getattr(config.p2p, key)):
+        for i, addr in enumerate(getattr(p2p, key)):
             if not isinstance(addr, str) or "/p2p/" not in addr:
                 raise ConfigError(
                     f"{origin('p2p', key)}: p2p.{key}[{i}] must be a multiaddr ending in /p2p/<peer id>, got {addr!r}"

@@ -73,14 +73,18 @@ def parse_listen_addr(addr: str) -> multiaddr.Multiaddr | None:
 
 def parse_bootstrap(addrs: Iterable[str]) -> list[Libp2pPeerInfo]:
     """Bootstrap peers from full multiaddrs (each with /p2p/<peer id>), merged per peer."""
+    return parse_peers(addrs, "bootstrap address", "needs a trailing /p2p/<peer id>")
+
+
+def parse_peers(addrs: Iterable[str], what: str, needs: str) -> list[Libp2pPeerInfo]:
+    """Peers from full multiaddrs, merged per peer; `TransportError` naming `what` (and what
+    it `needs`) for one that does not parse."""
     infos: dict[ID, Libp2pPeerInfo] = {}
     for addr in addrs:
         try:
             info = info_from_p2p_addr(multiaddr.Multiaddr(addr))
         except (InvalidAddrError, ValueError, TypeError) as exc:
-            raise TransportError(
-                f"invalid bootstrap address {addr!r} (needs a trailing /p2p/<peer id>): {exc}"
-            ) from exc
+            raise TransportError(f"invalid {what} {addr!r} ({needs}): {exc}") from exc
         if info.peer_id in infos:
             infos[info.peer_id].addrs.extend(info.addrs)
         else:

@@ -43,7 +43,7 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from swarm.core.errors import TransportError
 from swarm.p2p.libp2p.framing import NET_ERRORS, close_quietly
-from swarm.p2p.libp2p.host import is_connected, is_dialable_tcp, peer_addrs
+from swarm.p2p.libp2p.host import is_connected, is_dialable_tcp, parse_peers, peer_addrs
 from swarm.p2p.libp2p.patches import lift_dial_block
 from swarm.p2p.libp2p.pnet import protect
 
@@ -70,24 +70,14 @@ BACKOFF_MAX_S = 30.0
 
 def parse_relays(addrs: Iterable[str]) -> list[Libp2pPeerInfo]:
     """Relays from "/ip4/<ip>/tcp/<port>/p2p/<relay id>" multiaddrs (ip6 too), merged per relay."""
-    infos: dict[ID, Libp2pPeerInfo] = {}
-    for addr in addrs:
-        try:
-            parsed = multiaddr.Multiaddr(addr)
-            info = info_from_p2p_addr(parsed)
-        except (InvalidAddrError, ValueError, TypeError) as exc:
+    relays = parse_peers(addrs, "relay address", "needs /ip4/<ip>/tcp/<port>/p2p/<peer id>")
+    for relay in relays:
+        if not relay.addrs or not all(is_dialable_tcp(a) for a in relay.addrs):
             raise TransportError(
-                f"invalid relay address {addr!r} (needs /ip4/<ip>/tcp/<port>/p2p/<peer id>): {exc}"
-            ) from exc
-        if not info.addrs or not all(is_dialable_tcp(a) for a in info.addrs):
-            raise TransportError(
-                f"relay address {addr!r} must be /ip4|ip6/<ip>/tcp/<port>/p2p/<id>"
+                f"relay address {relay.addrs} of {relay.peer_id} must be "
+                "/ip4|ip6/<ip>/tcp/<port>/p2p/<id>"
             )
-        if info.peer_id in infos:
-            infos[info.peer_id].addrs.extend(info.addrs)
-        else:
-            infos[info.peer_id] = info
-    return list(infos.values())
+    return relays
 
 
 def is_circuit(addr: multiaddr.Multiaddr) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import multiaddr
@@ -78,6 +78,7 @@ class _Network:
     dialer: Dialer
     peer_exchange: PeerExchange
     relaying: Relaying
+    busy: Callable[[ID], bool]  # a connection not to close: a fetch running, or a relay's
 
 
 class Libp2pTransport(Transport):
@@ -265,6 +266,10 @@ class Libp2pTransport(Transport):
             psk=self._psk,
             dial_timeout=self._dial_timeout,
         )
+
+        def busy(peer_id: ID) -> bool:
+            return self._blobs.busy(peer_id) or relaying.keeps(peer_id)
+
         # Pubsub registers its stream handlers and connection notifee first, as it always has.
         gossip = Gossip(
             host,
@@ -282,7 +287,7 @@ class Libp2pTransport(Transport):
             dial_timeout=self._dial_timeout,
             max_peers=self._dial_target(),
             trimmer=self._trimmer,
-            busy=lambda peer_id: self._blobs.busy(peer_id) or relaying.keeps(peer_id),
+            busy=busy,
         )
         gossip.gossipsub.learn_peer = dialer.learn  # PRUNE peer exchange, from well-scored peers
         peer_exchange = PeerExchange(host, self._policy, dialer, self._counters)
@@ -302,6 +307,7 @@ class Libp2pTransport(Transport):
             dialer=dialer,
             peer_exchange=peer_exchange,
             relaying=relaying,
+            busy=busy,
         )
 
     def _start_background_tasks(self, net: _Network, nursery: trio.Nursery) -> None:
@@ -343,8 +349,7 @@ class Libp2pTransport(Transport):
         net = self._running_net()
         host = net.host
         began = trio.current_time()
-        await self._make_room(net, peer_id)
-        await net.relaying.connect(peer_id, timeout)  # the dial through a relay, if need be
+        await self._reach(net, peer_id, timeout)
         timeout = max(timeout - (trio.current_time() - began), 0.0)
         if self._trimmer is not None:
             self._trimmer.touch(peer_id)
@@ -380,22 +385,22 @@ class Libp2pTransport(Transport):
 
     def _dial_target(self) -> int:
         """Connections the dialer fills up to with peers it learned: at most half the bound,
-        so that the other half (and the hard cap above it) is left for peers dialling in."""
+        so that the other half is left for peers dialling in."""
         if self._trimmer is None:
             return self._max_peers
         return min(self._max_peers, max(1, self._trimmer.max_connections // 2))
 
-    async def _make_room(self, net: _Network, peer_id: ID) -> None:
-        """At the hard bound on connections, close one so that a dial to `peer_id` can pass."""
+    async def _reach(self, net: _Network, peer_id: ID, within: float) -> None:
+        """Before a stream to `peer_id`: at the bound on connections, make room for its dial;
+        if it is reached only through a relay, dial it there (for at most `within` s)."""
         if self._trimmer is not None:
-            busy = lambda p: self._blobs.busy(p) or net.relaying.keeps(p)  # noqa: E731
-            await self._trimmer.make_room(net.host, peer_id, busy)
+            await self._trimmer.make_room(net.host, peer_id, net.busy)
+        await net.relaying.connect(peer_id, within)
 
     async def _open_raw(self, peer_id: ID, protocol: TProtocol) -> INetStream:
         net = self._running_net()
         host = net.host
-        await self._make_room(net, peer_id)
-        await net.relaying.connect(peer_id, STREAM_IO_TIMEOUT_S)
+        await self._reach(net, peer_id, STREAM_IO_TIMEOUT_S)
         try:
             with trio.fail_after(STREAM_IO_TIMEOUT_S):
                 return await host.new_stream(peer_id, [protocol])
