@@ -67,6 +67,18 @@ class P2PSection:
         "Act as a circuit relay (v2) for peers that reserve a slot here (at most 32 reservations; "
         "each circuit at most an hour and 1 GiB). Needs an address the other peers can dial.",
     )
+    announce: list = opt(
+        [],
+        "Addresses (/ip4/<ip>/tcp/<port>) to tell peers instead of the listened ones: the public "
+        "address of a port forwarded to this node on a NAT router.",
+    )
+    autonat_interval: float = opt(
+        300.0,
+        "Seconds between reachability checks (AutoNAT): a few connected peers dial this node back; "
+        "if they cannot, it hands out only its relay addresses and says so in its log. 0: never check.",
+        min=0.0,
+        max=86_400.0,
+    )
     max_connections: int = opt(
         64,
         "Connected peers kept at most: past it the least recently used idle connections are "

@@ -119,6 +119,11 @@ def check_addresses(config: Config, where: Where = _nowhere) -> None:
                 parse_dial(addr)
             except ConfigError as e:
                 raise ConfigError(f"{where('p2p.' + key)}: p2p.{key}[{i}]: {e}") from None
+    for i, addr in enumerate(p2p.announce):
+        try:
+            parse_listen(addr)
+        except ConfigError as e:
+            raise ConfigError(f"{where('p2p.announce')}: p2p.announce[{i}]: {e}") from None
     for i, peer in enumerate(p2p.allow_list):
         try:
             check_peer_id(peer, "")

@@ -132,6 +132,8 @@ def make_transport(config: Config, key_pair) -> Transport:
         max_connections=p2p.max_connections,
         relay_service=p2p.relay_service,
         relays=list(p2p.relays),
+        announce=list(p2p.announce),
+        autonat_interval=p2p.autonat_interval,
         cost_settings=CostSettings(
             rate=p2p.cost_rate,
             graylist_at=p2p.cost_graylist_at,

@@ -52,6 +52,15 @@ class RefusalReason(enum.StrEnum):
     INBOUND_BUDGET = "inbound_budget"  # more queued inbound messages than one peer may have
     LOW_SCORE = "below_publish_score"  # a message forwarded by a peer scored under the gate
     OVER_BUDGET = "over_cost_budget"  # past its cost budget: RPCs dropped unparsed, then banned
+    BAD_AUTONAT_REQUEST = "bad_autonat_request"  # a malformed AutoNAT dial-back request
+
+
+class Reachability(enum.StrEnum):
+    """Whether peers can dial this node (AutoNAT: `swarm.p2p.libp2p.reachability`)."""
+
+    UNKNOWN = "unknown"  # not asked yet, or the answers disagree
+    PUBLIC = "public"  # peers dialled it back
+    PRIVATE = "private"  # peers failed to: behind NAT or a firewall
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,12 @@ def parse_listen_addr(addr: str) -> multiaddr.Multiaddr | None:
     return parsed
 
 
+def parse_announce(addrs: Iterable[str]) -> list[multiaddr.Multiaddr]:
+    """Addresses to tell peers instead of the listened ones: each a TCP address."""
+    parsed = [parse_listen_addr(a) for a in addrs if a != ""]
+    return [a for a in parsed if a is not None]
+
+
 def parse_bootstrap(addrs: Iterable[str]) -> list[Libp2pPeerInfo]:
     """Bootstrap peers from full multiaddrs (each with /p2p/<peer id>), merged per peer."""
     return parse_peers(addrs, "bootstrap address", "needs a trailing /p2p/<peer id>")

@@ -9,8 +9,8 @@ is not connected to a peer whose peerstore entry holds a circuit address dials i
 that relay before it opens a stream (the swarm's own dial skips circuit addresses). A
 node with `p2p.relay_service` runs the library's hop protocol under `RELAY_LIMITS`.
 
-What this is not: hole punching (DCUtR) or reachability detection (AutoNAT); a relayed
-connection stays relayed. The gossip dial loop and peer exchange (`connections.py`,
+What this is not: hole punching (DCUtR); a relayed connection stays relayed. Reachability
+detection (AutoNAT) is `reachability.py`. The gossip dial loop and peer exchange (`connections.py`,
 `peer_exchange.py`) still pass on direct TCP addresses only.
 """
 

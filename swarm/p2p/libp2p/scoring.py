@@ -43,6 +43,7 @@ PENALTY: dict[RefusalReason, float] = {
     RefusalReason.INBOUND_BUDGET: 1.0,
     RefusalReason.LOW_SCORE: 0.0,  # the penalties that put it there are enough
     RefusalReason.OVER_BUDGET: 1.0,
+    RefusalReason.BAD_AUTONAT_REQUEST: 1.0,
 }
 
 

@@ -44,6 +44,7 @@ from swarm.p2p.libp2p.patches import abort_peer_connections
 from swarm.p2p.libp2p.peer_costs import Cost, CostSettings, PeerCosts
 from swarm.p2p.libp2p.peer_exchange import PeerExchange
 from swarm.p2p.libp2p.publish import PUBLISH_WAIT_S, Outbox
+from swarm.p2p.libp2p.reachability import CHECK_INTERVAL_S, FIRST_CHECK_S, AutoNat
 from swarm.p2p.libp2p.refusals import RefusalRecorder
 from swarm.p2p.libp2p.relay import Relaying, circuit_to, is_circuit, parse_relays
 from swarm.p2p.libp2p.stats import Counters, Libp2pStats
@@ -55,6 +56,7 @@ from swarm.p2p.transport import (
     FetchLimits,
     InboundMessage,
     PeerInfo,
+    Reachability,
     RefusalHook,
     RefusalReason,
     Transport,
@@ -78,6 +80,7 @@ class _Network:
     dialer: Dialer
     peer_exchange: PeerExchange
     relaying: Relaying
+    autonat: AutoNat
     busy: Callable[[ID], bool]  # a connection not to close: a fetch running, or a relay's
 
 
@@ -121,6 +124,11 @@ class Libp2pTransport(Transport):
         relays: full multiaddrs of relays (with /p2p/<relay id>): the node keeps a
             reservation on each, and its circuit address through each comes first in
             listen_addrs().
+        announce: addresses to tell peers instead of the listened ones (a port forwarded
+            on a NAT router); "/ip4/<ip>/tcp/<port>".
+        autonat_interval: seconds between reachability checks (AutoNAT, `reachability.py`:
+            connected peers dial us back; a node they cannot reach hands out only its
+            circuit addresses); 0: never check (the dial-back service still runs).
     """
 
     def __init__(
@@ -146,6 +154,8 @@ class Libp2pTransport(Transport):
         cost_settings: CostSettings | None = None,
         relay_service: bool = False,
         relays: Sequence[str] = (),
+        announce: Sequence[str] = (),
+        autonat_interval: float = CHECK_INTERVAL_S,
     ) -> None:
         if max_message_size <= 0:
             raise TransportError("max_message_size must be positive")
@@ -159,6 +169,10 @@ class Libp2pTransport(Transport):
         self._initial_topics = list(dict.fromkeys(topics))
         self._relay_service = relay_service
         self._relays = [r for r in parse_relays(relays) if r.peer_id != my_id]
+        self._announce = hosting.parse_announce(announce)
+        if autonat_interval < 0:
+            raise TransportError("autonat_interval must be 0 (off) or positive")
+        self._autonat_interval = float(autonat_interval)
         self._psk = hosting.parse_psk(psk)
         self._costs = PeerCosts(cost_settings)
         self._policy = hosting.AccessPolicy(
@@ -242,6 +256,8 @@ class Libp2pTransport(Transport):
                 ]
                 if listen and not self._listen_addrs:
                     raise TransportError(listen_failure(str(self._listen_addr)))
+                if self._announce:
+                    self._listen_addrs = [f"{a}/p2p/{self.peer_id}" for a in self._announce]
                 # Relays first: listen_addrs() names the circuits of those that said yes.
                 await nursery.start(net.relaying.run)
                 self._start_background_tasks(net, nursery)
@@ -270,6 +286,16 @@ class Libp2pTransport(Transport):
         def busy(peer_id: ID) -> bool:
             return self._blobs.busy(peer_id) or relaying.keeps(peer_id)
 
+        autonat = AutoNat(
+            host,
+            self._policy,
+            own_addrs=lambda: list(self._listen_addrs),
+            excluded=lambda p: any(r.peer_id == p for r in self._relays),
+            dial_timeout=self._dial_timeout,
+            interval=self._autonat_interval or CHECK_INTERVAL_S,
+            first_check=min(FIRST_CHECK_S, self._autonat_interval or FIRST_CHECK_S),
+        )
+
         # Pubsub registers its stream handlers and connection notifee first, as it always has.
         gossip = Gossip(
             host,
@@ -292,6 +318,7 @@ class Libp2pTransport(Transport):
         gossip.gossipsub.learn_peer = dialer.learn  # PRUNE peer exchange, from well-scored peers
         peer_exchange = PeerExchange(host, self._policy, dialer, self._counters)
         self._blobs.register(host, gossip.refuse)
+        autonat.register(gossip.refuse)
         if self._answer_peer_exchange:
             peer_exchange.register()
         # Every connection is checked (allow-list, cost bans) and billed to its peer.
@@ -307,6 +334,7 @@ class Libp2pTransport(Transport):
             dialer=dialer,
             peer_exchange=peer_exchange,
             relaying=relaying,
+            autonat=autonat,
             busy=busy,
         )
 
@@ -318,6 +346,8 @@ class Libp2pTransport(Transport):
         nursery.start_soon(net.gossip.watch_send_queues, nursery)
         if self._peer_exchange:
             nursery.start_soon(net.peer_exchange.run)
+        if self._autonat_interval > 0:
+            nursery.start_soon(net.autonat.run)
 
     def _on_flow_violation(self, peer_id: ID) -> None:
         """A peer wrote past a stream's receive window: count, record, penalise, disconnect."""
@@ -464,11 +494,28 @@ class Libp2pTransport(Transport):
 
     def listen_addrs(self) -> list[str]:
         """Where peers reach this node: its circuit addresses through the relays that hold
-        a reservation for it, then the addresses it listens on."""
+        a reservation for it, then the addresses it listens on (or announces), unless
+        AutoNAT found that peers cannot dial those."""
         net = self._net
         if not self._thread.is_ready or net is None:
             raise TransportError("the transport is not started")
-        return list(net.relaying.addresses) + list(self._listen_addrs)
+        direct = [] if net.autonat.status == Reachability.PRIVATE else self._listen_addrs
+        return list(net.relaying.addresses) + list(direct)
+
+    def reachability(self) -> Reachability:
+        """Whether peers can dial this node, as its last AutoNAT check found."""
+        net = self._net
+        return net.autonat.status if net is not None else Reachability.UNKNOWN
+
+    def check_reachability(self, timeout: float = 30.0) -> Reachability:
+        """Ask connected peers to dial us back now (AutoNAT), and return the verdict."""
+        return self._thread.call(self._check_reachability, float(timeout))
+
+    async def _check_reachability(self, timeout: float) -> Reachability:
+        autonat = self._running_net().autonat
+        with trio.move_on_after(timeout):
+            return await autonat.check()
+        return autonat.status
 
     def serve_blob(self, key: str, data: bytes) -> None:
         """Serve `data` under `key` to any (allowed) peer until `unserve_blob` or close."""
