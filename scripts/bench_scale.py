@@ -40,9 +40,12 @@ def parse_args(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     sim = sub.add_parser("sim", help="N nodes in one process over the memory transport")
     sim.add_argument("--exchange", choices=("pull", "gossip"), default="pull")
-    sim.add_argument("--nodes", type=int, nargs="+", default=[100, 1000])
-    sim.add_argument("--rounds", type=int, default=4)
-    sim.add_argument("--warmup", type=int, default=2)
+    sim.add_argument("--nodes", type=int, nargs="+", default=[100, 1000], help="swarm sizes")
+    sim.add_argument("--rounds", type=int, default=4, help="rounds, warm-up included")
+    sim.add_argument("--warmup", type=int, default=2, help="rounds not measured")
+    sim.add_argument(
+        "--view-rounds", type=int, default=20, help="view shuffles before round 0 (pull)"
+    )
     sim.add_argument("--hostile", type=float, default=0.0, help="share of colluding identities")
     sim.add_argument("--greedy", type=int, default=0, help="greedy viewers (fetch every view)")
     sim.add_argument("--sketch", type=int, default=128, help="history sample (0: from the view)")
@@ -75,6 +78,7 @@ def cmd_sim(args) -> None:
             exchange=ExchangeKind(args.exchange),
             rounds=args.rounds,
             warmup=args.warmup,
+            view_rounds=args.view_rounds,
             hostile=args.hostile,
             greedy=args.greedy,
             sketch=args.sketch,
@@ -86,6 +90,7 @@ def cmd_sim(args) -> None:
         result = simulate(settings, lambda m, label=label: print(f"{label} {m}", flush=True))
         attack = f"-hostile{args.hostile:g}-greedy{args.greedy}" if result["adversary"] else ""
         attack += f"-sketch{args.sketch}" if args.sketch != 128 else ""
+        attack += f"-views{args.view_rounds}" if args.view_rounds != 20 else ""
         for name, value in (("loss", args.loss), ("latency", args.latency), ("churn", args.churn)):
             attack += f"-{name}{value:g}" if value else ""
         write(Path(args.out) / f"sim-{args.exchange}-{n}{attack}.json", result)

@@ -46,9 +46,10 @@ def run(nodes: int, capacity: int, sketch: int, share: float, rounds: int, seed:
         for view in order:
             view.refresh()
         for view in hostile:
-            others = [ViewEntry(p, (), 0) for p in sorted(names - {view.own_id})]
+            others = [ViewEntry(p, (f"/memory/{p}",), 0) for p in sorted(names - {view.own_id})]
             view.transport.serve_blob(
-                VIEW_KEY, encode_view([ViewEntry(view.own_id, (), 0)] + others)
+                VIEW_KEY,
+                encode_view([ViewEntry(view.own_id, (f"/memory/{view.own_id}",), 0)] + others),
             )
         for view in views:
             if view is not hostile[0]:

@@ -4,7 +4,8 @@ Every node is a real `swarm.bench.network_node.NetworkNode` (real tasks, rewards
 signatures, verification and sampler; no model) on an in-memory transport, speaking the
 gossip or the pull exchange. Pull nodes sit on `LinkedMemoryTransport`s: each joins
 through one address (node 0's), keeps at most `links` connections and finds the rest of
-the swarm through its view. Gossip nodes sit on `MemoryTransport`s (every node reaches
+the swarm through its view; as over libp2p, it can dial only peers whose addresses it was
+handed (a view entry, a holder hint) or that were once connected to it. Gossip nodes sit on `MemoryTransport`s (every node reaches
 every node, once: no mesh duplicates, which real GossipSub adds).
 
 Pull nodes first shuffle their views `view_rounds` times (nothing else runs), so the

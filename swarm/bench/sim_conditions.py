@@ -50,7 +50,7 @@ class ImpairedTransport(LinkedMemoryTransport):
         rng: random.Random,
         clock: StepClock,
     ):
-        super().__init__(peer_id, hub, bootstrap=bootstrap, max_links=max_links)
+        super().__init__(peer_id, hub, bootstrap=bootstrap, max_links=max_links, addressed=True)
         self.loss, self.latency_s, self.rng, self.clock = loss, latency_s, rng, clock
         self.lost = 0
 
@@ -88,7 +88,9 @@ class Adversary:
 
     def act(self) -> None:
         """Serve the colluders' views and let the greedy viewers fetch every view."""
-        entries = [ViewEntry(p, (), 0) for p in sorted(self.hostile)][:VIEW_MAX_ENTRIES]
+        entries = [ViewEntry(p, (f"/memory/{p}",), 0) for p in sorted(self.hostile)][
+            :VIEW_MAX_ENTRIES
+        ]
         for node in self.nodes:
             if node.peer_id in self.hostile:
                 own = [e for e in entries if e.id == node.peer_id]

@@ -102,6 +102,11 @@ class HistorySample:
     def peers(self) -> list[str]:
         return sorted(self.current.kept)
 
+    def holds(self, peer: str) -> bool:
+        """In the current or the next sketch: a peer that may be drawn, now or after the
+        next rotation (its addresses must be known to reach it)."""
+        return peer in self.current.kept or peer in self.next.kept
+
     def sample(self, k: int) -> list[str]:
         """`k` distinct IDs drawn uniformly from the current sketch (all if it holds fewer)."""
         ordered = self.peers()

@@ -149,13 +149,20 @@ class PeerView:
             self.forget(partner)  # unreachable: make room for peers that answer
             return
         self.shuffles += 1
-        self.history.feed(e.id for e in answer if e.id != self.own_id)
         # a shuffle takes a few of the partner's entries (its own first), not all of them
         taken = answer[:1] + self.rng.sample(answer[1:], min(SHUFFLE_LENGTH, len(answer[1:])))
         self.view = merge(self.view, taken, self.own_id, self.capacity, self.rng)
-        for entry in taken:
-            if entry.id in self.view and entry.addrs:
-                self.transport.learn_peer(entry.id, entry.addrs)
+        self.hear((e.id, e.addrs) for e in answer)
+
+    def hear(self, peers: Iterable[tuple[str, Sequence[str]]]) -> None:
+        """Peers heard of (a fetched view's entries, an announcement list's holder hints):
+        into the history sample, and their addresses learned where they may be asked (in
+        the view or a sketch). An ID without addresses could not be asked: it is not fed."""
+        known = [(p, tuple(a)) for p, a in peers if p and p != self.own_id and a]
+        self.history.feed(p for p, _ in known)
+        for peer, addrs in known:
+            if peer in self.view or self.history.holds(peer):
+                self.transport.learn_peer(peer, addrs)
 
     def entries(self) -> list[ViewEntry]:
         own = [ViewEntry(self.own_id, tuple(self._own_addrs()), 0)]

@@ -12,7 +12,11 @@ libp2p's shape instead:
 - `peers()` lists its links, and gossip reaches linked peers only (no forwarding: the
   pull exchange does not gossip, and a gossip swarm uses `MemoryTransport`);
 - at most `max_links` links: a new one closes the least recently used (on both ends),
-  like a connection manager trimming idle connections.
+  like a connection manager trimming idle connections;
+- with `addressed=True`, a peer can be dialled only once its address is known, as over
+  libp2p: a bootstrap peer, a peer once linked (identify told us where it listens), or
+  one handed to `learn_peer` with addresses. A peer ID heard of without its addresses
+  cannot be reached.
 
 Both kinds share a hub's blob semantics: synchronous, lossless, bytes counted.
 """
@@ -39,6 +43,7 @@ class LinkedMemoryTransport(MemoryTransport):
         *,
         bootstrap: Sequence[str] = (),
         max_links: int = DEFAULT_MAX_LINKS,
+        addressed: bool = False,
     ):
         super().__init__(peer_id, hub, inbox_capacity)
         if max_links < 1:
@@ -48,6 +53,8 @@ class LinkedMemoryTransport(MemoryTransport):
         self.links: collections.OrderedDict[str, None] = collections.OrderedDict()  # LRU first
         self.dials = 0  # links this node opened
         self.trimmed = 0  # links closed to stay within max_links
+        self.addressed = addressed
+        self.known: set[str] = set(self.bootstrap)  # peers whose addresses we hold
 
     def start(self) -> None:
         super().start()
@@ -73,7 +80,7 @@ class LinkedMemoryTransport(MemoryTransport):
         if not self.links:  # like libp2p's dialer, which redials bootstrap peers forever
             for peer in self.bootstrap:
                 self._dial(peer)
-        return [PeerInfo(p) for p in self.links]
+        return [PeerInfo(p, (f"/memory/{p}",)) for p in self.links]
 
     def fetch_blob(
         self, peer_id: str, key: str, timeout: float = 30.0, limits: FetchLimits | None = None
@@ -83,9 +90,19 @@ class LinkedMemoryTransport(MemoryTransport):
         self.links.move_to_end(peer_id)
         return super().fetch_blob(peer_id, key, timeout, limits)
 
+    def learn_peer(self, peer_id: str, addrs: Sequence[str]) -> None:
+        if addrs:
+            self.known.add(peer_id)
+
+    def reachable(self, peer_id: str) -> bool:
+        """Linked, or dialable: its addresses are known (always, unless `addressed`)."""
+        return peer_id in self.links or not self.addressed or peer_id in self.known
+
     def _dial(self, peer_id: str) -> bool:
         member = self._hub.member(peer_id)
         if not isinstance(member, LinkedMemoryTransport) or member is self:
+            return False
+        if not self.reachable(peer_id):
             return False
         self.dials += 1
         self._link(peer_id)
@@ -93,6 +110,7 @@ class LinkedMemoryTransport(MemoryTransport):
         return True
 
     def _link(self, peer_id: str) -> None:
+        self.known.add(peer_id)
         self.links[peer_id] = None
         self.links.move_to_end(peer_id)
         while len(self.links) > self.max_links:

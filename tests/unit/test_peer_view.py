@@ -39,15 +39,19 @@ def test_the_shuffle_partner_is_the_oldest_entry():
     assert oldest({}, random.Random(0)) is None
 
 
-def views_after(n: int, rounds: int, capacity: int) -> list[PeerView]:
+def views_after(
+    n: int, rounds: int, capacity: int, sketch: int = 128, addressed: bool = False
+) -> list[PeerView]:
     """`n` views over linked memory transports, all joined through the first node."""
     hub, views, first = MemoryHub(), [], ""
     for i in range(n):
         peer = f"peer-{i:04d}"
-        transport = LinkedMemoryTransport(peer, hub, bootstrap=[first] if first else [])
+        transport = LinkedMemoryTransport(
+            peer, hub, bootstrap=[first] if first else [], addressed=addressed
+        )
         transport.start()
         first = first or peer
-        views.append(PeerView(transport, peer, capacity=capacity))
+        views.append(PeerView(transport, peer, capacity=capacity, sketch=sketch))
     rng = random.Random(1)
     for _ in range(rounds):
         rng.shuffle(views)
@@ -65,6 +69,17 @@ def test_views_joined_through_one_node_become_bounded_uniform_samples():
     # the node everyone joined through is no better known than the others
     assert counts[0] <= statistics.fmean(counts) + 3 * statistics.pstdev(counts)
     assert statistics.pstdev(counts) < 0.5 * statistics.fmean(counts)
+
+
+def test_every_peer_a_node_may_ask_is_one_it_can_reach():
+    """The history sample is fed every ID of a fetched view, not only the few the view
+    keeps: each of them must come with its addresses, or asking it fails and the sample
+    shrinks to the (capturable) view."""
+    views = views_after(120, rounds=12, capacity=8, sketch=32, addressed=True)
+    for view in views:
+        assert len(view.history.peers()) > len(view.view)  # the sample is more than the view
+        unreachable = [p for p in view.history.peers() if not view.transport.reachable(p)]
+        assert unreachable == [], view.own_id
 
 
 def test_a_peer_that_asks_us_enters_our_view():
@@ -127,8 +142,8 @@ def test_colluders_and_a_greedy_viewer_do_not_capture_the_peers_a_node_asks():
         for view in order:
             view.refresh()
         for view in hostile:
-            entries = [ViewEntry(view.own_id, (), 0)] + [
-                ViewEntry(p, (), 0) for p in sorted(names - {view.own_id})
+            entries = [ViewEntry(view.own_id, (f"/memory/{view.own_id}",), 0)] + [
+                ViewEntry(p, (f"/memory/{p}",), 0) for p in sorted(names - {view.own_id})
             ]
             view.transport.serve_blob(VIEW_KEY, encode_view(entries))
         for view in views:  # the greedy viewer
