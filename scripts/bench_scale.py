@@ -49,6 +49,9 @@ def parse_args(argv=None):
     sim.add_argument("--hostile", type=float, default=0.0, help="share of colluding identities")
     sim.add_argument("--greedy", type=int, default=0, help="greedy viewers (fetch every view)")
     sim.add_argument("--sketch", type=int, default=128, help="history sample (0: from the view)")
+    sim.add_argument(
+        "--sampled-views", type=int, default=1, help="views heard a refresh from sampled peers"
+    )
     sim.add_argument("--loss", type=float, default=0.0, help="share of fetches lost")
     sim.add_argument("--latency", type=float, default=0.0, help="seconds per fetch")
     sim.add_argument("--churn", type=float, default=0.0, help="share replaced each round")
@@ -82,6 +85,7 @@ def cmd_sim(args) -> None:
             hostile=args.hostile,
             greedy=args.greedy,
             sketch=args.sketch,
+            sampled_views=args.sampled_views,
             loss=args.loss,
             latency_s=args.latency,
             churn=args.churn,
@@ -91,6 +95,7 @@ def cmd_sim(args) -> None:
         attack = f"-hostile{args.hostile:g}-greedy{args.greedy}" if result["adversary"] else ""
         attack += f"-sketch{args.sketch}" if args.sketch != 128 else ""
         attack += f"-views{args.view_rounds}" if args.view_rounds != 20 else ""
+        attack += f"-sampled{args.sampled_views}" if args.sampled_views != 1 else ""
         for name, value in (("loss", args.loss), ("latency", args.latency), ("churn", args.churn)):
             attack += f"-{name}{value:g}" if value else ""
         write(Path(args.out) / f"sim-{args.exchange}-{n}{attack}.json", result)

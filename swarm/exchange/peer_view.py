@@ -41,6 +41,7 @@ from swarm.wire.streams import VIEW_KEY, VIEW_MAX_BYTES, ViewEntry, decode_view,
 
 DEFAULT_CAPACITY = 64
 SHUFFLE_LENGTH = 8  # entries taken from one partner's view, and fetchers entered, a refresh
+DEFAULT_SAMPLED_VIEWS = 1  # views fetched a refresh from peers of the history sample
 
 View = dict[str, tuple[tuple[str, ...], int]]  # peer ID -> (addrs, age)
 
@@ -93,6 +94,7 @@ class PeerView:
         capacity: int = DEFAULT_CAPACITY,
         seed: str = "",
         sketch: int = DEFAULT_SKETCH,
+        sampled_views: int = DEFAULT_SAMPLED_VIEWS,
     ):
         self.transport = transport
         self.own_id = own_id
@@ -100,6 +102,7 @@ class PeerView:
         self.rng = random.Random(f"view:{own_id}:{seed}")
         self.view: View = {}
         self.history = HistorySample(self.rng, sketch)
+        self.sampled_views = sampled_views
         self.failed_fetches = 0
         self.shuffles = 0
 
@@ -139,20 +142,29 @@ class PeerView:
             self.view = merge(self.view, fresh, self.own_id, self.capacity, self.rng, hop=0)
         self.transport.serve_blob(VIEW_KEY, encode_view(self.entries()))
         partner = oldest(self.view, self.rng)
-        if partner is None:
-            return
+        answer = self._fetch_view(partner, timeout) if partner is not None else None
+        if answer is not None:
+            self.shuffles += 1
+            # a shuffle takes a few of the partner's entries (its own first), not all of them
+            rest = answer[1:]
+            taken = answer[:1] + self.rng.sample(rest, min(SHUFFLE_LENGTH, len(rest)))
+            self.view = merge(self.view, taken, self.own_id, self.capacity, self.rng)
+            self.hear((e.id, e.addrs) for e in answer)
+        # heard of, not taken in: views of peers drawn from the history sample spread the
+        # swarm's IDs faster than the view's neighbourhood does (see `hear`)
+        for peer in self.history.sample(self.sampled_views):
+            if peer != partner and (answer := self._fetch_view(peer, timeout)) is not None:
+                self.hear((e.id, e.addrs) for e in answer)
+
+    def _fetch_view(self, peer: str, timeout: float) -> list[ViewEntry] | None:
+        """`peer`'s view; None if it does not answer (then it leaves ours and the sample)."""
         try:
             limits = FetchLimits(check=SizeCap(VIEW_MAX_BYTES))
-            answer = decode_view(self.transport.fetch_blob(partner, VIEW_KEY, timeout, limits))
+            return decode_view(self.transport.fetch_blob(peer, VIEW_KEY, timeout, limits))
         except (TransportError, RejectedMessage):
             self.failed_fetches += 1
-            self.forget(partner)  # unreachable: make room for peers that answer
-            return
-        self.shuffles += 1
-        # a shuffle takes a few of the partner's entries (its own first), not all of them
-        taken = answer[:1] + self.rng.sample(answer[1:], min(SHUFFLE_LENGTH, len(answer[1:])))
-        self.view = merge(self.view, taken, self.own_id, self.capacity, self.rng)
-        self.hear((e.id, e.addrs) for e in answer)
+            self.forget(peer)  # unreachable: make room for peers that answer
+            return None
 
     def hear(self, peers: Iterable[tuple[str, Sequence[str]]]) -> None:
         """Peers heard of (a fetched view's entries, an announcement list's holder hints):

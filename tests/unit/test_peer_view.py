@@ -160,3 +160,56 @@ def test_colluders_and_a_greedy_viewer_do_not_capture_the_peers_a_node_asks():
         len(views) - len(names)
     )
     assert asked[hostile[0].own_id] <= 2 * honest_mean  # the greedy viewer gains nothing
+
+
+def asked_after(sampled_views: int, n: int = 300, rounds: int = 30) -> tuple[float, float]:
+    """5 % colluders (views listing only each other) and a greedy viewer among `n` nodes
+    with views of 16 and sketches of 32: over the last 4 refreshes, the colluders' share of
+    the peers honest nodes asked over their share of the swarm, and how often the greedy
+    viewer was asked over an honest peer."""
+    from swarm.wire.streams import VIEW_KEY, encode_view
+
+    hub, views, first = MemoryHub(), [], ""
+    for i in range(n):
+        peer = f"peer-{i:04d}"
+        transport = LinkedMemoryTransport(
+            peer, hub, bootstrap=[first] if first else [], addressed=True
+        )
+        transport.start()
+        first = first or peer
+        views.append(PeerView(transport, peer, capacity=16, sketch=32, sampled_views=sampled_views))
+    rng = random.Random(2)
+    hostile = [v for v in views[1:] if rng.random() < 0.05]
+    names, greedy = {v.own_id for v in hostile}, hostile[0]
+    asked: Counter = Counter()
+    for r in range(rounds):
+        order = list(views)
+        rng.shuffle(order)
+        for view in order:
+            view.refresh()
+        for view in hostile:
+            listed = [view.own_id, *sorted(names - {view.own_id})]
+            entries = [ViewEntry(p, (f"/memory/{p}",), 0) for p in listed]
+            view.transport.serve_blob(VIEW_KEY, encode_view(entries))
+        for view in views:
+            if view is not greedy:
+                greedy.transport.learn_peer(view.own_id, [f"/memory/{view.own_id}"])
+                greedy.transport.fetch_blob(view.own_id, VIEW_KEY)
+        if r >= rounds - 4:
+            for view in views:
+                if view.own_id not in names:
+                    asked.update(view.sample(8))
+    in_samples = sum(asked[p] for p in names) / sum(asked.values())
+    honest_mean = sum(asked[v.own_id] for v in views if v.own_id not in names) / (
+        len(views) - len(names)
+    )
+    return in_samples / (len(names) / len(views)), asked[greedy.own_id] / honest_mean
+
+
+def test_views_fetched_from_sampled_peers_keep_loud_identities_from_being_asked_more():
+    """A min-wise sample is uniform over the IDs a node has heard of; loud identities are
+    heard of first. Hearing a sampled peer's view each refresh closes that gap sooner."""
+    capture, greedy = asked_after(sampled_views=1)
+    assert capture <= 1.5 and greedy <= 1.5, (capture, greedy)
+    capture_without, _ = asked_after(sampled_views=0)
+    assert capture_without > capture  # the gap the sampled views close
