@@ -35,6 +35,8 @@ def test_a_dial_back_goes_only_to_tcp_addresses_at_the_ip_the_request_came_from(
     kept = [str(a).split("/p2p/")[0] for a in dial_back_addrs(asked, "10.0.0.7")]
     assert kept == ["/ip4/10.0.0.7/tcp/4001", "/ip4/10.0.0.7/tcp/4002"]
     assert dial_back_addrs(asked, None) == []
+    anywhere = dial_back_addrs([raw("/ip4/0.0.0.0/tcp/4003")], "10.0.0.7")
+    assert [str(a) for a in anywhere] == ["/ip4/10.0.0.7/tcp/4003"]
     many = [raw(f"/ip4/10.0.0.7/tcp/{4000 + i}") for i in range(50)]
     assert len(dial_back_addrs(many, "10.0.0.7")) == MAX_ADDRS
 

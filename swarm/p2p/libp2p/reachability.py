@@ -95,7 +95,9 @@ def normal_ip(ip: str) -> str | None:
 
 def dial_back_addrs(raw: Sequence[bytes], observed_ip: str | None) -> list[multiaddr.Multiaddr]:
     """The addresses of a request worth dialling: direct TCP, at the IP the request came
-    from, at most `MAX_ADDRS` (anything else, or unparsable, is skipped)."""
+    from, at most `MAX_ADDRS` (anything else, or unparsable, is skipped). A node listening
+    on all interfaces (0.0.0.0, ::) does not know its outside IP: its port is dialled at the
+    IP the request came from."""
     if observed_ip is None:
         return []
     keep = []
@@ -108,6 +110,11 @@ def dial_back_addrs(raw: Sequence[bytes], observed_ip: str | None) -> list[multi
             ip = addr.value_for_protocol(names[0])
         except (ValueError, TypeError, multiaddr.exceptions.Error):
             continue
+        if normal_ip(str(ip)) in ("0.0.0.0", "::"):  # "all interfaces": the one we saw
+            port = addr.value_for_protocol("tcp")
+            family = "ip6" if ":" in observed_ip else "ip4"
+            addr = multiaddr.Multiaddr(f"/{family}/{observed_ip}/tcp/{port}")
+            ip = observed_ip
         if normal_ip(str(ip)) == observed_ip:
             keep.append(addr)
     return keep[:MAX_ADDRS]
