@@ -62,6 +62,28 @@ def test_a_node_peers_cannot_dial_learns_it_is_private_and_stops_handing_out_its
 
 
 @pytest.mark.timeout(60)
+def test_gossip_between_two_peers_survives_their_dial_backs(
+    started: Callable[..., Libp2pTransport],
+) -> None:
+    """A dial-back opens and closes a second connection between the two peers; the first,
+    and the gossip session on it, must outlive it."""
+    first = started(topics=["t"])
+    second = started(topics=["t"], bootstrap=first.listen_addrs())
+    assert second.wait_for_topic_peers("t", 1, timeout=15) == 1
+    assert second.check_reachability() == Reachability.UNKNOWN  # one answer decides nothing
+    assert first.check_reachability() == Reachability.UNKNOWN
+    got: list[bytes] = []
+    for i in range(20):
+        first.publish("t", b"after %d" % i)
+        got += [m.data for m in second.receive(timeout=0.5)]
+        if got:
+            break
+    assert got and got[0].startswith(b"after")
+    assert first.stats().dial_backs == 1 and second.stats().dial_backs == 1
+    assert first.stats().peer_rejections == {}
+
+
+@pytest.mark.timeout(60)
 def test_fewer_peers_than_it_takes_to_decide_leave_it_unknown(
     started: Callable[..., Libp2pTransport],
 ) -> None:

@@ -50,6 +50,7 @@ from swarm.p2p.libp2p.framing import (
 )
 from swarm.p2p.libp2p.host import AccessPolicy, connected_peers, is_dialable_tcp
 from swarm.p2p.libp2p.peer_costs import Cost
+from swarm.p2p.libp2p.stats import Counters
 from swarm.p2p.transport import Reachability, RefusalReason
 
 logger = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ class AutoNat:
         self,
         host: IHost,
         policy: AccessPolicy,
+        counters: Counters,
         *,
         own_addrs: Callable[[], list[str]],
         excluded: Callable[[ID], bool],
@@ -150,6 +152,7 @@ class AutoNat:
     ) -> None:
         self._host = host
         self._policy = policy
+        self._counters = counters
         self._own_addrs = own_addrs  # our direct TCP addresses (what peers would dial)
         self._excluded = excluded  # peers not to ask (our relays)
         self._dial_timeout = min(dial_timeout, DIAL_BACK_TIMEOUT_S)
@@ -160,7 +163,6 @@ class AutoNat:
         self._running = 0
         self.answers: dict[str, bool] = {}
         self.status = Reachability.UNKNOWN
-        self.dial_backs = 0  # dial-backs this node made for others
 
     def register(self, refuse: Refuse) -> None:
         self._refuse = refuse
@@ -227,7 +229,8 @@ class AutoNat:
 
     async def _dial_back(self, peer_id: ID, addr: multiaddr.Multiaddr) -> bool:
         """A new connection to `peer_id` at `addr` (handshake included), closed at once."""
-        self.dial_backs += 1
+        with self._counters.locked() as stats:
+            stats.dial_backs += 1
         with trio.move_on_after(self._dial_timeout):
             try:
                 conn = await self._host.get_network().dial_addr(addr, peer_id)

@@ -40,6 +40,7 @@ class Libp2pStats(TransportStats):
     blob_streams_refused: int = 0  # blob fetches refused: over the per-peer limit
     flow_control_violations: int = 0  # connections closed: peer wrote past our window
     connections_trimmed: int = 0  # idle connections closed to stay under max_connections
+    dial_backs: int = 0  # AutoNAT: new connections opened to check that a peer is reachable
 
     def as_dict(self) -> dict:
         base = super().as_dict()
@@ -64,6 +65,7 @@ class Libp2pStats(TransportStats):
             blob_streams_refused=self.blob_streams_refused,
             flow_control_violations=self.flow_control_violations,
             connections_trimmed=self.connections_trimmed,
+            dial_backs=self.dial_backs,
         )
         return base
 

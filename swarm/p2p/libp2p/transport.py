@@ -289,6 +289,7 @@ class Libp2pTransport(Transport):
         autonat = AutoNat(
             host,
             self._policy,
+            self._counters,
             own_addrs=lambda: list(self._listen_addrs),
             excluded=lambda p: any(r.peer_id == p for r in self._relays),
             dial_timeout=self._dial_timeout,
