@@ -131,11 +131,13 @@ class PeerView:
         self.history.tick()
         if asked or not self.view:
             connected = {p.peer_id: p.addrs for p in self.transport.peers()}
+            # where each fetcher listens: as known when it fetched, else if still connected
+            where = connected | {f.peer_id: f.addrs for f in asked if f.addrs}
             fetchers = sorted({f.peer_id for f in asked})
             self.history.feed(fetchers)
             # limited pushes: however many peers fetched from us, a few enter the view
             pushed = self.rng.sample(fetchers, min(SHUFFLE_LENGTH, len(fetchers)))
-            fresh = [ViewEntry(p, tuple(connected.get(p, ())), 0) for p in pushed]
+            fresh = [ViewEntry(p, tuple(where.get(p, ())), 0) for p in pushed]
             if not self.view:  # a newcomer: its bootstrap peers
                 fresh += [ViewEntry(peer, tuple(addrs), 0) for peer, addrs in connected.items()]
                 self.history.feed(connected)

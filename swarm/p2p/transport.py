@@ -97,6 +97,7 @@ class BlobServed:
     peer_id: str
     key: str
     nbytes: int
+    addrs: tuple[str, ...] = ()  # where the fetcher listens, as known when it fetched
 
 
 class ServedBlobLog:
@@ -111,11 +112,11 @@ class ServedBlobLog:
         self._lock = threading.Lock()
         self.dropped = 0
 
-    def note(self, peer_id: str, key: str, nbytes: int) -> None:
+    def note(self, peer_id: str, key: str, nbytes: int, addrs: tuple[str, ...] = ()) -> None:
         with self._lock:
             if len(self._entries) == self._entries.maxlen:
                 self.dropped += 1
-            self._entries.append(BlobServed(peer_id, key, nbytes))
+            self._entries.append(BlobServed(peer_id, key, nbytes, addrs))
 
     def drain(self, prefix: str = "") -> list[BlobServed]:
         """The entries whose key starts with `prefix` (all by default); the others stay."""
@@ -426,7 +427,7 @@ class MemoryTransport(Transport):
         except KeyError:
             raise TransportError(f"peer {peer_id} serves no blob {key!r}") from None
         run_blob_check(limits.check if limits else None, data)
-        member._served.note(self.peer_id, key, len(data))
+        member._served.note(self.peer_id, key, len(data), (f"/memory/{self.peer_id}",))
         member._stats.blob_bytes_out += len(data)
         self._stats.blob_bytes_in += len(data)
         return data

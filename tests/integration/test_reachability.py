@@ -111,3 +111,20 @@ def test_a_malformed_request_is_refused_and_recorded(
         lambda: any(r.reason == RefusalReason.BAD_AUTONAT_REQUEST for r in refused), timeout=10
     )
     assert server.stats().peer_rejections.get(RefusalReason.BAD_AUTONAT_REQUEST.value, 0) >= 1
+
+
+@pytest.mark.timeout(60)
+def test_a_served_blob_records_where_its_fetcher_listens(
+    started: Callable[..., Libp2pTransport],
+) -> None:
+    """The pull exchange's view enters a fetcher with the addresses it had when it fetched,
+    so a fetcher whose connection is gone by then can still be passed on and dialled."""
+    server = started()
+    fetcher = started(bootstrap=server.listen_addrs())
+    server.serve_blob("view", b"v")
+    assert fetcher.fetch_blob(server.peer_id, "view", timeout=10) == b"v"
+    served: list = []
+    wait_until(lambda: served.extend(server.served_blobs("view")) or served, timeout=10)
+    assert [s.peer_id for s in served] == [fetcher.peer_id]
+    listening = {a.rsplit("/p2p/", 1)[0] for a in fetcher.listen_addrs()}
+    assert listening & set(served[0].addrs)

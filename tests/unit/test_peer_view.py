@@ -213,3 +213,25 @@ def test_views_fetched_from_sampled_peers_keep_loud_identities_from_being_asked_
     assert capture <= 1.5 and greedy <= 1.5, (capture, greedy)
     capture_without, _ = asked_after(sampled_views=0)
     assert capture_without > capture  # the gap the sampled views close
+
+
+def test_a_fetcher_no_longer_connected_enters_the_view_with_its_addresses():
+    """Where a fetcher listens is recorded when it fetches: by the next refresh its link may
+    be gone (trimmed), and an entry without addresses could be neither dialled nor sampled."""
+    from swarm.wire.streams import VIEW_KEY, encode_view
+
+    hub = MemoryHub()
+    a, b, c = (LinkedMemoryTransport(p, hub, max_links=1, addressed=True) for p in ("a", "b", "c"))
+    for t in (a, b, c):
+        t.start()
+    view_b = PeerView(b, "b")
+    view_b.refresh()  # serves its view
+    a.learn_peer("b", ["/memory/b"])
+    a.learn_peer("c", ["/memory/c"])
+    c.serve_blob(VIEW_KEY, b"")
+    a.serve_blob(VIEW_KEY, encode_view([ViewEntry("a", ("/memory/a",), 0)]))
+    a.fetch_blob("b", VIEW_KEY)
+    a.fetch_blob("c", VIEW_KEY)  # a holds one link: the one to b is closed
+    assert "a" not in b.links
+    view_b.refresh()
+    assert view_b.view["a"][0] == ("/memory/a",)

@@ -27,7 +27,7 @@ from swarm.p2p.libp2p.framing import (
     read_frame,
     reset_quietly,
 )
-from swarm.p2p.libp2p.host import AccessPolicy
+from swarm.p2p.libp2p.host import AccessPolicy, peer_addrs
 from swarm.p2p.libp2p.peer_costs import Cost
 from swarm.p2p.libp2p.stats import Counters
 from swarm.p2p.transport import BlobServed, FetchLimits, RefusalReason, ServedBlobLog
@@ -70,6 +70,7 @@ class BlobServer:
         self._served = ServedBlobLog()
         self._active: collections.Counter[ID] = collections.Counter()  # network thread only
         self._refuse: Refuse | None = None
+        self._host: IHost | None = None
         self.on_use: Callable[[ID], None] = lambda peer_id: None  # a peer fetched from us
 
     def busy(self, peer_id: ID) -> bool:
@@ -92,6 +93,7 @@ class BlobServer:
     def register(self, host: IHost, refuse: Refuse) -> None:
         """Answer (allowed) peers' requests on `host` from now on; report refusals to `refuse`."""
         self._refuse = refuse
+        self._host = host
         host.set_stream_handler(BLOB_PROTOCOL, self._handle_stream)
 
     async def _handle_stream(self, stream: INetStream) -> None:
@@ -132,7 +134,9 @@ class BlobServer:
                     await stream.write(blob_response_header(BlobStatus.MISSING, 0))
             else:
                 await _write_chunked(stream, blob_response_header(BlobStatus.OK, len(data)), data)
-                self._served.note(str(peer_id), key, len(data))
+                known = peer_addrs(self._host, peer_id)[:4] if self._host else []
+                addrs = tuple(str(a).rsplit(f"/p2p/{peer_id}", 1)[0] for a in known)
+                self._served.note(str(peer_id), key, len(data), addrs)
                 with self._counters.locked() as stats:
                     stats.blob_bytes_out += len(data)
             await close_quietly(stream)
