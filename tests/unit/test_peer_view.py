@@ -6,6 +6,7 @@ import random
 import statistics
 from collections import Counter
 
+from swarm.bench.view_capture import CaptureSettings, capture, linked_views
 from swarm.exchange.peer_view import PeerView, merge, oldest
 from swarm.exchange.pull_choice import balanced
 from swarm.p2p.memory_links import LinkedMemoryTransport
@@ -43,15 +44,7 @@ def views_after(
     n: int, rounds: int, capacity: int, sketch: int = 128, addressed: bool = False
 ) -> list[PeerView]:
     """`n` views over linked memory transports, all joined through the first node."""
-    hub, views, first = MemoryHub(), [], ""
-    for i in range(n):
-        peer = f"peer-{i:04d}"
-        transport = LinkedMemoryTransport(
-            peer, hub, bootstrap=[first] if first else [], addressed=addressed
-        )
-        transport.start()
-        first = first or peer
-        views.append(PeerView(transport, peer, capacity=capacity, sketch=sketch))
+    views = linked_views(n, capacity, sketch, addressed=addressed)
     rng = random.Random(1)
     for _ in range(rounds):
         rng.shuffle(views)
@@ -65,7 +58,7 @@ def test_views_joined_through_one_node_become_bounded_uniform_samples():
     assert all(len(v.view) == 16 for v in views)
     indegree = Counter(peer for v in views for peer in v.view)
     assert len(indegree) == 200  # everyone is known somewhere
-    counts = [indegree[f"peer-{i:04d}"] for i in range(200)]
+    counts = [indegree[f"peer-{i:05d}"] for i in range(200)]
     # the node everyone joined through is no better known than the others
     assert counts[0] <= statistics.fmean(counts) + 3 * statistics.pstdev(counts)
     assert statistics.pstdev(counts) < 0.5 * statistics.fmean(counts)
@@ -85,10 +78,10 @@ def test_every_peer_a_node_may_ask_is_one_it_can_reach():
 def test_a_peer_that_asks_us_enters_our_view():
     views = views_after(3, rounds=0, capacity=8)
     by_id = {v.own_id: v for v in views}
-    newcomer, hub_node = by_id["peer-0002"], by_id["peer-0000"]
+    newcomer, hub_node = by_id["peer-00002"], by_id["peer-00000"]
     newcomer.refresh()  # asks its bootstrap peer
     hub_node.refresh()
-    assert "peer-0002" in hub_node.view and hub_node.view["peer-0002"][1] == 0
+    assert "peer-00002" in hub_node.view and hub_node.view["peer-00002"][1] == 0
 
 
 def announcement(sender: str, i: int) -> GroupAnnouncement:
@@ -123,96 +116,21 @@ def test_balanced_takes_one_group_per_sender_in_turn():
 def test_colluders_and_a_greedy_viewer_do_not_capture_the_peers_a_node_asks():
     """20 % of identities serve views listing only each other at age 0, one of them fetches
     every view every round: their share of the peers honest nodes ask stays near 20 %."""
-    from swarm.wire.streams import VIEW_KEY, encode_view
-
-    hub, views, first = MemoryHub(), [], ""
-    for i in range(150):
-        peer = f"peer-{i:04d}"
-        transport = LinkedMemoryTransport(peer, hub, bootstrap=[first] if first else [])
-        transport.start()
-        first = first or peer
-        views.append(PeerView(transport, peer, capacity=16, sketch=32))
-    rng = random.Random(2)
-    hostile = [v for v in views[1:] if rng.random() < 0.2]
-    names = {v.own_id for v in hostile}
-    asked: Counter = Counter()
-    for r in range(30):
-        order = list(views)
-        rng.shuffle(order)
-        for view in order:
-            view.refresh()
-        for view in hostile:
-            entries = [ViewEntry(view.own_id, (f"/memory/{view.own_id}",), 0)] + [
-                ViewEntry(p, (f"/memory/{p}",), 0) for p in sorted(names - {view.own_id})
-            ]
-            view.transport.serve_blob(VIEW_KEY, encode_view(entries))
-        for view in views:  # the greedy viewer
-            if view is not hostile[0]:
-                hostile[0].transport.fetch_blob(view.own_id, VIEW_KEY)
-        if r >= 20:
-            for view in views:
-                if view.own_id not in names:
-                    asked.update(view.sample(8))
-    share = len(names) / len(views)
-    in_samples = sum(asked[p] for p in names) / sum(asked.values())
-    assert in_samples <= 1.5 * share, (in_samples, share)
-    honest_mean = sum(asked[v.own_id] for v in views if v.own_id not in names) / (
-        len(views) - len(names)
-    )
-    assert asked[hostile[0].own_id] <= 2 * honest_mean  # the greedy viewer gains nothing
-
-
-def asked_after(sampled_views: int, n: int = 300, rounds: int = 30) -> tuple[float, float]:
-    """5 % colluders (views listing only each other) and a greedy viewer among `n` nodes
-    with views of 16 and sketches of 32: over the last 4 refreshes, the colluders' share of
-    the peers honest nodes asked over their share of the swarm, and how often the greedy
-    viewer was asked over an honest peer."""
-    from swarm.wire.streams import VIEW_KEY, encode_view
-
-    hub, views, first = MemoryHub(), [], ""
-    for i in range(n):
-        peer = f"peer-{i:04d}"
-        transport = LinkedMemoryTransport(
-            peer, hub, bootstrap=[first] if first else [], addressed=True
-        )
-        transport.start()
-        first = first or peer
-        views.append(PeerView(transport, peer, capacity=16, sketch=32, sampled_views=sampled_views))
-    rng = random.Random(2)
-    hostile = [v for v in views[1:] if rng.random() < 0.05]
-    names, greedy = {v.own_id for v in hostile}, hostile[0]
-    asked: Counter = Counter()
-    for r in range(rounds):
-        order = list(views)
-        rng.shuffle(order)
-        for view in order:
-            view.refresh()
-        for view in hostile:
-            listed = [view.own_id, *sorted(names - {view.own_id})]
-            entries = [ViewEntry(p, (f"/memory/{p}",), 0) for p in listed]
-            view.transport.serve_blob(VIEW_KEY, encode_view(entries))
-        for view in views:
-            if view is not greedy:
-                greedy.transport.learn_peer(view.own_id, [f"/memory/{view.own_id}"])
-                greedy.transport.fetch_blob(view.own_id, VIEW_KEY)
-        if r >= rounds - 4:
-            for view in views:
-                if view.own_id not in names:
-                    asked.update(view.sample(8))
-    in_samples = sum(asked[p] for p in names) / sum(asked.values())
-    honest_mean = sum(asked[v.own_id] for v in views if v.own_id not in names) / (
-        len(views) - len(names)
-    )
-    return in_samples / (len(names) / len(views)), asked[greedy.own_id] / honest_mean
+    r = capture(CaptureSettings(nodes=150, share=0.2, rounds=30, counted=10))
+    assert r["in_views"] > 0.4  # the views are captured ...
+    assert r["ratio"] <= 1.5, r  # ... whom honest nodes ask is not
+    assert r["greedy_ratio"] <= 2, r  # the greedy viewer gains nothing
 
 
 def test_views_fetched_from_sampled_peers_keep_loud_identities_from_being_asked_more():
     """A min-wise sample is uniform over the IDs a node has heard of; loud identities are
     heard of first. Hearing a sampled peer's view each refresh closes that gap sooner."""
-    capture, greedy = asked_after(sampled_views=1)
-    assert capture <= 1.5 and greedy <= 1.5, (capture, greedy)
-    capture_without, _ = asked_after(sampled_views=0)
-    assert capture_without > capture  # the gap the sampled views close
+    settings = CaptureSettings(nodes=300, share=0.05, rounds=30, counted=4, sampled_views=1)
+    with_samples = capture(settings)
+    assert with_samples["ratio"] <= 1.5 and with_samples["greedy_ratio"] <= 1.5, with_samples
+    settings.sampled_views = 0
+    without = capture(settings)
+    assert without["ratio"] > with_samples["ratio"], without  # the gap sampled views close
 
 
 def test_a_fetcher_no_longer_connected_enters_the_view_with_its_addresses():
