@@ -169,7 +169,7 @@ class PeerView:
             return None
 
     def hear(self, peers: Iterable[tuple[str, Sequence[str]]]) -> None:
-        """Peers heard of (a fetched view's entries, an announcement list's holder hints):
+        """Peers heard of (the entries of a fetched view):
         into the history sample, and their addresses learned where they may be asked (in
         the view or a sketch). An ID without addresses could not be asked: it is not fed."""
         known = [(p, tuple(a)) for p, a in peers if p and p != self.own_id and a]
