@@ -52,6 +52,12 @@ def parse_args(argv=None):
     sim.add_argument(
         "--sampled-views", type=int, default=1, help="views heard a refresh from sampled peers"
     )
+    sim.add_argument(
+        "--most-sampled-views",
+        type=int,
+        default=16,
+        help="... at most, while they still teach a node new IDs (= --sampled-views: fixed)",
+    )
     sim.add_argument("--loss", type=float, default=0.0, help="share of fetches lost")
     sim.add_argument("--latency", type=float, default=0.0, help="seconds per fetch")
     sim.add_argument("--churn", type=float, default=0.0, help="share replaced each round")
@@ -86,6 +92,7 @@ def cmd_sim(args) -> None:
             greedy=args.greedy,
             sketch=args.sketch,
             sampled_views=args.sampled_views,
+            most_sampled_views=args.most_sampled_views,
             loss=args.loss,
             latency_s=args.latency,
             churn=args.churn,
@@ -96,6 +103,7 @@ def cmd_sim(args) -> None:
         attack += f"-sketch{args.sketch}" if args.sketch != 128 else ""
         attack += f"-views{args.view_rounds}" if args.view_rounds != 20 else ""
         attack += f"-sampled{args.sampled_views}" if args.sampled_views != 1 else ""
+        attack += f"-most{args.most_sampled_views}" if args.most_sampled_views != 16 else ""
         for name, value in (("loss", args.loss), ("latency", args.latency), ("churn", args.churn)):
             attack += f"-{name}{value:g}" if value else ""
         write(Path(args.out) / f"sim-{args.exchange}-{n}{attack}.json", result)

@@ -45,7 +45,7 @@ from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSetti
 from swarm.bench.sim_conditions import Adversary, ImpairedTransport, StepClock
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.exchange.history_sample import DEFAULT_SKETCH
-from swarm.exchange.peer_view import DEFAULT_SAMPLED_VIEWS
+from swarm.exchange.peer_view import DEFAULT_SAMPLED_VIEWS, MOST_SAMPLED_VIEWS
 from swarm.exchange.pull import PullSettings
 from swarm.p2p.transport import MemoryHub, MemoryTransport
 
@@ -72,6 +72,7 @@ class SimSettings:
     greedy: int = 0  # greedy viewers: fetch every node's view every round
     sketch: int = DEFAULT_SKETCH  # history sample of each node (0: ask peers from the view)
     sampled_views: int = DEFAULT_SAMPLED_VIEWS  # views heard a refresh from sampled peers
+    most_sampled_views: int = MOST_SAMPLED_VIEWS  # ... while they still teach new IDs
     loss: float = 0.0  # share of fetches lost
     latency_s: float = 0.0  # each fetch's time, charged to the node's round budget
     churn: float = 0.0  # share of (honest) nodes replaced by newcomers after each round
@@ -137,6 +138,7 @@ def make_node(
             max_age_s=3 * settings.period_s,
             view_sketch=settings.sketch,
             sampled_views=settings.sampled_views,
+            most_sampled_views=settings.most_sampled_views,
         ),
     )
     return NetworkNode(node_settings, transport, key_pair, clock=clock, monotonic=steps)

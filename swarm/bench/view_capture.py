@@ -13,7 +13,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 
-from swarm.exchange.peer_view import DEFAULT_SAMPLED_VIEWS, PeerView
+from swarm.exchange.peer_view import DEFAULT_SAMPLED_VIEWS, MOST_SAMPLED_VIEWS, PeerView
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import MemoryHub
 from swarm.wire.streams import VIEW_KEY, ViewEntry, encode_view
@@ -29,6 +29,7 @@ class CaptureSettings:
     counted: int = 10  # the last refreshes whose asks are counted
     seed: int = 2
     sampled_views: int = DEFAULT_SAMPLED_VIEWS
+    most_sampled_views: int = MOST_SAMPLED_VIEWS
     addressed: bool = True  # dial only peers whose addresses were handed over, as libp2p
 
 
@@ -38,6 +39,7 @@ def linked_views(
     sketch: int,
     *,
     sampled_views: int = DEFAULT_SAMPLED_VIEWS,
+    most_sampled_views: int = MOST_SAMPLED_VIEWS,
     addressed: bool = False,
 ) -> list[PeerView]:
     """`n` started views over linked memory transports, all joined through the first."""
@@ -49,7 +51,14 @@ def linked_views(
         transport.start()
         first = first or peer
         views.append(
-            PeerView(transport, peer, capacity=capacity, sketch=sketch, sampled_views=sampled_views)
+            PeerView(
+                transport,
+                peer,
+                capacity=capacity,
+                sketch=sketch,
+                sampled_views=sampled_views,
+                most_sampled_views=most_sampled_views,
+            )
         )
     return views
 
@@ -62,7 +71,12 @@ def capture(s: CaptureSettings) -> dict:
     """One swarm: the colluders' share of identities, of honest views and of those asked,
     and how often the greedy viewer was asked over an honest peer."""
     views = linked_views(
-        s.nodes, s.capacity, s.sketch, sampled_views=s.sampled_views, addressed=s.addressed
+        s.nodes,
+        s.capacity,
+        s.sketch,
+        sampled_views=s.sampled_views,
+        most_sampled_views=s.most_sampled_views,
+        addressed=s.addressed,
     )
     rng = random.Random(s.seed)
     hostile = [v for v in views[1:] if rng.random() < s.share]

@@ -14,6 +14,13 @@ thousand times counts once, and nobody can choose IDs that hash small without th
 hostile share h of the identities therefore gets a share h of the sample, however loudly
 they push and however many views they fill, as long as the honest IDs are heard of at all.
 
+A min-wise sample is uniform over the IDs *heard of*, and loud identities are heard of
+first: until a node has heard of most of the swarm, they are over-represented. So the node
+also estimates how many distinct IDs it has heard of (`DistinctCount`, a bottom-k estimate
+that never forgets) and, while that still grows fast, hears more views a refresh
+(`views_to_hear`): the head start of loud identities closes in a few refreshes, not in as
+many as the swarm is large.
+
 The sample is fixed for a fixed key, so keys rotate: every `epoch` refreshes the next
 sketch (fed with every ID since the last rotation, under a new key) replaces the current
 one. A peer that does not answer leaves the sketch (it may re-enter only by hashing below
@@ -25,11 +32,13 @@ Pure, no I/O (`swarm.exchange.peer_view` feeds and draws from it).
 from __future__ import annotations
 
 import hashlib
+import heapq
 import random
 from collections.abc import Iterable
 
 DEFAULT_SKETCH = 128
 DEFAULT_EPOCH = 50
+HEARD_SKETCH = 512  # hashes kept to count the IDs heard of (about 4 % error)
 
 
 class BottomK:
@@ -63,6 +72,48 @@ class BottomK:
         self.kept.pop(peer, None)
 
 
+class DistinctCount:
+    """How many distinct IDs were fed, estimated from the `k` smallest keyed hashes: exact
+    below `k`, then (k - 1) / (largest kept hash as a share of the hash space), a relative
+    error of about 1/sqrt(k). It never forgets, so it only grows; it keeps `k` integers."""
+
+    def __init__(self, key: bytes, k: int = HEARD_SKETCH):
+        self.key = key
+        self.k = k
+        self._heap: list[int] = []  # the k smallest hashes, negated (a max-heap)
+        self._kept: set[int] = set()
+
+    def feed(self, peer: str) -> None:
+        h = int.from_bytes(
+            hashlib.blake2b(peer.encode(), key=self.key, digest_size=8).digest(), "big"
+        )
+        if h in self._kept or self.k <= 0:
+            return
+        if len(self._heap) < self.k:
+            heapq.heappush(self._heap, -h)
+            self._kept.add(h)
+        elif h < -self._heap[0]:
+            self._kept.discard(-heapq.heappushpop(self._heap, -h))
+            self._kept.add(h)
+
+    def estimate(self) -> float:
+        if len(self._heap) < self.k or self.k < 2:
+            return float(len(self._heap))
+        return (self.k - 1) * 2.0**64 / (-self._heap[0] + 1)
+
+
+NOVEL = 0.05  # a share of the entries heard that were new: the node is still learning IDs
+
+
+def views_to_hear(now: int, novel: float, base: int, most: int) -> int:
+    """Views to hear from sampled peers next refresh, given `now` heard this one and the
+    share `novel` of their entries that were IDs new to the node: twice as many while at
+    least `NOVEL` were new, half as many (not below `base`) once fewer were; at most `most`."""
+    if novel >= NOVEL:
+        return max(base, min(most, max(1, 2 * now)))
+    return max(base, min(most, now // 2))
+
+
 class HistorySample:
     """Two bottom-k sketches under rotating secret keys: draw from the current one."""
 
@@ -77,6 +128,7 @@ class HistorySample:
         self.epoch = epoch
         self.current = BottomK(capacity, rng.randbytes(16))
         self.next = BottomK(capacity, rng.randbytes(16))
+        self.heard = DistinctCount(rng.randbytes(16))
         self.refreshes = 0
 
     def feed(self, peers: Iterable[str]) -> None:
@@ -84,6 +136,7 @@ class HistorySample:
             if peer:
                 self.current.feed(peer)
                 self.next.feed(peer)
+                self.heard.feed(peer)
 
     def drop(self, peer: str) -> None:
         self.current.drop(peer)

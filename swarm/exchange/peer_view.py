@@ -33,7 +33,7 @@ import random
 from collections.abc import Iterable, Sequence
 
 from swarm.core.errors import RejectedMessage, TransportError
-from swarm.exchange.history_sample import DEFAULT_SKETCH, HistorySample
+from swarm.exchange.history_sample import DEFAULT_SKETCH, HistorySample, views_to_hear
 from swarm.exchange.pull_fetch import SizeCap
 from swarm.p2p.transport import FetchLimits, Transport
 from swarm.wire import ANNOUNCEMENTS_KEY
@@ -42,6 +42,7 @@ from swarm.wire.streams import VIEW_KEY, VIEW_MAX_BYTES, ViewEntry, decode_view,
 DEFAULT_CAPACITY = 64
 SHUFFLE_LENGTH = 8  # entries taken from one partner's view, and fetchers entered, a refresh
 DEFAULT_SAMPLED_VIEWS = 1  # views fetched a refresh from peers of the history sample
+MOST_SAMPLED_VIEWS = 16  # ... at most, while the node is still learning the swarm's IDs
 
 View = dict[str, tuple[tuple[str, ...], int]]  # peer ID -> (addrs, age)
 
@@ -95,6 +96,7 @@ class PeerView:
         seed: str = "",
         sketch: int = DEFAULT_SKETCH,
         sampled_views: int = DEFAULT_SAMPLED_VIEWS,
+        most_sampled_views: int = MOST_SAMPLED_VIEWS,
     ):
         self.transport = transport
         self.own_id = own_id
@@ -103,6 +105,8 @@ class PeerView:
         self.view: View = {}
         self.history = HistorySample(self.rng, sketch)
         self.sampled_views = sampled_views
+        self.most_sampled_views = max(sampled_views, most_sampled_views)
+        self.hearing = sampled_views  # views heard from sampled peers this refresh
         self.failed_fetches = 0
         self.shuffles = 0
 
@@ -153,10 +157,17 @@ class PeerView:
             self.view = merge(self.view, taken, self.own_id, self.capacity, self.rng)
             self.hear((e.id, e.addrs) for e in answer)
         # heard of, not taken in: views of peers drawn from the history sample spread the
-        # swarm's IDs faster than the view's neighbourhood does (see `hear`)
-        for peer in self.history.sample(self.sampled_views):
+        # swarm's IDs faster than the view's neighbourhood does (see `hear`); more of them
+        # while they still teach the node many new IDs (`views_to_hear`)
+        before, entries = self.history.heard.estimate(), 0
+        for peer in self.history.sample(self.hearing):
             if peer != partner and (answer := self._fetch_view(peer, timeout)) is not None:
                 self.hear((e.id, e.addrs) for e in answer)
+                entries += len(answer)
+        novel = (self.history.heard.estimate() - before) / max(entries, 1)
+        self.hearing = views_to_hear(
+            self.hearing, novel, self.sampled_views, self.most_sampled_views
+        )
 
     def _fetch_view(self, peer: str, timeout: float) -> list[ViewEntry] | None:
         """`peer`'s view; None if it does not answer (then it leaves ours and the sample)."""

@@ -48,7 +48,12 @@ from dataclasses import asdict, dataclass
 from swarm.core.errors import RejectedMessage, TransportError
 from swarm.core.reasons import Reason
 from swarm.exchange.history_sample import DEFAULT_SKETCH
-from swarm.exchange.peer_view import DEFAULT_CAPACITY, DEFAULT_SAMPLED_VIEWS, PeerView
+from swarm.exchange.peer_view import (
+    DEFAULT_CAPACITY,
+    DEFAULT_SAMPLED_VIEWS,
+    MOST_SAMPLED_VIEWS,
+    PeerView,
+)
 from swarm.exchange.pull_choice import Attempt, choose_pulls
 from swarm.exchange.pull_fetch import Fetcher, Outcome, Request
 from swarm.p2p.transport import Transport
@@ -98,6 +103,7 @@ class PullSettings:
     view_capacity: int = DEFAULT_CAPACITY
     view_sketch: int = DEFAULT_SKETCH  # IDs in the history sample asked peers come from (0: view)
     sampled_views: int = DEFAULT_SAMPLED_VIEWS  # views heard a refresh from the sample's peers
+    most_sampled_views: int = MOST_SAMPLED_VIEWS  # ... while they still teach the node new IDs
     max_holders: int = 4  # holder hints kept (and tried) per group
     seed_salt: int = 0  # this node's task seed, hashed with its peer ID into its task stream
     every_group: bool = False  # pull any fresh group, signal or not (an observer records them)
@@ -168,6 +174,7 @@ class PullExchange:
             capacity=settings.view_capacity,
             sketch=settings.view_sketch,
             sampled_views=settings.sampled_views,
+            most_sampled_views=settings.most_sampled_views,
         )
         self.round = 0
         # blob hash -> (announcement, round it was learned)
