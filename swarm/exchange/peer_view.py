@@ -19,9 +19,15 @@ manner of Cyclon and Newscast, over blob fetches only:
    (+1 for the hop), never ourselves, then the youngest `capacity` entries kept, ties
    broken at random. A partner that does not answer leaves the view.
 
+It also hears (feeds its history sample with, `swarm.exchange.history_sample`) the views
+of peers drawn from that sample: one a refresh, up to `most_sampled_views` while they still
+bring many IDs it had not heard of, so that it hears of most of the swarm within a few
+refreshes of joining.
+
 A node that knows nobody yet starts from its connected peers (its bootstrap peers). The
-view is bounded whatever the swarm's size, so is what a refresh costs (one fetch of at most
-65 entries), and so are the connections it makes.
+view is bounded whatever the swarm's size, so is what a refresh costs (two fetches of at
+most 65 entries, up to 17 while the node is still learning IDs), and so are the
+connections it makes.
 
 Pure core (`merge`, `oldest`, `sample`) over plain data; `PeerView.refresh` does the I/O
 through a `Transport`.
