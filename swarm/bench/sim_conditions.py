@@ -74,7 +74,10 @@ class Adversary:
     - greedy viewers (`greedy`, also colluders): fetch every node's view every round, which
       enters them at age 0 in every view they fetch.
 
-    `measure` counts whom honest nodes asked for their lists.
+    `measure` counts whom honest nodes asked for their lists. Under churn an honest peer
+    may be there for only some of the measured rounds (and is asked less in its first
+    ones), while the hostile ones stay: a greedy viewer is compared with the honest peers
+    present in every measured round.
     """
 
     def __init__(self, nodes: list[NetworkNode], hostile: float, greedy: int, seed: int):
@@ -85,6 +88,8 @@ class Adversary:
         self.greedy = [nodes[i] for i in picked[:greedy]]
         self.nodes = nodes
         self.asked: Counter = Counter()
+        self.present: Counter = Counter()  # measured rounds each honest peer was there
+        self.measured = 0
 
     def act(self) -> None:
         """Serve the colluders' views and let the greedy viewers fetch every view."""
@@ -105,15 +110,17 @@ class Adversary:
                         continue
 
     def measure(self) -> None:
+        self.measured += 1
         for node in self.nodes:
             if node.peer_id not in self.hostile:
                 self.asked.update(getattr(node.exchange, "last_asked", ()))
+                self.present[node.peer_id] += 1
 
     def report(self) -> dict:
         """Hostile share of honest nodes' samples over their share of the swarm (1: fair),
         and how often a greedy viewer was asked over an honest peer (1: no gain)."""
         total = sum(self.asked.values())
-        honest = [p.peer_id for p in self.nodes if p.peer_id not in self.hostile]
+        honest = [p for p, rounds in self.present.items() if rounds == self.measured]
         per_honest = sum(self.asked[p] for p in honest) / max(1, len(honest))
         share = len(self.hostile) / len(self.nodes)
         in_samples = sum(self.asked[p] for p in self.hostile) / total if total else 0.0

@@ -112,7 +112,9 @@ class PeerView:
         self.history = HistorySample(self.rng, sketch)
         self.sampled_views = sampled_views
         self.most_sampled_views = max(sampled_views, most_sampled_views)
-        self.hearing = sampled_views  # views heard from sampled peers this refresh
+        # views heard from sampled peers this refresh: as many as allowed on joining, when
+        # nearly every ID is new (then fewer as they stop bringing new ones)
+        self.hearing = self.most_sampled_views if sampled_views else 0
         self.failed_fetches = 0
         self.shuffles = 0
 

@@ -145,6 +145,31 @@ def test_hearing_more_views_while_they_teach_closes_the_head_start_of_loud_ident
     assert adaptive["ratio"] <= 1.5 and adaptive["greedy_ratio"] <= 1.75, adaptive  # 1.3x/1.5x
 
 
+def test_a_newcomer_hears_of_most_of_a_settled_swarm_in_its_first_refresh():
+    """A node that joins starts hearing as many sampled views as allowed (nearly every ID
+    is new to it): under churn, newcomers would otherwise ask loud identities, heard of
+    first, for several rounds."""
+    hub = MemoryHub()
+    views = []
+    for i in range(300):
+        peer = f"peer-{i:05d}"
+        transport = LinkedMemoryTransport(peer, hub, bootstrap=["peer-00000"][: bool(i)])
+        transport.start()
+        views.append(PeerView(transport, peer, capacity=16, sketch=32))
+    for _ in range(15):
+        for view in views:
+            view.refresh()
+    heard = {}
+    for most in (16, 1):
+        peer = f"newcomer-{most}"
+        transport = LinkedMemoryTransport(peer, hub, bootstrap=[views[7].own_id])
+        transport.start()
+        newcomer = PeerView(transport, peer, capacity=16, sketch=32, most_sampled_views=most)
+        newcomer.refresh()
+        heard[most] = newcomer.history.heard.estimate()
+    assert heard[16] >= 120 and heard[1] <= 60, heard  # measured 162 and 33 of 300
+
+
 def test_a_fetcher_no_longer_connected_enters_the_view_with_its_addresses():
     """Where a fetcher listens is recorded when it fetches: by the next refresh its link may
     be gone (trimmed), and an entry without addresses could be neither dialled nor sampled."""
