@@ -1,13 +1,17 @@
 """Can colluding identities capture whom honest nodes ask? Views against history samples.
 
     python scripts/bench_view_capture.py                # 150 views, 5 % and 20 % colluders
+    python scripts/bench_view_capture.py --nodes 2000 --capacity 64 --sketch 128 \
+        --shares 0.05 --rounds 24 --counted 4 --most-sampled-views 1 4 8 16
 
 N views of `--capacity` over linked memory transports, all joined through the first; a
 share of the identities collude: each serves a view listing only colluders at age 0, and
 one of them (the greedy viewer) fetches every node's view after every refresh. After
-`--rounds` refreshes, the last 10 count whom honest nodes asked (`PeerView.sample(8)`),
-once drawing from the history sample (`--sketch` IDs) and once from the view (sketch 0,
-how the pull exchange sampled before). Prints one line per case.
+`--rounds` refreshes, the last `--counted` count whom honest nodes asked
+(`PeerView.sample(8)`), once drawing from the history sample (`--sketch` IDs) and once from
+the view (sketch 0, how the pull exchange sampled before). Each `--most-sampled-views` M is
+a case of its own: a node hears up to M sampled views a refresh while they bring new IDs
+(M = 1: one a refresh, always). Prints one line per case.
 """
 
 from __future__ import annotations
@@ -31,22 +35,37 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--shares", type=float, nargs="+", default=[0.05, 0.2], help="colluding shares to run"
     )
-    parser.add_argument("--rounds", type=int, default=30, help="refreshes (the last 10 count)")
+    parser.add_argument("--rounds", type=int, default=30, help="refreshes")
+    parser.add_argument("--counted", type=int, default=10, help="the last refreshes counted")
+    parser.add_argument(
+        "--most-sampled-views",
+        type=int,
+        nargs="+",
+        default=[16],
+        help="most views heard a refresh from sampled peers, one case each",
+    )
+    parser.add_argument(
+        "--no-view-only", action="store_true", help="skip the case drawing from the view"
+    )
     parser.add_argument("--seed", type=int, default=2, help="which identities collude")
     args = parser.parse_args(argv)
+    cases = [(args.sketch, most) for most in args.most_sampled_views]
+    cases += [] if args.no_view_only else [(0, 1)]
     for share in args.shares:
-        for sketch in (args.sketch, 0):
+        for sketch, most in cases:
             settings = CaptureSettings(
                 nodes=args.nodes,
                 capacity=args.capacity,
                 sketch=sketch,
                 share=share,
                 rounds=args.rounds,
+                counted=args.counted,
                 seed=args.seed,
+                most_sampled_views=most,
             )
             r = capture(settings)
             print(
-                f"sketch {sketch:3d}: colluders {r['colluders']}/{args.nodes}"
+                f"sketch {sketch:3d}, up to {most:2d} sampled views: colluders {r['colluders']}/{args.nodes}"
                 f" ({r['hostile_share']:.1%}), in honest views {r['in_views']:.1%},"
                 f" among those asked {r['in_samples']:.1%} ({r['ratio']:.2f}x);"
                 f" greedy viewer asked {r['greedy_ratio']:.2f}x an honest peer",
