@@ -41,9 +41,11 @@ def linked_views(
     sampled_views: int = DEFAULT_SAMPLED_VIEWS,
     most_sampled_views: int = MOST_SAMPLED_VIEWS,
     addressed: bool = False,
+    hub: MemoryHub | None = None,
 ) -> list[PeerView]:
-    """`n` started views over linked memory transports, all joined through the first."""
-    hub, views, first = MemoryHub(), [], ""
+    """`n` started views over linked memory transports (on `hub`, to join more later), all
+    joined through the first."""
+    hub, views, first = hub if hub is not None else MemoryHub(), [], ""
     for i in range(n):
         peer = f"peer-{i:05d}"
         bootstrap = [first] if first else []

@@ -41,6 +41,11 @@ DEFAULT_EPOCH = 50
 HEARD_SKETCH = 512  # hashes kept to count the IDs heard of (about 4 % error)
 
 
+def keyed_hash(peer: str, key: bytes) -> bytes:
+    """The rank of `peer` under a secret `key`: nobody without the key can choose it."""
+    return hashlib.blake2b(peer.encode(), key=key, digest_size=8).digest()
+
+
 class BottomK:
     """The `capacity` IDs with the smallest keyed hash among all IDs fed (see above)."""
 
@@ -51,7 +56,7 @@ class BottomK:
         self._bound: bytes | None = None  # the largest kept hash, once full
 
     def rank(self, peer: str) -> bytes:
-        return hashlib.blake2b(peer.encode(), key=self.key, digest_size=8).digest()
+        return keyed_hash(peer, self.key)
 
     def feed(self, peer: str) -> None:
         if peer in self.kept or self.capacity <= 0:
@@ -84,9 +89,7 @@ class DistinctCount:
         self._kept: set[int] = set()
 
     def feed(self, peer: str) -> None:
-        h = int.from_bytes(
-            hashlib.blake2b(peer.encode(), key=self.key, digest_size=8).digest(), "big"
-        )
+        h = int.from_bytes(keyed_hash(peer, self.key), "big")
         if h in self._kept or self.k <= 0:
             return
         if len(self._heap) < self.k:

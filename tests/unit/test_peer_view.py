@@ -150,12 +150,7 @@ def test_a_newcomer_hears_of_most_of_a_settled_swarm_in_its_first_refresh():
     is new to it): under churn, newcomers would otherwise ask loud identities, heard of
     first, for several rounds."""
     hub = MemoryHub()
-    views = []
-    for i in range(300):
-        peer = f"peer-{i:05d}"
-        transport = LinkedMemoryTransport(peer, hub, bootstrap=["peer-00000"][: bool(i)])
-        transport.start()
-        views.append(PeerView(transport, peer, capacity=16, sketch=32))
+    views = linked_views(300, 16, 32, hub=hub)
     for _ in range(15):
         for view in views:
             view.refresh()
