@@ -14,6 +14,7 @@ ends, so a stopped run loses at most the unit in progress; finished units are sk
     python scripts/sapo_experiment.py quick                  # smoke test: 2 arms, 3 rounds
     python scripts/sapo_experiment.py tune [--shard 0/2]     # every arm x lr on the tuning seed
     python scripts/sapo_experiment.py verdict [--shard 0/2]  # every arm at its best lr, 6 seeds
+    python scripts/sapo_experiment.py control [--shard 0/2]  # the negative control, 6 seeds
     python scripts/sapo_experiment.py report                 # tables, verdict, JSON and PNG
     python scripts/sapo_experiment.py run --arms 8/0,4/4 --seeds 0 --lr 1e-4 --rounds 20
 
@@ -49,9 +50,11 @@ from swarm.bench.experiment import (
     RunShape,
     Study,
     Testbed,
+    best_channel,
     node_config,
     parse_arm,
 )
+from swarm.core.errors import ConfigError
 
 console = Console(highlight=False)
 
@@ -62,7 +65,7 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "command",
-        choices=("quick", "run", "tune", "verdict", "report"),
+        choices=("quick", "run", "tune", "verdict", "control", "report"),
         help="what to do (see above)",
     )
     parser.add_argument(
@@ -90,7 +93,8 @@ def parse_args(argv=None):
         "--arms",
         default="",
         help="arms, comma-separated, I/J[-option+option] with options need, joint, recv, "
-        "shape, parts, shuf (default: the study's arms; quick: 4/0,4/4)",
+        "shape, parts, shuf (default: the study's arms; the channels study on a testbed other "
+        "than gap: 8/0, 4/0 and the best channel of the gap verdict; quick: 4/0,4/4)",
     )
     parser.add_argument(
         "--seeds", default="", help="seeds, comma-separated (run; default: the verdict seeds)"
@@ -339,9 +343,35 @@ def write_json(path: Path, payload) -> None:
     os.replace(tmp, path)
 
 
+def study_arms(args) -> str:
+    """The arms to run: --arms, else the study's; the channels study off its gap testbed runs
+    8/0, 4/0 and the best channel of the finished gap verdict (pre-registered)."""
+    study = study_of(args)
+    if args.arms:
+        return args.arms
+    if study.name == "channels" and args.testbed != Testbed.GAP:
+        from sapo_report import verdict_cumulative
+
+        gap = Path(args.results) / study.folder(args.protocol, Testbed.GAP)
+        try:
+            best = best_channel(verdict_cumulative(gap))
+        except ConfigError as exc:
+            raise SystemExit(f"error: {exc} in {gap}: run the gap verdict first") from None
+        return f"8/0,4/0,{best}"
+    return ",".join(study.arms)
+
+
 def units_for(args) -> list[tuple[Arm, int, float]]:
     study = study_of(args)
-    arms = [parse_arm(a) for a in (args.arms or ",".join(study.arms)).split(",") if a.strip()]
+    if args.command == "control":
+        if not study.controls:
+            raise SystemExit(f"error: the {study.name} study has no negative control")
+        from sapo_report import chosen_lrs
+
+        control, baseline = study.controls[-1]  # run at the rate of the arm it mirrors
+        lr = chosen_lrs(unit_folder(args), [parse_arm(baseline)], study.learning_rates)[baseline]
+        return [(parse_arm(control), seed, lr) for seed in VERDICT_SEEDS]
+    arms = [parse_arm(a) for a in study_arms(args).split(",") if a.strip()]
     if args.command == "tune":
         return [(arm, TUNING_SEED, lr) for arm in arms for lr in study.learning_rates]
     if args.command == "verdict":

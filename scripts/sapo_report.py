@@ -18,7 +18,17 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from swarm.bench.experiment import STUDIES, TUNING_SEED, Arm, Study, best_lr, compare
+from swarm.bench.experiment import (
+    CHANNELS_ONLY,
+    STUDIES,
+    TUNING_SEED,
+    Arm,
+    Study,
+    best_channel,
+    best_lr,
+    compare,
+)
+from swarm.core.errors import ConfigError
 from swarm.policy.skills import GAP_SWARM, SKILL_SWARM, family_of
 
 # Families a model knows without a systematic error on every example ("strong").
@@ -57,16 +67,32 @@ def chosen_lrs(
     learning_rates: tuple[float, ...] = STUDIES["sharing"].learning_rates,
 ) -> dict[str, float]:
     """Each arm's learning rate: the best on the tuning seed (every rate must have run)."""
-    scores: dict[str, dict[float, float]] = defaultdict(dict)
-    for u in load_units(folder):
-        if u["seed"] == TUNING_SEED:
-            scores[u["arm"]][u["lr"]] = u["cumulative_own_reward"]
+    scores = _tuning_scores([u for u in load_units(folder) if u["seed"] == TUNING_SEED])
     missing = [a.name for a in arms if len(scores[a.name]) < len(learning_rates)]
     if missing:
         raise SystemExit(
             f"error: tuning is not finished for {', '.join(missing)}: run the tune command first"
         )
     return {a.name: best_lr(scores[a.name]) for a in arms}
+
+
+def verdict_cumulative(folder: Path) -> dict[str, dict[int, float]]:
+    """Cumulative own reward per arm and verdict seed, each arm at its tuned rate."""
+    units = load_units(folder)
+    tuning = [u for u in units if u["seed"] == TUNING_SEED]
+    lrs = {arm: best_lr(s) for arm, s in _tuning_scores(tuning).items() if s}
+    cumulative: dict[str, dict[int, float]] = defaultdict(dict)
+    for u in units:
+        if u["seed"] != TUNING_SEED and lrs.get(u["arm"]) in (None, u["lr"]):
+            cumulative[u["arm"]][u["seed"]] = u["cumulative_own_reward"]
+    return cumulative
+
+
+def _tuning_scores(units: list[dict]) -> dict[str, dict[float, float]]:
+    scores: dict[str, dict[float, float]] = defaultdict(dict)
+    for u in units:
+        scores[u["arm"]][u["lr"]] = u["cumulative_own_reward"]
+    return scores
 
 
 def report(folder: Path, console: Console, study: Study = STUDIES["sharing"]) -> int:
@@ -101,6 +127,21 @@ def report(folder: Path, console: Console, study: Study = STUDIES["sharing"]) ->
         if cumulative.get(cand) and cumulative.get(base):
             payload["comparisons"].append(asdict(compare(cand, base, cumulative, held_out)))
     _comparison_table(payload["comparisons"], console)
+    payload["controls"] = [
+        asdict(compare(control, base, cumulative, held_out))
+        for control, base in study.controls
+        if cumulative.get(control) and cumulative.get(base)
+    ]
+    _comparison_table(payload["controls"], console, "negative control (no gain expected)")
+    channels = [a for a in CHANNELS_ONLY if a in cumulative]
+    if study.name == "channels" and channels:
+        try:
+            payload["best_channel"] = best_channel(cumulative, channels)
+            console.print(
+                f"best channel (highest mean cumulative own reward): {payload['best_channel']}"
+            )
+        except ConfigError as exc:
+            console.print(f"best channel: not yet ({exc})")
     payload["held_out"] = _held_out_table(chosen, console)
     payload["format"] = _format_table(chosen, console)
     payload["warmed"] = _warmed_table(chosen, console)
@@ -122,9 +163,7 @@ def _swarm_by_family(evals: list[dict]) -> dict[str, float]:
 
 
 def _tuning_table(units: list[dict], console: Console, learning_rates: tuple[float, ...]) -> dict:
-    scores: dict[str, dict[float, float]] = defaultdict(dict)
-    for u in units:
-        scores[u["arm"]][u["lr"]] = u["cumulative_own_reward"]
+    scores = _tuning_scores(units)
     if not scores:
         return {}
     table = Table(
@@ -170,10 +209,14 @@ def _seed_table(cumulative: dict, batch: dict, console: Console) -> dict:
     return out
 
 
-def _comparison_table(comparisons: list[dict], console: Console) -> None:
+def _comparison_table(
+    comparisons: list[dict],
+    console: Console,
+    title: str = "pre-registered comparisons (cumulative own-rollout reward, paired seeds)",
+) -> None:
     if not comparisons:
         return
-    table = Table(title="pre-registered comparisons (cumulative own-rollout reward, paired seeds)")
+    table = Table(title=title)
     for col in (
         "candidate vs baseline",
         "ratio per seed",

@@ -112,12 +112,15 @@ class Study:
     rounds: int
     comparisons: tuple[tuple[str, str], ...]  # (candidate, baseline)
     folder_prefix: str = ""  # results/sapo/<prefix><protocol>-<testbed>
+    controls: tuple[tuple[str, str], ...] = ()  # (control, baseline): no gain expected
 
     def folder(self, protocol: str, testbed: str) -> str:
         return f"{self.folder_prefix}{protocol}-{testbed}"
 
 
 CHANNEL_ARMS = ("4/4", "4/4-joint", "4/4-recv", "4/4-shape", "4/4-parts")
+CHANNELS_ONLY = CHANNEL_ARMS[1:]  # the arms among which the best channel is chosen
+NEGATIVE_CONTROL = "4/4-shuf"  # run at plain 4/4's rate over the verdict seeds
 STUDIES: dict[str, Study] = {
     # The first verdict (skills testbed): does plain SAPO pay? (README, "Does sharing pay?")
     "sharing": Study(
@@ -136,6 +139,7 @@ STUDIES: dict[str, Study] = {
         300,
         tuple((arm, base) for arm in CHANNEL_ARMS for base in ("8/0", "4/0")),
         folder_prefix="channels-",
+        controls=((NEGATIVE_CONTROL, "4/0"), (NEGATIVE_CONTROL, "4/4")),
     ),
 }
 # Pre-registered acceptance (README, "Does sharing pay?"), for a candidate arm against a baseline.
@@ -354,3 +358,18 @@ def best_lr(scores: Mapping[float, float]) -> float:
     if not scores:
         raise ConfigError("no tuning result to choose a learning rate from")
     return max(sorted(scores), key=lambda lr: scores[lr])
+
+
+def best_channel(
+    cumulative: Mapping[str, Mapping[int, float]],
+    arms: Sequence[str] = CHANNELS_ONLY,
+    seeds: Sequence[int] = VERDICT_SEEDS,
+) -> str:
+    """The pre-registered best channel: the arm of `arms` with the highest mean cumulative own
+    reward over `seeds`, pass or fail (ties: the first listed). Every arm needs every seed."""
+    missing = [f"{a} seed {s}" for a in arms for s in seeds if s not in cumulative.get(a, {})]
+    if missing:
+        raise ConfigError(
+            f"the channel verdict is not finished ({len(missing)} units missing, e.g. {missing[0]})"
+        )
+    return max(arms, key=lambda a: statistics.fmean(cumulative[a][s] for s in seeds))

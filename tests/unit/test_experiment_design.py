@@ -12,6 +12,7 @@ from swarm.bench.experiment import (
     Arm,
     Protocol,
     RunShape,
+    best_channel,
     best_lr,
     compare,
     node_config,
@@ -177,3 +178,24 @@ def test_the_channels_study_judges_every_4_4_arm_against_8_0_and_4_0():
     assert set(study.comparisons) == {(c, b) for c in candidates for b in ("8/0", "4/0")}
     assert study.folder("paper", "gap") == "channels-paper-gap"
     assert STUDIES["sharing"].folder("paper", "skills") == "paper-skills"
+
+
+def test_the_best_channel_is_the_highest_mean_pass_or_fail_and_needs_every_seed():
+    cumulative = {
+        "4/4": {0: 99.0, 1: 99.0},  # plain 4/4 is not a channel
+        "4/4-joint": {0: 10.0, 1: 14.0},  # mean 12
+        "4/4-recv": {0: 13.0, 1: 12.0},  # mean 12.5: best though it wins one seed of two
+        "4/4-shape": {0: 1.0, 1: 1.0},
+        "4/4-parts": {0: 12.5, 1: 12.5},  # ties with recv: the first listed wins
+    }
+    assert best_channel(cumulative, seeds=(0, 1)) == "4/4-recv"
+    assert best_channel(cumulative, arms=("4/4-parts", "4/4-recv"), seeds=(0, 1)) == "4/4-parts"
+    del cumulative["4/4-shape"][1]
+    with pytest.raises(ConfigError, match="4/4-shape seed 1"):
+        best_channel(cumulative, seeds=(0, 1))
+
+
+def test_the_negative_control_is_judged_against_4_0_and_plain_4_4():
+    study = STUDIES["channels"]
+    assert study.controls == (("4/4-shuf", "4/0"), ("4/4-shuf", "4/4"))
+    assert parse_arm("4/4-shuf").training() == {"shuffle_shared_rewards": True}
