@@ -24,7 +24,7 @@ metric; summed over nodes and rounds it is the cumulative reward) and of its tra
 the share of its completions that tag their answer, and the shared groups it trained on per
 task family. Held-out greedy accuracy per family is measured at the start and the end.
 
-GPU (the paper's setting, one command): `--testbed sapo --model Qwen/Qwen2.5-0.5B-Instruct
+GPU (the paper's setting, one command): `--study sharing --testbed sapo --model Qwen/Qwen2.5-0.5B-Instruct
 --device cuda --backend vllm --checkpoint-every 25` (nodes resume from their checkpoints).
 """
 
