@@ -37,6 +37,7 @@ import shutil
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -368,9 +369,10 @@ def units_for(args) -> list[tuple[Arm, int, float]]:
             raise SystemExit(f"error: the {study.name} study has no negative control")
         from sapo_report import chosen_lrs
 
-        control, baseline = study.controls[-1]  # run at the rate of the arm it mirrors
-        lr = chosen_lrs(unit_folder(args), [parse_arm(baseline)], study.learning_rates)[baseline]
-        return [(parse_arm(control), seed, lr) for seed in VERDICT_SEEDS]
+        control = parse_arm(study.controls[0][0])
+        mirrored = replace(control, channels=())  # 4/4-shuf runs at plain 4/4's tuned rate
+        lr = chosen_lrs(unit_folder(args), [mirrored], study.learning_rates)[mirrored.name]
+        return [(control, seed, lr) for seed in VERDICT_SEEDS]
     arms = [parse_arm(a) for a in study_arms(args).split(",") if a.strip()]
     if args.command == "tune":
         return [(arm, TUNING_SEED, lr) for arm in arms for lr in study.learning_rates]

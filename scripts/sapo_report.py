@@ -78,14 +78,18 @@ def chosen_lrs(
 
 def verdict_cumulative(folder: Path) -> dict[str, dict[int, float]]:
     """Cumulative own reward per arm and verdict seed, each arm at its tuned rate."""
-    units = load_units(folder)
-    tuning = [u for u in units if u["seed"] == TUNING_SEED]
-    lrs = {arm: best_lr(s) for arm, s in _tuning_scores(tuning).items() if s}
     cumulative: dict[str, dict[int, float]] = defaultdict(dict)
-    for u in units:
-        if u["seed"] != TUNING_SEED and lrs.get(u["arm"]) in (None, u["lr"]):
-            cumulative[u["arm"]][u["seed"]] = u["cumulative_own_reward"]
+    for u in _at_tuned_rates(load_units(folder)):
+        cumulative[u["arm"]][u["seed"]] = u["cumulative_own_reward"]
     return cumulative
+
+
+def _at_tuned_rates(units: list[dict]) -> list[dict]:
+    """The verdict units (not the tuning seed) that ran their arm's tuned rate; an arm never
+    tuned (a control) counts at any rate."""
+    tuning = _tuning_scores([u for u in units if u["seed"] == TUNING_SEED])
+    lrs = {arm: best_lr(scores) for arm, scores in tuning.items() if scores}
+    return [u for u in units if u["seed"] != TUNING_SEED and lrs.get(u["arm"]) in (None, u["lr"])]
 
 
 def _tuning_scores(units: list[dict]) -> dict[str, dict[float, float]]:
@@ -105,15 +109,13 @@ def report(folder: Path, console: Console, study: Study = STUDIES["sharing"]) ->
         console.print(f"error: {mixed}")
         return 2
     tuning = [u for u in units if u["seed"] == TUNING_SEED]
-    verdict_units = [u for u in units if u["seed"] != TUNING_SEED]
     payload: dict = {
         "folder": str(folder),
         "study": study.name,
         "model_digests": next(iter(model_sets(units))),
         "tuning": _tuning_table(tuning, console, study.learning_rates),
     }
-    lrs = {arm: best_lr(scores) for arm, scores in payload["tuning"].items() if scores}
-    chosen = [u for u in verdict_units if lrs.get(u["arm"]) in (None, u["lr"])]
+    chosen = _at_tuned_rates(units)
     cumulative = defaultdict(dict)
     batch = defaultdict(dict)
     held_out = defaultdict(dict)

@@ -114,27 +114,14 @@ def test_heterogeneous_models_use_each_others_groups(tmp_path, tiny_model_path):
         node.close()
 
 
-def test_experiment_runs_units_and_reports(tmp_path, tiny_model_path):
+def test_experiment_runs_units_and_reports(tmp_path, tiny_model_path, sapo_experiment):
     """`scripts/sapo_experiment.py quick` then `report` on a small swarm: one unit per arm is
     written, a node generates I questions a round, only the sharing arm trains on peers'
     groups, and the report holds both reward columns."""
-    import importlib.util
-    from pathlib import Path
-
-    scripts = Path(__file__).resolve().parents[2] / "scripts"
-    spec = importlib.util.spec_from_file_location("sapo_experiment", scripts / "sapo_experiment.py")
-    experiment = importlib.util.module_from_spec(spec)
-    import sys
-
-    sys.path.insert(0, str(scripts))
-    try:
-        spec.loader.exec_module(experiment)
-        common = ["--study", "sharing", "--testbed", "tiny", "--results", str(tmp_path)]
-        args = ["quick", "--nodes", "3", "--arms", "4/0,2/2", "--completions", "4", *common]
-        assert experiment.main(args) == 0
-        assert experiment.main(["report", *common]) == 0
-    finally:
-        sys.path.remove(str(scripts))
+    common = ["--study", "sharing", "--testbed", "tiny", "--results", str(tmp_path)]
+    args = ["quick", "--nodes", "3", "--arms", "4/0,2/2", "--completions", "4", *common]
+    assert sapo_experiment.main(args) == 0
+    assert sapo_experiment.main(["report", *common]) == 0
     units = {
         p.name: json.loads(p.read_text())
         for p in (tmp_path / "paper-tiny" / "units").glob("*.json")

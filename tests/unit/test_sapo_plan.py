@@ -3,26 +3,10 @@ at plain 4/4's tuned rate, and 8/0, 4/0 and the best channel on another testbed.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
-
-@pytest.fixture
-def experiment():
-    spec = importlib.util.spec_from_file_location("sapo_experiment", SCRIPTS / "sapo_experiment.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(SCRIPTS))
 
 
 def _unit(folder: Path, arm: str, seed: int, lr: float, reward: float) -> None:
@@ -38,16 +22,16 @@ def _plan(experiment, *argv):
     return [(arm.name, seed, lr) for arm, seed, lr in experiment.units_for(args)]
 
 
-def test_the_negative_control_runs_at_plain_4_4s_tuned_rate(experiment, tmp_path):
+def test_the_negative_control_runs_at_plain_4_4s_tuned_rate(sapo_experiment, tmp_path):
     gap = tmp_path / "channels-paper-gap"
     for lr, reward in ((1e-4, 5.0), (3e-4, 9.0), (1e-3, 7.0)):
         _unit(gap, "4/4", 100, lr, reward)
-    plan = _plan(experiment, "control", "--results", str(tmp_path))
+    plan = _plan(sapo_experiment, "control", "--results", str(tmp_path))
     assert plan == [("4/4-shuf", seed, 3e-4) for seed in range(6)]
 
 
 def test_another_testbed_runs_8_0_4_0_and_the_best_channel_once_the_gap_verdict_is_done(
-    experiment, tmp_path
+    sapo_experiment, tmp_path
 ):
     gap = tmp_path / "channels-paper-gap"
     for arm in ("4/4-joint", "4/4-recv", "4/4-shape", "4/4-parts"):
@@ -58,11 +42,11 @@ def test_another_testbed_runs_8_0_4_0_and_the_best_channel_once_the_gap_verdict_
             if not last:
                 _unit(gap, arm, seed, 1e-4, 20.0 if arm == "4/4-shape" else 10.0)
     with pytest.raises(SystemExit, match="4/4-shape seed 5"):
-        _plan(experiment, "tune", "--testbed", "skills", "--results", str(tmp_path))
+        _plan(sapo_experiment, "tune", "--testbed", "skills", "--results", str(tmp_path))
     _unit(gap, "4/4-shape", 5, 3e-4, 99.0)  # a rate the tuning did not choose: not counted
     with pytest.raises(SystemExit, match="not finished"):
-        _plan(experiment, "tune", "--testbed", "skills", "--results", str(tmp_path))
+        _plan(sapo_experiment, "tune", "--testbed", "skills", "--results", str(tmp_path))
     _unit(gap, "4/4-shape", 5, 1e-4, 20.0)
-    plan = _plan(experiment, "tune", "--testbed", "skills", "--results", str(tmp_path))
+    plan = _plan(sapo_experiment, "tune", "--testbed", "skills", "--results", str(tmp_path))
     assert {arm for arm, _, _ in plan} == {"8/0", "4/0", "4/4-shape"}
     assert {seed for _, seed, _ in plan} == {100} and len(plan) == 9
