@@ -230,38 +230,23 @@ def run_unit(args, arm: Arm, seed: int, lr: float) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     log_path = work / "rounds.jsonl"
     nodes = build_swarm(args, arm, seed, lr, work)
-    start_round = min(node.state.round for node in nodes)
-    logs = _read_log(log_path, start_round)
+    logs = _read_log(log_path, nodes[0].state.round)
+    if {node.state.round for node in nodes} != {len(logs["rounds"])}:  # stopped mid-save
+        for node in nodes:
+            node.close()
+        shutil.rmtree(work)
+        work.mkdir(parents=True)
+        nodes, logs = build_swarm(args, arm, seed, lr, work), _read_log(log_path, 0)
     start_eval = logs.get("start_eval") or [_eval(node) for node in nodes]
     _rewrite_log(log_path, logs["rounds"], start_eval)
     t0 = time.perf_counter()
-    for r in range(start_round, args.rounds):
-        row = []
+    try:
+        _run_rounds(args, nodes, f"{arm.name} seed {seed} lr {lr:g}", logs["rounds"], log_path)
+        end_eval = [_eval(node) for node in nodes]
+    except BaseException:  # a stopped unit frees its run folders (their locks) for the rerun
         for node in nodes:
-            rep = node.run_round()
-            used = Counter(rep.shared_families)
-            row.append(
-                {
-                    "own": rep.mean_reward,
-                    "batch": rep.batch_reward,
-                    "tagged": rep.tagged,
-                    "local": rep.trained_groups,
-                    "shared": rep.shared_groups,
-                    "skipped": rep.skipped,
-                    "shared_by_family": dict(used),
-                }
-            )
-        logs["rounds"].append(row)
-        with log_path.open("a") as f:
-            f.write(json.dumps({"round": r, "nodes": row}) + "\n")
-        if (r + 1) % 10 == 0 or r + 1 == args.rounds:
-            done = r + 1 - start_round
-            eta = (time.perf_counter() - t0) / done * (args.rounds - r - 1)
-            own = sum(x["own"] for x in row) / len(row)
-            console.print(
-                f"  {arm.name} seed {seed} lr {lr:g}: round {r + 1}/{args.rounds}, own reward {own:.3f}, ~{eta / 60:.1f} min left"
-            )
-    end_eval = [_eval(node) for node in nodes]
+            node.close()
+        raise
     models = [node.config.policy.model for node in nodes]
     digests = [model_digest_of(name) for name in models]
     for node in nodes:
@@ -314,6 +299,41 @@ def model_digest_of(name: str) -> str:
 def _eval(node) -> dict:
     report = node.evaluate()
     return {"accuracy": report.accuracy, "by_family": report.by_family}
+
+
+def _run_rounds(args, nodes, label: str, rounds: list, log_path: Path) -> None:
+    """Run the unit's remaining rounds, appending each round's per-node row to `rounds` and the
+    log (and saving every node's checkpoint every `--checkpoint-every` rounds)."""
+    start_round, t0 = len(rounds), time.perf_counter()
+    for r in range(len(rounds), args.rounds):
+        row = []
+        for node in nodes:
+            rep = node.run_round()
+            used = Counter(rep.shared_families)
+            row.append(
+                {
+                    "own": rep.mean_reward,
+                    "batch": rep.batch_reward,
+                    "tagged": rep.tagged,
+                    "local": rep.trained_groups,
+                    "shared": rep.shared_groups,
+                    "skipped": rep.skipped,
+                    "shared_by_family": dict(used),
+                }
+            )
+        rounds.append(row)
+        with log_path.open("a") as f:
+            f.write(json.dumps({"round": r, "nodes": row}) + "\n")
+        if args.checkpoint_every and (r + 1) % args.checkpoint_every == 0 and r + 1 < args.rounds:
+            for node in nodes:  # the script drives rounds itself, so it saves them too
+                node.checkpoint()
+        if (r + 1) % 10 == 0 or r + 1 == args.rounds:
+            done = r + 1 - start_round
+            eta = (time.perf_counter() - t0) / done * (args.rounds - r - 1)
+            own = sum(x["own"] for x in row) / len(row)
+            console.print(
+                f"  {label}: round {r + 1}/{args.rounds}, own reward {own:.3f}, ~{eta / 60:.1f} min left"
+            )
 
 
 def _read_log(path: Path, start_round: int) -> dict:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
+
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.ledger import GroupRow, GroupUseRow, Ledger, UpdateRow
 from swarm.node import Node
@@ -165,3 +167,35 @@ def test_channels_train_on_shared_groups_with_non_zero_net_advantage(tmp_path, t
         sums += [sum(json.loads(u.advantages)) for u in uses]
     assert sums, "no node trained on a shared group"
     assert any(abs(x) > 1e-3 for x in sums)
+
+
+def test_a_stopped_unit_resumes_from_its_checkpoints(
+    tmp_path, tiny_model_path, sapo_experiment, monkeypatch
+):
+    """`--checkpoint-every 1`: a unit stopped in its third round reruns only that round, and
+    its JSON holds all three rounds, the first two as logged before the stop."""
+    args = ["quick", "--nodes", "2", "--arms", "4/0", "--completions", "4"]
+    args += ["--study", "sharing", "--testbed", "tiny", "--results", str(tmp_path)]
+    args += ["--checkpoint-every", "1"]
+    calls, run_round = [], Node.run_round
+
+    def stopping_run_round(node):
+        calls.append(node.state.round)
+        if len(calls) == 5:  # the first node's third round
+            raise KeyboardInterrupt
+        return run_round(node)
+
+    monkeypatch.setattr(Node, "run_round", stopping_run_round)
+    with pytest.raises(KeyboardInterrupt):
+        sapo_experiment.main(args)
+    logged = (tmp_path / "paper-tiny" / "work" / "4-0_s0_lr0.0001" / "rounds.jsonl").read_text()
+    before = [json.loads(line) for line in logged.splitlines()][1:]
+    assert [item["round"] for item in before] == [0, 1]
+    assert sapo_experiment.main(args) == 0
+    assert calls == [0, 0, 1, 1, 2] + [2, 2]  # resumed at round 2 on both nodes
+    unit = json.loads((tmp_path / "paper-tiny" / "units" / "4-0_s0_lr0.0001.json").read_text())
+    assert unit["rounds"] == 3
+    assert [curve[:2] for curve in unit["own_reward"]] == [
+        [before[0]["nodes"][k]["own"], before[1]["nodes"][k]["own"]] for k in range(2)
+    ]
+    assert not (tmp_path / "paper-tiny" / "work" / "4-0_s0_lr0.0001").exists()
