@@ -74,6 +74,25 @@ def test_demo_output_is_clean(swarm_run):
     ]  # the table's line ended
 
 
+def test_demo_runs_a_local_swarm_of_processes(swarm_run):
+    """Each node ran in its own process, did every round, and accepted only its peers' groups."""
+    summary = json.loads((swarm_run / "summary.json").read_text())
+    assert (swarm_run / "reward.png").stat().st_size > 10_000
+    assert summary["nodes"] == 2 and "separate" in summary["processes"]
+    peers = {n["peer_id"] for n in summary["per_node"]}
+    for node in summary["per_node"]:
+        assert node["exit_code"] == 0 and node["round"] == ROUNDS - 1
+        assert len(node["rewards"]) == ROUNDS and node["sent"] == ROUNDS * QUESTIONS
+        assert node["accepted"] > 0
+        with Ledger(f"sqlite:///{swarm_run / node['name'] / 'ledger.sqlite'}").reader() as s:
+            senders = {r.sender for r in s.query(GroupRow).filter(GroupRow.status == "accepted")}
+            refused = [r.reason for r in s.query(GroupRow).filter(GroupRow.status == "rejected")]
+        # No group refused for what it holds; on a loaded machine a pull may time out.
+        assert set(refused) <= {"pull_failed"} and len(refused) <= 2, refused
+        assert senders and senders <= peers - {node["peer_id"]}
+        assert (swarm_run / node["name"] / "identity.key").stat().st_mode & 0o777 == 0o600
+
+
 def _peer_id(run: Path, node: str) -> str:
     return json.loads((run / node / "node.json").read_text())["peer_id"]
 
