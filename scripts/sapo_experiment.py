@@ -193,8 +193,6 @@ def build_swarm(args, arm: Arm, seed: int, lr: float, work: Path):
             "gpu_memory_utilization": round(0.9 / args.nodes, 3),
         }
     }
-    if args.checkpoint_every:
-        extra["node"] = {"checkpoint_every": args.checkpoint_every}
     for i in range(args.nodes):
         model, tasks = testbed_parts(args, i)
         table = node_config(
@@ -305,7 +303,7 @@ def _run_rounds(args, nodes, label: str, rounds: list, log_path: Path) -> None:
     """Run the unit's remaining rounds, appending each round's per-node row to `rounds` and the
     log (and saving every node's checkpoint every `--checkpoint-every` rounds)."""
     start_round, t0 = len(rounds), time.perf_counter()
-    for r in range(len(rounds), args.rounds):
+    for r in range(start_round, args.rounds):
         row = []
         for node in nodes:
             rep = node.run_round()
