@@ -5,20 +5,30 @@ Taken from the vllm-0.32.0 wheel on PyPI (`pip download vllm==0.32.0 --no-deps`)
 vllm/entrypoints/llm.py; the keywords `LLM(**kwargs)` passes on to `EngineArgs` as in
 vllm/engine/arg_utils.py; `SamplingParams`' public fields and defaults as in
 vllm/sampling_params.py; the GPU worker's `reload_weights` as in vllm/v1/worker/gpu_worker.py
-and gpu_model_runner.py. Behaviour the tests rely on is what vLLM does: a `max_model_len`
-above the model's `max_position_embeddings` is refused (ModelConfig), an unknown keyword is
-a TypeError, and an in-process engine seeds the process (set_random_seed) and sets torch to
-one thread. Installed as `sys.modules["vllm"]` by `install`.
+and gpu_model_runner.py (the worker and the engine-core serialisation are in
+`tests/vllm_standin_worker.py`). Behaviour the tests rely on is what vLLM does: a
+`max_model_len` above the model's `max_position_embeddings` is refused (ModelConfig), an
+unknown keyword is a TypeError, an in-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`)
+seeds the process's Python, numpy, torch and CUDA generators (vllm.utils.torch_utils.
+set_random_seed, at worker start and again after warm-up) and sets torch to one thread; a
+multiprocess engine (the default) serialises `collective_rpc`'s arguments as its engine core
+receives them; `sleep` needs `enable_sleep_mode` and an engine asleep serves no request
+until `wake_up`. Installed as `sys.modules["vllm"]` by `install`.
 """
 
 import json
+import os
+import random
 import sys
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+
+from tests.vllm_standin_worker import Worker, utility_call
 
 VERSION = "0.32.0"
 
@@ -371,24 +381,6 @@ class RequestOutput:
     outputs: list[CompletionOutput] = field(default_factory=list)
 
 
-class Worker:
-    """The GPU worker's weight reload (vllm/v1/worker/gpu_worker.py), over a state dict."""
-
-    def __init__(self) -> None:
-        self.weights: dict[str, torch.Tensor] = {}
-        self.reloads = 0
-
-    def reload_weights(
-        self,
-        weights_iterator=None,
-        weights_path: str | None = None,
-        is_checkpoint_format: bool = True,
-    ) -> None:
-        for name, tensor in weights_iterator:
-            self.weights[name] = tensor.detach().clone()
-        self.reloads += 1
-
-
 class LLM:
     """vllm.LLM with 0.32.0's constructor signature; `script` answers `generate`."""
 
@@ -455,10 +447,17 @@ class LLM:
         self.model, self.dtype, self.seed = model, dtype, seed
         self.gpu_memory_utilization = gpu_memory_utilization
         self.kwargs = dict(kwargs)
-        self.worker = Worker()
+        self.multiprocess = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"
+        weights_dtype = {"float16": torch.float16, "float32": torch.float32}.get(
+            dtype, torch.bfloat16
+        )
+        self.worker = Worker(model, weights_dtype)
         self.prefix_cache_resets = 0
-        torch.manual_seed(seed)  # what an in-process engine does to the process
-        torch.set_num_threads(1)
+        self.asleep = 0  # the sleep level, 0: awake
+        self.sleeps = 0
+        if not self.multiprocess:  # what an in-process engine does to the process
+            set_random_seed(seed)
+            torch.set_num_threads(1)
         LLM.built.append(self)
 
     def generate(
@@ -472,9 +471,15 @@ class LLM:
         tokenization_kwargs=None,
         mm_processor_kwargs=None,
     ) -> list[RequestOutput]:
+        if self.asleep:
+            raise RuntimeError("the engine is asleep: wake_up() before generating")
         return LLM.script(prompts, sampling_params)
 
     def collective_rpc(self, method, timeout=None, args=(), kwargs=None) -> list:
+        if self.asleep and self.asleep > 1:
+            raise RuntimeError("the engine's weights were discarded (sleep level 2)")
+        if self.multiprocess:
+            method, timeout, args, kwargs = utility_call(method, timeout, args, kwargs)
         if not isinstance(method, str):
             raise TypeError(
                 "a callable needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 with multiprocessing"
@@ -484,6 +489,23 @@ class LLM:
     def reset_prefix_cache(self, reset_running_requests=False, reset_connector=False) -> bool:
         self.prefix_cache_resets += 1
         return True
+
+    def sleep(self, level: int = 1, mode="abort") -> None:
+        if not self.kwargs.get("enable_sleep_mode"):
+            raise ValueError("Sleep mode is not enabled: build the LLM with enable_sleep_mode=True")
+        self.asleep, self.sleeps = level, self.sleeps + 1
+
+    def wake_up(self, tags: list[str] | None = None) -> bool:
+        self.asleep = 0
+        return True
+
+
+def set_random_seed(seed: int) -> None:
+    """vllm.utils.torch_utils.set_random_seed: every generator of the process."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
 
 
 def install(monkeypatch) -> types.ModuleType:

@@ -63,6 +63,12 @@ class GenerationSection:
     gpu_memory_utilization: float = opt(
         0.5, "Share of GPU memory vLLM may take (vllm backend).", min=0.05, max=0.99
     )
+    vllm_sleep: bool = opt(
+        False,
+        "Put the vLLM engine to sleep while the trainer steps (level 1: its weights to CPU "
+        "memory, its cache freed), so training has the GPU's memory; waking costs a copy of "
+        "the weights back each round (vllm backend).",
+    )
 
 
 @dataclass(frozen=True)

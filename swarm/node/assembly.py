@@ -163,6 +163,7 @@ def make_generator(config: Config, policy: Policy) -> Generator:
             policy,
             gpu_memory_utilization=config.generation.gpu_memory_utilization,
             seed=config.node.seed,
+            sleep=config.generation.vllm_sleep,
         )
     return TransformersGenerator(
         policy.model, policy.tokenizer, policy.stop_token_ids, config.generation.batch_size

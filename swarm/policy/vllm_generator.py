@@ -3,26 +3,44 @@
 vLLM is imported only when this class is built, so the rest of swarm-node never needs it;
 a missing vllm package or a missing GPU is a clear `GeneratorError`. vLLM keeps its own copy
 of the weights: after each training step `sync_weights` loads the trainer's weights into the
-running engine in place (no restart, no disk).
+running engine in place (no restart), through the worker's `reload_weights`, which vLLM
+0.32.0 processes layer by layer (a fused layer such as qkv_proj only once all its parts
+have arrived; one given only some of them is rebuilt from uninitialised memory), so every
+update pushes every weight, one tensor at a time, never a second copy of the state dict.
 
-One engine per process runs in-process (its core in this process; weights pushed without a
-copy). vLLM keeps process-wide state for such an engine (its distributed group, its cached
-environment, the process's seeds), so a second one beside it would share that state: it is
-refused with a one-line error. Where one process runs several nodes (the SAPO experiment),
-call `isolate_engines()` before the first engine: every engine's core then runs in its own
-process and weights travel to it as CPU tensors.
+One engine per process runs in-process (its core in this process): weights go to it as a
+stream of the trainer's own tensors, each cast as it is loaded. vLLM keeps process-wide
+state for such an engine (its distributed group, its cached environment, the process's
+seeds), so a second one beside it would share that state: it is refused with a one-line
+error. Starting an engine reseeds the process's Python, numpy, torch and CUDA generators
+and sets torch to one thread; all of it is put back. Where one process runs several nodes
+(the SAPO experiment), call `isolate_engines()` before the first engine: every engine's core
+then runs in its own process. vLLM 0.32.0's engine core decodes a utility call's arguments
+untyped (a tensor arrives as a `[dtype, shape, buffer]` list), so weights cannot travel as
+tensors: they are written, one tensor at a time, to a safetensors file in a folder of the
+generator's own (in /dev/shm where there is one), and the worker reloads from that path.
+
+With `sleep` the engine sleeps (level 1: weights to CPU memory, its cache freed) between a
+round's generation and the next weight update, leaving the GPU to the trainer.
 """
 
 from __future__ import annotations
 
 import os
+import random
+import shutil
+import tempfile
 import weakref
+from contextlib import contextmanager
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from swarm.core.errors import GeneratorError
 from swarm.policy.generator import Completion, Generator, SamplingParams
 from swarm.policy.model import Policy, resolve_model_path
+from swarm.policy.weights_file import distinct_tensors, write_weights
 
 MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
 _in_process_engines: weakref.WeakSet = weakref.WeakSet()  # live engines run in this process
@@ -37,7 +55,37 @@ def isolate_engines() -> None:
     os.environ[MULTIPROCESSING] = "1"
 
 
-def engine_kwargs(policy: Policy, gpu_memory_utilization: float, seed: int) -> dict:
+@contextmanager
+def kept_process_state():
+    """Put back what starting an engine changes in the process: every generator vLLM seeds
+    (Python's `random`, numpy's, torch's CPU one, each CUDA device's) and torch's threads."""
+    threads, py, npy, cpu = (
+        torch.get_num_threads(),
+        random.getstate(),
+        np.random.get_state(),
+        torch.get_rng_state(),
+    )
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        random.setstate(py)
+        np.random.set_state(npy)
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+def weights_folder() -> Path:
+    """A fresh folder for an isolated engine's weights file, in memory where the OS offers it."""
+    shm = Path("/dev/shm")
+    return Path(tempfile.mkdtemp(prefix="swarm-vllm-", dir=shm if shm.is_dir() else None))
+
+
+def engine_kwargs(
+    policy: Policy, gpu_memory_utilization: float, seed: int, sleep: bool = False
+) -> dict:
     """Every argument of `vllm.LLM` (vLLM 0.32.0), derived from the policy and the config.
 
     - `max_model_len`: the model's own positions (`max_position_embeddings`), so a model
@@ -47,6 +95,7 @@ def engine_kwargs(policy: Policy, gpu_memory_utilization: float, seed: int) -> d
       repetition_penalty of 1.1) is not applied; a node samples with what it declares.
     - `logprobs_mode="raw_logprobs"`: log-probs of the model itself, before temperature and
       top-p, as the transformers backend returns them.
+    - `enable_sleep_mode`: only when the engine is to sleep while the trainer steps.
     """
     config = policy.model.config
     positions = getattr(config, "max_position_embeddings", None)
@@ -62,6 +111,7 @@ def engine_kwargs(policy: Policy, gpu_memory_utilization: float, seed: int) -> d
         "enable_prefix_caching": True,
         "generation_config": "vllm",
         "logprobs_mode": "raw_logprobs",
+        "enable_sleep_mode": sleep,
     }
 
 
@@ -86,7 +136,13 @@ def sampling_kwargs(params: SamplingParams, n: int, stop_ids: list[int]) -> dict
 class VLLMGenerator(Generator):
     """Samples with a vLLM engine built from the same model as the policy."""
 
-    def __init__(self, policy: Policy, gpu_memory_utilization: float = 0.5, seed: int = 0):
+    def __init__(
+        self,
+        policy: Policy,
+        gpu_memory_utilization: float = 0.5,
+        seed: int = 0,
+        sleep: bool = False,
+    ):
         if not torch.cuda.is_available():
             raise GeneratorError(
                 "generation.backend = 'vllm' needs a CUDA GPU; use 'transformers' on this machine"
@@ -107,19 +163,18 @@ class VLLMGenerator(Generator):
         self._vllm = vllm
         self.tokenizer = policy.tokenizer
         self.stop_ids = sorted(policy.stop_token_ids)
-        kwargs = engine_kwargs(policy, gpu_memory_utilization, seed)
+        kwargs = engine_kwargs(policy, gpu_memory_utilization, seed, sleep)
         self.dtype = {"float16": torch.float16}.get(kwargs["dtype"], torch.bfloat16)
-        # An in-process engine seeds the process's generators and sets torch to one thread.
-        threads, rng = torch.get_num_threads(), torch.get_rng_state()
+        self.sleep, self.asleep = sleep, False
+        self.folder = None if self.in_process else weights_folder()
         try:
-            self.llm = vllm.LLM(**kwargs)
+            with kept_process_state():
+                self.llm = vllm.LLM(**kwargs)
         except Exception as e:  # noqa: BLE001 - vLLM raises many kinds; all mean "cannot start"
+            self._remove_folder()
             raise GeneratorError(
                 f"vLLM could not start {policy.name!r}: {e.__class__.__name__}: {e}"
             ) from None
-        finally:
-            torch.set_num_threads(threads)
-            torch.set_rng_state(rng)
         if self.in_process:
             _in_process_engines.add(self)
 
@@ -129,7 +184,11 @@ class VLLMGenerator(Generator):
         sampling = self._vllm.SamplingParams(**sampling_kwargs(params, n, self.stop_ids))
         prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
+        self._wake()
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        if self.sleep:  # the trainer steps next: give it the engine's memory
+            self.llm.sleep(level=1)
+            self.asleep = True
         return [
             [self._completion(tuple(ids), sample) for sample in output.outputs]
             for ids, output in zip(prompt_ids, outputs, strict=True)
@@ -159,27 +218,33 @@ class VLLMGenerator(Generator):
             stop_id=stop_id,
         )
 
+    def _wake(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Load the trainer's current weights into the engine, in place.
 
-        The supported route of vLLM 0.32.0: the worker's `reload_weights` through
-        `collective_rpc` by name (no pickled function, so no insecure serialization), then
-        the prefix cache is reset, since cached keys and values of the old weights must not
-        be reused. The engine's model takes every weight again (its loader fuses q/k/v and
-        gate/up per layer), so a follower's partial update pushes them all as well.
+        vLLM 0.32.0's worker `reload_weights` by name through `collective_rpc` (no pickled
+        function, so no insecure serialization): in-process from a stream of the trainer's
+        tensors, isolated from the safetensors file written for it. Then the prefix cache is
+        reset: cached keys and values of the old weights must not be reused. Every weight
+        goes, so a follower's partial update pushes them all as well (see the module doc).
         """
-        weights = [
-            (
-                name,
-                t.detach().to(self.dtype) if self.in_process else t.detach().to("cpu", self.dtype),
-            )
-            for name, t in model.state_dict().items()
-        ]
+        self._wake()
         try:
-            self.llm.collective_rpc(
-                "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
-            )
+            if self.in_process:
+                stream = ((n, t.to(self.dtype)) for n, t in distinct_tensors(model))
+                kwargs = {"weights_iterator": stream, "is_checkpoint_format": True}
+            else:
+                assert self.folder is not None
+                write_weights(model, self.folder / "model.safetensors", self.dtype)
+                kwargs = {"weights_path": str(self.folder), "is_checkpoint_format": True}
+            self.llm.collective_rpc("reload_weights", kwargs=kwargs)
             self.llm.reset_prefix_cache()
+        except GeneratorError:
+            raise
         except Exception as e:  # noqa: BLE001 - translate any engine failure at this boundary
             raise GeneratorError(
                 f"vLLM weight update failed: {e.__class__.__name__}: {e}"
@@ -188,4 +253,10 @@ class VLLMGenerator(Generator):
     def close(self) -> None:
         _in_process_engines.discard(self)
         self.llm = None
+        self._remove_folder()
         torch.cuda.empty_cache()
+
+    def _remove_folder(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None

@@ -64,6 +64,9 @@ def policy(tmp_path) -> Policy:
 @pytest.fixture()
 def vllm(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    # isolate_engines() sets the variable for the process: restore its absence afterwards
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "unset")
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
     return vllm_standin.install(monkeypatch)
 
 
@@ -71,7 +74,7 @@ def test_engine_arguments_come_from_model_and_config(policy, vllm, tmp_path):
     config = small_config(
         tmp_path / "run",
         node={"seed": 1234},
-        generation={"backend": "vllm", "gpu_memory_utilization": 0.3},
+        generation={"backend": "vllm", "gpu_memory_utilization": 0.3, "vllm_sleep": True},
     )
     make_generator(config, policy)
     (llm,) = vllm.LLM.built
@@ -81,6 +84,7 @@ def test_engine_arguments_come_from_model_and_config(policy, vllm, tmp_path):
     assert llm.dtype == "bfloat16"
     assert llm.kwargs["generation_config"] == "vllm"  # no repetition_penalty from the model folder
     assert llm.kwargs["logprobs_mode"] == "raw_logprobs"
+    assert llm.kwargs["enable_sleep_mode"] is True  # generation.vllm_sleep
 
 
 def test_two_nodes_seed_two_streams_and_the_process_keeps_its_threads(policy, vllm):
