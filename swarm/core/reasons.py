@@ -107,6 +107,7 @@ class Reason(enum.StrEnum):
     BELOW_PUBLISH_SCORE = "below_publish_score", 0.2, True  # its GossipSub score fell that low
     OVER_COST_BUDGET = "over_cost_budget", 1.0, True  # made us handle more than its budget
     BAD_AUTONAT_REQUEST = "bad_autonat_request", 0.5, True  # a malformed dial-back request
+    BAD_HOLE_PUNCH = "bad_hole_punch", 0.5, True  # a malformed DCUtR message
 
     @classmethod
     def from_stored(cls, code: str) -> Reason:

@@ -53,6 +53,7 @@ class RefusalReason(enum.StrEnum):
     LOW_SCORE = "below_publish_score"  # a message forwarded by a peer scored under the gate
     OVER_BUDGET = "over_cost_budget"  # past its cost budget: RPCs dropped unparsed, then banned
     BAD_AUTONAT_REQUEST = "bad_autonat_request"  # a malformed AutoNAT dial-back request
+    BAD_HOLE_PUNCH = "bad_hole_punch"  # a malformed DCUtR (hole punching) message
 
 
 class Reachability(enum.StrEnum):

@@ -153,6 +153,7 @@ def test_every_reason_has_a_weight_and_the_soft_ones_never_ban():
         "gossip_backoff_violation": 0.5,
         "blob_fetch_limit": 0.5,
         "bad_autonat_request": 0.5,
+        "bad_hole_punch": 0.5,
         "inbound_budget": 0.2,
         "below_publish_score": 0.2,
     }
@@ -176,6 +177,7 @@ def test_every_reason_has_a_weight_and_the_soft_ones_never_ban():
         "below_publish_score",
         "over_cost_budget",
         "bad_autonat_request",
+        "bad_hole_punch",
     }
     assert Reason.BAD_SIGNATURE.unsigned and not Reason.REWARD_MISMATCH.unsigned
     assert Reason.from_stored("no_such_code") is Reason.UNKNOWN and Reason.UNKNOWN.weight == 1.0

@@ -729,6 +729,19 @@ def lift_dial_block(network: INetwork, peer_id: ID) -> None:
         unblock(peer_id)
 
 
+def keep_observed_ips(host: object, recorder: object) -> None:
+    """Record Identify's observed addresses into `recorder` (`holepunch.ObservedIps`)
+    without advertising them.
+
+    The host has an observed-address manager only with Identify's address discovery on,
+    and then adds its confirmed addresses to those it advertises: the observed port of an
+    outbound connection is an ephemeral one nobody listens on (pitfall 13). Hole punching
+    needs only the outside IP. The host calls the manager's `record_observation`,
+    `remove_conn`, `addrs` and `get_nat_type`; the recorder's `addrs()` is always empty.
+    """
+    host._observed_addr_manager = recorder  # type: ignore[attr-defined]  # a patch
+
+
 async def _never_start() -> None:
     """Stands in for AutoConnector.start, so the auto-connector never runs."""
 

@@ -21,7 +21,8 @@ addresses, through `p2p.relays`), so peers neither dial in vain nor keep it in t
 history samples without a way to reach it, and says once, in the log, that it can be
 pulled from only through a relay.
 
-Hole punching (DCUtR) is not used: a relayed connection stays relayed (docs/LIBP2P.md).
+Hole punching (DCUtR, `holepunch.py`) then moves a peer that reached such a node through a
+relay onto a direct connection where both routers allow it (docs/LIBP2P.md).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ is not connected to a peer whose peerstore entry holds a circuit address dials i
 that relay before it opens a stream (the swarm's own dial skips circuit addresses). A
 node with `p2p.relay_service` runs the library's hop protocol under `RELAY_LIMITS`.
 
-What this is not: hole punching (DCUtR); a relayed connection stays relayed. Reachability
-detection (AutoNAT) is `reachability.py`. The gossip dial loop and peer exchange (`connections.py`,
+Hole punching (DCUtR), which moves a relayed connection onto a direct one, is
+`holepunch.py`; reachability detection (AutoNAT) is `reachability.py`. The gossip dial loop and peer exchange (`connections.py`,
 `peer_exchange.py`) still pass on direct TCP addresses only.
 """
 
@@ -134,6 +134,7 @@ class Relaying:
             host, self._protocol, RelayConfig(roles=RelayRole.STOP, limits=RELAY_LIMITS)
         )
         self._reserved: dict[ID, str] = {}
+        self._state: dict[ID, bool] = {}  # each relay's last answer, for logging changes
         self.addresses: tuple[str, ...] = ()
         self._dialing: dict[ID, trio.Event] = {}
 
@@ -160,6 +161,13 @@ class Relaying:
             async with trio.open_nursery() as first:
                 for relay in self._relays:
                     first.start_soon(self._reserve, relay, nursery)
+            if self._relays and not self._reserved:
+                logger.warning(
+                    "no relay of %d holds a reservation for this node: peers that cannot "
+                    "dial it cannot reach it; it keeps asking (check p2p.relays, and that "
+                    "each relay runs with p2p.relay_service = true)",
+                    len(self._relays),
+                )
             task_status.started()
             for relay in self._relays:
                 nursery.start_soon(self._keep, relay, nursery)
@@ -188,13 +196,39 @@ class Relaying:
                 finally:
                     await close_quietly(stream)
         except NET_ERRORS as exc:
-            logger.info("no reservation on relay %s: %s", relay.peer_id, exc)
+            failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        else:
+            failure = "" if granted else "it refused (is p2p.relay_service on there?)"
+        self._log_change(relay, granted, failure)
         if granted:
             self._reserved[relay.peer_id] = circuit_addr(relay, self._host.get_id())
         else:
             self._reserved.pop(relay.peer_id, None)
         self.addresses = tuple(self._reserved.values())
         return granted
+
+    def _log_change(self, relay: Libp2pPeerInfo, granted: bool, failure: str) -> None:
+        """INFO when a relay grants a reservation; WARNING the first time it fails (and each
+        time a reservation is lost), DEBUG while it keeps failing."""
+        had = self._state.get(relay.peer_id)
+        self._state[relay.peer_id] = granted
+        where = f"{relay.addrs[0]}/p2p/{relay.peer_id}"
+        if granted and had is not True:
+            logger.info(
+                "relay %s holds a reservation for this node: peers reach it at %s",
+                where,
+                circuit_addr(relay, self._host.get_id()),
+            )
+        elif not granted and had is not False:
+            logger.warning(
+                "no reservation on relay %s: %s; peers reach this node through it only once "
+                "it answers (it asks again with backoff up to %.0f s)",
+                where,
+                failure,
+                BACKOFF_MAX_S,
+            )
+        elif not granted:
+            logger.debug("still no reservation on relay %s: %s", where, failure)
 
     async def connect(self, peer_id: ID, within: float) -> None:
         """Dial `peer_id` through a relay, for at most `within` s (and the dial timeout), if
@@ -241,13 +275,17 @@ class Relaying:
 
 
 class _HopStreamEofFilter(logging.Filter):
-    """Drops the relay's ERROR line for a client that closed its hop stream after its one
-    exchange (a reservation): the library reads on for another message and logs the EOF
-    as "Error reading from hop stream from <peer>: " with an empty reason."""
+    """Drops the relay's ERROR lines for a stream that simply ended: a client that closed
+    its hop stream after its one exchange (a reservation), for which the library reads on
+    and logs the EOF as "Error reading from hop stream from <peer>: " with an empty
+    reason, and a circuit one of whose ends closed ("Unexpected error reading from
+    stream: ", no reason either)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not (message.startswith("Error reading from hop stream") and message.endswith(": "))
+        return not message.endswith(": ") or not message.startswith(
+            ("Error reading from hop stream", "Unexpected error reading from stream")
+        )
 
 
 def quiet_hop_stream_eof() -> None:

@@ -44,6 +44,7 @@ PENALTY: dict[RefusalReason, float] = {
     RefusalReason.LOW_SCORE: 0.0,  # the penalties that put it there are enough
     RefusalReason.OVER_BUDGET: 1.0,
     RefusalReason.BAD_AUTONAT_REQUEST: 1.0,
+    RefusalReason.BAD_HOLE_PUNCH: 1.0,
 }
 
 

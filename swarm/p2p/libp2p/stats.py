@@ -41,6 +41,9 @@ class Libp2pStats(TransportStats):
     flow_control_violations: int = 0  # connections closed: peer wrote past our window
     connections_trimmed: int = 0  # idle connections closed to stay under max_connections
     dial_backs: int = 0  # AutoNAT: new connections opened to check that a peer is reachable
+    hole_punch_dials: int = 0  # hole punching: direct connections our punch dials opened
+    # hole punching: upgrades of relayed connections we started, by `holepunch.Outcome`
+    hole_punches: collections.Counter = field(default_factory=collections.Counter)
 
     def as_dict(self) -> dict:
         base = super().as_dict()
@@ -66,6 +69,8 @@ class Libp2pStats(TransportStats):
             flow_control_violations=self.flow_control_violations,
             connections_trimmed=self.connections_trimmed,
             dial_backs=self.dial_backs,
+            hole_punch_dials=self.hole_punch_dials,
+            hole_punches=dict(self.hole_punches),
         )
         return base
 
@@ -96,5 +101,6 @@ class Counters:
             snapshot.rejected = collections.Counter(self._stats.rejected)
             snapshot.handler_errors = collections.Counter(self._stats.handler_errors)
             snapshot.peer_rejections = collections.Counter(self._stats.peer_rejections)
+            snapshot.hole_punches = collections.Counter(self._stats.hole_punches)
         snapshot.inbox_dropped = inbox_dropped
         return snapshot

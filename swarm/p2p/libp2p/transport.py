@@ -37,10 +37,12 @@ from swarm.p2p.addresses import listen_problem, parse_listen
 from swarm.p2p.libp2p import host as hosting
 from swarm.p2p.libp2p.blobs import DEFAULT_MAX_BLOB_SIZE, BlobServer, check_blob_key, fetch_blob
 from swarm.p2p.libp2p.connections import DEFAULT_MAX_PEERS, Dialer
+from swarm.p2p.libp2p.dcutr import ObservedIps, direct_connections, relayed_connections
 from swarm.p2p.libp2p.framing import NET_ERRORS, STREAM_IO_TIMEOUT_S, close_quietly
 from swarm.p2p.libp2p.gossip import DEFAULT_MESH_DEGREE, MAX_MESSAGE_SIZE, Gossip
+from swarm.p2p.libp2p.holepunch import HolePunching
 from swarm.p2p.libp2p.network_thread import NetworkThread
-from swarm.p2p.libp2p.patches import abort_peer_connections
+from swarm.p2p.libp2p.patches import abort_peer_connections, keep_observed_ips
 from swarm.p2p.libp2p.peer_costs import Cost, CostSettings, PeerCosts
 from swarm.p2p.libp2p.peer_exchange import PeerExchange
 from swarm.p2p.libp2p.publish import PUBLISH_WAIT_S, Outbox
@@ -81,6 +83,7 @@ class _Network:
     peer_exchange: PeerExchange
     relaying: Relaying
     autonat: AutoNat
+    holepunch: HolePunching
     busy: Callable[[ID], bool]  # a connection not to close: a fetch running, or a relay's
 
 
@@ -129,6 +132,9 @@ class Libp2pTransport(Transport):
         autonat_interval: seconds between reachability checks (AutoNAT, `reachability.py`:
             connected peers dial us back; a node they cannot reach hands out only its
             circuit addresses); 0: never check (the dial-back service still runs).
+        hole_punch: move each peer that reaches us through a relay onto a direct
+            connection (DCUtR, `holepunch.py`; needs a listen port). Peers' requests are
+            answered either way.
     """
 
     def __init__(
@@ -156,6 +162,7 @@ class Libp2pTransport(Transport):
         relays: Sequence[str] = (),
         announce: Sequence[str] = (),
         autonat_interval: float = CHECK_INTERVAL_S,
+        hole_punch: bool = True,
     ) -> None:
         if max_message_size <= 0:
             raise TransportError("max_message_size must be positive")
@@ -173,6 +180,7 @@ class Libp2pTransport(Transport):
         if autonat_interval < 0:
             raise TransportError("autonat_interval must be 0 (off) or positive")
         self._autonat_interval = float(autonat_interval)
+        self._hole_punch = hole_punch
         self._psk = hosting.parse_psk(psk)
         self._costs = PeerCosts(cost_settings)
         self._policy = hosting.AccessPolicy(
@@ -297,6 +305,18 @@ class Libp2pTransport(Transport):
             first_check=min(FIRST_CHECK_S, self._autonat_interval or FIRST_CHECK_S),
         )
 
+        observed = ObservedIps()
+        keep_observed_ips(host, observed)
+        holepunch = HolePunching(
+            host,
+            self._policy,
+            self._counters,
+            observed,
+            relays=[r.peer_id for r in self._relays],
+            announce=[str(a) for a in self._announce],
+            enabled=self._hole_punch,
+        )
+
         # Pubsub registers its stream handlers and connection notifee first, as it always has.
         gossip = Gossip(
             host,
@@ -320,6 +340,7 @@ class Libp2pTransport(Transport):
         peer_exchange = PeerExchange(host, self._policy, dialer, self._counters)
         self._blobs.register(host, gossip.refuse)
         autonat.register(gossip.refuse)
+        holepunch.register(gossip.refuse)
         if self._answer_peer_exchange:
             peer_exchange.register()
         # Every connection is checked (allow-list, cost bans) and billed to its peer.
@@ -336,6 +357,7 @@ class Libp2pTransport(Transport):
             peer_exchange=peer_exchange,
             relaying=relaying,
             autonat=autonat,
+            holepunch=holepunch,
             busy=busy,
         )
 
@@ -349,6 +371,7 @@ class Libp2pTransport(Transport):
             nursery.start_soon(net.peer_exchange.run)
         if self._autonat_interval > 0:
             nursery.start_soon(net.autonat.run)
+        nursery.start_soon(net.holepunch.run)
 
     def _on_flow_violation(self, peer_id: ID) -> None:
         """A peer wrote past a stream's receive window: count, record, penalise, disconnect."""
@@ -502,6 +525,16 @@ class Libp2pTransport(Transport):
             raise TransportError("the transport is not started")
         direct = [] if net.autonat.status == Reachability.PRIVATE else self._listen_addrs
         return list(net.relaying.addresses) + list(direct)
+
+    def connection_kinds(self, peer_id: str) -> list[str]:
+        """How we are connected to `peer_id`: "direct" or "relayed" for each open connection."""
+        target = _parse_peer_id(peer_id)
+        return self._thread.call_sync(self._connection_kinds, target)
+
+    def _connection_kinds(self, peer_id: ID) -> list[str]:
+        host = self._running_net().host
+        relayed = relayed_connections(host, peer_id)
+        return ["relayed"] * len(relayed) + ["direct"] * len(direct_connections(host, peer_id))
 
     def reachability(self) -> Reachability:
         """Whether peers can dial this node, as its last AutoNAT check found."""

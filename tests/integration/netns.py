@@ -1,0 +1,134 @@
+"""Two homes, each behind its own NAT router, and an "internet" between them, built from
+Linux network namespaces for one test and removed after it, whatever happens.
+
+    inet    bridge 10.77.0.1/24 (the relay and public peers listen here)
+      |-- nat1   wan 10.77.0.2, lan 192.168.1.1   -- home1  192.168.1.2
+      '-- nat2   wan 10.77.0.3, lan 192.168.2.1   -- home2  192.168.2.2
+
+Each router masquerades its home's traffic (iptables MASQUERADE, which keeps the source
+port when it can, as most home routers do) and drops what arrives from the internet
+unasked (conntrack state NEW): a home can dial out, nobody can dial in. All addresses
+live inside the namespaces; the machine's own network is not touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+INET_IP = "10.77.0.1"
+WAN_IPS = {1: "10.77.0.2", 2: "10.77.0.3"}
+HOME_IPS = {1: "192.168.1.2", 2: "192.168.2.2"}
+
+
+@dataclass(frozen=True)
+class Topology:
+    inet: str  # namespace names
+    nats: dict[int, str]
+    homes: dict[int, str]
+
+    def exec_prefix(self, namespace: str) -> list[str]:
+        return ["ip", "netns", "exec", namespace]
+
+
+def _run(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True, text=True, timeout=20)
+
+
+def unavailable() -> str | None:
+    """Why the topology cannot be built here (None: it can)."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    missing = [t for t in ("ip", "iptables") if shutil.which(t) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed (scripts/setup.sh installs iproute2 and iptables as root)"
+    probe = f"swprobe{os.getpid()}"
+    try:
+        _run("ip", "netns", "add", probe)
+        _run("ip", "netns", "exec", probe, "iptables", "-t", "nat", "-L", "-n")
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        detail = getattr(exc, "stderr", "") or str(exc)
+        return f"network namespaces or iptables do not work here: {detail.strip()[:200]}"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=20)
+    return None
+
+
+@contextlib.contextmanager
+def nat_topology() -> Iterator[Topology]:
+    tag = f"sw{os.getpid() % 100000}"
+    topo = Topology(
+        inet=f"{tag}inet",
+        nats={i: f"{tag}nat{i}" for i in (1, 2)},
+        homes={i: f"{tag}home{i}" for i in (1, 2)},
+    )
+    made: list[str] = []
+    try:
+        for ns in (topo.inet, *topo.nats.values(), *topo.homes.values()):
+            _run("ip", "netns", "add", ns)
+            made.append(ns)
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+        inet = topo.inet
+        _run("ip", "-n", inet, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", inet, "addr", "add", f"{INET_IP}/24", "dev", "br0")
+        _run("ip", "-n", inet, "link", "set", "br0", "up")
+        for i in (1, 2):
+            _build_home(topo, i)
+        yield topo
+    finally:
+        for ns in reversed(made):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+
+
+def _build_home(topo: Topology, i: int) -> None:
+    inet, nat, home = topo.inet, topo.nats[i], topo.homes[i]
+    # the router's wan side on the internet's bridge
+    _run(
+        "ip",
+        "-n",
+        nat,
+        "link",
+        "add",
+        "wan",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        f"b{i}",
+        "netns",
+        inet,
+    )
+    _run("ip", "-n", inet, "link", "set", f"b{i}", "master", "br0", "up")
+    _run("ip", "-n", nat, "addr", "add", f"{WAN_IPS[i]}/24", "dev", "wan")
+    _run("ip", "-n", nat, "link", "set", "wan", "up")
+    # the home behind it
+    _run(
+        "ip", "-n", nat, "link", "add", "lan", "type", "veth", "peer", "name", "eth0", "netns", home
+    )
+    _run("ip", "-n", nat, "addr", "add", f"192.168.{i}.1/24", "dev", "lan")
+    _run("ip", "-n", nat, "link", "set", "lan", "up")
+    _run("ip", "-n", home, "addr", "add", f"{HOME_IPS[i]}/24", "dev", "eth0")
+    _run("ip", "-n", home, "link", "set", "eth0", "up")
+    _run("ip", "-n", home, "route", "add", "default", "via", f"192.168.{i}.1")
+    # routing, masquerading, and no unasked traffic in
+    ipt = ["ip", "netns", "exec", nat, "iptables"]
+    _run("ip", "netns", "exec", nat, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    _run(*ipt, "-t", "nat", "-A", "POSTROUTING", "-o", "wan", "-j", "MASQUERADE")
+    for chain in ("INPUT", "FORWARD"):
+        _run(
+            *ipt,
+            "-A",
+            chain,
+            "-i",
+            "wan",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW,INVALID",
+            "-j",
+            "DROP",
+        )
