@@ -9,6 +9,12 @@ ending by the round's deadline. Every fetch carries a `SizeCap`: a peer that ann
 bytes than the blob may have is refused on its response header, before a byte of the blob
 is read (a group's announced size, a list's or a view's protocol limit).
 
+A server runs at most `MAX_FETCHES_PER_PEER` fetches of one peer at once and refuses (and
+bills) more; the fetcher opens at most `FETCHES_PER_PEER` at once to one peer (one shared limit,
+`swarm.wire.streams`), so an honest node pulling many groups from one sender is never refused.
+Requests are started one peer at a time in turn, so a peer with many of them does not hold
+every worker.
+
 In-memory transports answer at once from the same thread, so they are fetched in turn.
 
 Deliberately not here: what a failed or refused fetch means (`swarm.exchange.pull`).
@@ -16,15 +22,18 @@ Deliberately not here: what a failed or refused fetch means (`swarm.exchange.pul
 
 from __future__ import annotations
 
+import collections
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from dataclasses import dataclass
 
 from swarm.core.errors import FetchTooSlow, RejectedMessage, TransportError
 from swarm.core.reasons import Reason
 from swarm.p2p.transport import FetchLimits, MemoryTransport, Transport
+from swarm.wire.streams import FETCHES_PER_PEER
 
 
 class SizeCap:
@@ -85,6 +94,7 @@ class Fetcher:
         inner = getattr(transport, "inner", transport)  # a `TopicTap` wraps the real one
         threaded = parallel > 1 and not isinstance(inner, MemoryTransport)
         self._pool = ThreadPoolExecutor(parallel, "pull-fetch") if threaded else None
+        self.per_peer = FETCHES_PER_PEER
 
     def close(self) -> None:
         if self._pool is not None:
@@ -94,12 +104,27 @@ class Fetcher:
         """One `Outcome` per request, in order, all by `deadline` (a `monotonic` time)."""
         if self._pool is None:
             return [self._one(r, deadline) for r in requests]
-        futures = [self._pool.submit(self._one, r, deadline) for r in requests]
-        wait_all(futures, timeout=max(0.0, deadline - self.monotonic()) + 1.0)
+        futures: dict[int, Future] = {}
+        slots = {r.peer: threading.BoundedSemaphore(self.per_peer) for r in requests}
+        for i in interleaved(requests):
+            request = requests[i]
+            futures[i] = self._pool.submit(self._limited, request, slots[request.peer], deadline)
+        wait_all(futures.values(), timeout=max(0.0, deadline - self.monotonic()) + 1.0)
         return [
             f.result() if f.done() else Outcome(r, error=FetchTooSlow("past the round's deadline"))
-            for f, r in zip(futures, requests, strict=True)
+            for f, r in ((futures[i], r) for i, r in enumerate(requests))
         ]
+
+    def _limited(
+        self, request: Request, slot: threading.BoundedSemaphore, deadline: float
+    ) -> Outcome:
+        """`_one` once fewer than `per_peer` fetches to its peer run (by `deadline`)."""
+        if not slot.acquire(timeout=max(0.0, deadline - self.monotonic())):
+            return Outcome(request, error=FetchTooSlow("no fetch slot for the peer in time"))
+        try:
+            return self._one(request, deadline)
+        finally:
+            slot.release()
 
     def _one(self, request: Request, deadline: float) -> Outcome:
         left = min(self.fetch_timeout_s, deadline - self.monotonic())
@@ -114,3 +139,16 @@ class Fetcher:
         except (TransportError, RejectedMessage) as e:
             return Outcome(request, error=e)
         return Outcome(request, data=data)
+
+
+def interleaved(requests: Sequence[Request]) -> list[int]:
+    """Indices of `requests`, one peer's in turn (first requests of each peer first)."""
+    by_peer: dict[str, collections.deque[int]] = {}
+    for i, request in enumerate(requests):
+        by_peer.setdefault(request.peer, collections.deque()).append(i)
+    order: list[int] = []
+    queues = list(by_peer.values())
+    while queues:
+        order += [q.popleft() for q in queues]
+        queues = [q for q in queues if q]
+    return order

@@ -30,6 +30,13 @@ PX_MAX_PEERS = 64  # entries in one answer
 PX_MAX_ADDRS = 4  # addresses per entry
 PX_MAX_RESPONSE = 64 * 1024
 MAX_BLOB_KEY_BYTES = 1024  # a request's key, UTF-8
+# Blob fetches one peer may have running at once at a server; more are reset and recorded
+# (`blob_fetch_limit`, billed to the peer's cost budget).
+MAX_FETCHES_PER_PEER = 4
+# Blob fetches a node opens at once to one peer: half the server's limit, so that fetches that
+# ended on our side but not yet on the server's (it closes a stream after its last write) never
+# push a new one over it. Both sides read these two: one shared limit.
+FETCHES_PER_PEER = MAX_FETCHES_PER_PEER // 2
 FRAME_LENGTH = struct.Struct(">I")  # a length-prefixed frame: u32 big-endian, then the bytes
 BLOB_RESPONSE = struct.Struct(">BQ")  # status, then the blob's length (u64 big-endian)
 

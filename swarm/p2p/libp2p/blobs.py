@@ -9,9 +9,10 @@ Every write and read is bounded in time, so a stalled peer ends its own exchange
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import trio
 from libp2p.abc import IHost, INetStream
@@ -48,8 +49,9 @@ BLOB_PROTOCOL = TProtocol(wire_streams.BLOB_PROTOCOL)
 # is shared). It equals Yamux's initial stream window.
 BLOB_CHUNK = 256 * 1024
 # Fetches one peer may have running at once; more are reset, counted and recorded (a peer
-# that opens many fetches and reads none pinned +350 MB before this limit).
-MAX_FETCHES_PER_PEER = 4
+# that opens many fetches and reads none pinned +350 MB before this limit). Our own fetches
+# to one peer stay below it (`FetchSlots`, `wire_streams.FETCHES_PER_PEER`).
+MAX_FETCHES_PER_PEER = wire_streams.MAX_FETCHES_PER_PEER
 MAX_BLOB_KEY = wire_streams.MAX_BLOB_KEY_BYTES
 DEFAULT_MAX_BLOB_SIZE = 1024 * 1024 * 1024
 
@@ -57,6 +59,30 @@ DEFAULT_MAX_BLOB_SIZE = 1024 * 1024 * 1024
 def check_blob_key(key: str) -> None:
     if len(key.encode("utf-8")) > MAX_BLOB_KEY:
         raise TransportError(f"a blob key is at most {MAX_BLOB_KEY} bytes")
+
+
+class FetchSlots:
+    """Our fetches to each peer at once, at most `per_peer` (network thread): an honest
+    fetcher never opens more than a server accepts (`MAX_FETCHES_PER_PEER`), so it is never
+    refused, nor billed for a refusal. A fetch waits for a slot within its own timeout."""
+
+    def __init__(self, per_peer: int = wire_streams.FETCHES_PER_PEER) -> None:
+        self.per_peer = per_peer
+        self._slots: dict[ID, trio.Semaphore] = {}
+        self._users: collections.Counter[ID] = collections.Counter()
+
+    @contextlib.asynccontextmanager
+    async def slot(self, peer_id: ID) -> AsyncIterator[None]:
+        slots = self._slots.setdefault(peer_id, trio.Semaphore(self.per_peer))
+        self._users[peer_id] += 1
+        try:
+            async with slots:
+                yield
+        finally:
+            self._users[peer_id] -= 1
+            if self._users[peer_id] <= 0:  # nobody holds or waits for one: forget the peer
+                del self._users[peer_id]
+                del self._slots[peer_id]
 
 
 class BlobServer:

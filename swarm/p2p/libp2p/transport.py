@@ -31,11 +31,17 @@ from libp2p.custom_types import TProtocol
 from libp2p.exceptions import BaseLibp2pError
 from libp2p.peer.id import ID
 
-from swarm.core.errors import ConfigError, TransportError
+from swarm.core.errors import ConfigError, FetchTooSlow, TransportError
 from swarm.core.identity import peer_id_of
 from swarm.p2p.addresses import listen_problem, parse_listen
 from swarm.p2p.libp2p import host as hosting
-from swarm.p2p.libp2p.blobs import DEFAULT_MAX_BLOB_SIZE, BlobServer, check_blob_key, fetch_blob
+from swarm.p2p.libp2p.blobs import (
+    DEFAULT_MAX_BLOB_SIZE,
+    BlobServer,
+    FetchSlots,
+    check_blob_key,
+    fetch_blob,
+)
 from swarm.p2p.libp2p.connections import DEFAULT_MAX_PEERS, Dialer
 from swarm.p2p.libp2p.dcutr import ObservedIps, direct_connections, relayed_connections
 from swarm.p2p.libp2p.framing import NET_ERRORS, STREAM_IO_TIMEOUT_S, close_quietly
@@ -203,6 +209,7 @@ class Libp2pTransport(Transport):
         self._counters = Counters()
         self._rejections = RefusalRecorder(self._counters)
         self._blobs = BlobServer(self._policy, self._counters)
+        self._fetch_slots = FetchSlots()  # our fetches to one peer at once, below its limit
         self._trimmer = (
             ConnectionTrimmer(max_connections, self._counters) if max_connections > 0 else None
         )
@@ -401,10 +408,18 @@ class Libp2pTransport(Transport):
         self, peer_id: ID, key: str, timeout: float, limits: FetchLimits | None
     ) -> bytes:
         net = self._running_net()
-        host = net.host
         began = trio.current_time()
-        await self._reach(net, peer_id, timeout)
-        timeout = max(timeout - (trio.current_time() - began), 0.0)
+        with trio.move_on_after(timeout):  # a slot below the peer's limit, within the timeout
+            async with self._fetch_slots.slot(peer_id):
+                await self._reach(net, peer_id, timeout)
+                left = max(timeout - (trio.current_time() - began), 0.0)
+                return await self._fetch_now(net, peer_id, key, left, limits)
+        raise FetchTooSlow(f"no fetch slot for {peer_id} within {timeout} s")
+
+    async def _fetch_now(
+        self, net: _Network, peer_id: ID, key: str, timeout: float, limits: FetchLimits | None
+    ) -> bytes:
+        host = net.host
         if self._trimmer is not None:
             self._trimmer.touch(peer_id)
         data = await fetch_blob(host, peer_id, key, timeout, self._max_blob_size, limits)
