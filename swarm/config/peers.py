@@ -94,7 +94,8 @@ class P2PSection:
     )
     cost_graylist_at: float = opt(
         3000.0,
-        "A peer whose cost passes this has its RPCs dropped unparsed until it falls back under.",
+        "A peer whose cost passes this has its RPCs dropped unparsed until it falls back under. "
+        "Above what one honest peer costs at once (a connection, a stream, a message of the largest size: 22).",
         min=1.0,
     )
     cost_ban_at: float = opt(
@@ -142,21 +143,26 @@ class VerifySection:
         min=0.0,
         max=1.0,
     )
+    # In the four rate keys 0 means the same: that limit is off.
     rate_groups_per_s: float = opt(
-        100.0, "Sustained groups per second a peer may send (refill of its rate limit).", min=0.0
+        100.0,
+        "Sustained groups per second a peer may send (refill of its rate limit; 0: no group rate limit).",
+        min=0.0,
     )
     rate_burst: int = opt(
-        4096, "Groups a peer may send at once (size of its rate-limit bucket).", min=1
+        4096,
+        "Groups a peer may send at once (size of its rate-limit bucket; 0: no group rate limit).",
+        min=0,
     )
     rate_bytes_per_s: float = opt(
         262144.0,
-        "Sustained bytes of group bodies a peer may send per second (refill of its byte budget; a real model's round of 8 long groups a few minutes apart is a few tens of KB/s).",
+        "Sustained bytes of group bodies a peer may send per second (refill of its byte budget; a real model's round of 8 long groups a few minutes apart is a few tens of KB/s; 0: no byte limit).",
         min=0.0,
     )
     rate_bytes_burst: int = opt(
-        0,
-        "Bytes of group bodies a peer may send at once (its byte bucket). 0: auto, two of our own rounds at 16 bytes a token (generation questions x completions x max_new_tokens), at least 8 MiB.",
-        min=0,
+        -1,
+        "Bytes of group bodies a peer may send at once (its byte bucket; at least the largest group a peer may send, 4 MiB). -1: auto, two of our own rounds at 16 bytes a token (generation questions x completions x max_new_tokens), at least 8 MiB; 0: no byte limit.",
+        min=-1,
     )
     copycat_overlap: float = opt(
         0.75,

@@ -10,6 +10,13 @@ from swarm.config.peers import WORKER_BASE_MB
 from swarm.config.schema import Config
 from swarm.core.errors import ConfigError
 from swarm.p2p.addresses import PEER_ID_PATTERN
+from swarm.wire.limits import MAX_GROUP_BYTES, MAX_MESSAGE_BYTES, MAX_PULLED_GROUP_BYTES
+
+# What one honest peer costs at once in its cost budget (`swarm.p2p.libp2p.peer_costs.UNITS`):
+# a connection (10), a stream (2), one RPC (1) carrying one gossip message (1) of the largest
+# size (16 a MiB). `peer_costs.honest_peer_cost` is the same sum (tests check they agree).
+HONEST_PEER_COST = 10.0 + 2.0 + 1.0 + 1.0 + 16.0 * MAX_MESSAGE_BYTES / 2**20
+AUTO_BYTE_BURST = -1  # verify.rate_bytes_burst: derived from our own rounds
 
 
 def check_cross_field(config: Config, origin) -> None:
@@ -42,6 +49,7 @@ def check_cross_field(config: Config, origin) -> None:
         weight = entry.get("weight", 1.0)
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
             raise ConfigError(f"{source}: tasks.mix[{i}].weight must be a positive number")
+    _check_budgets(config, origin)
     if config.p2p.cost_ban_at <= config.p2p.cost_graylist_at:
         raise ConfigError(
             f"{origin('p2p', 'cost_ban_at')}: p2p.cost_ban_at ({config.p2p.cost_ban_at:g}) must be "
@@ -68,6 +76,42 @@ def check_cross_field(config: Config, origin) -> None:
         raise ConfigError(
             f"{origin('generation', 'temperature', 'node.role')}: generation.temperature = 0 gives every group equal rewards and GRPO nothing to learn"
         )
+
+
+def _check_budgets(config: Config, origin) -> None:
+    """Budgets that would graylist, ban or starve an honest peer sending one connection and
+    one group of the largest allowed size are refused, each in one line with the fix."""
+    p2p, v = config.p2p, config.verify
+    for key in ("cost_graylist_at", "cost_ban_at"):
+        value = getattr(p2p, key)
+        if value <= HONEST_PEER_COST:
+            raise ConfigError(
+                f"{origin('p2p', key)}: p2p.{key} ({value:g}) would punish every peer: one "
+                f"connection and one message of the largest size already cost "
+                f"{HONEST_PEER_COST:g}; set it above that (default "
+                f"{3000 if key == 'cost_graylist_at' else 6000})"
+            )
+    largest = MAX_PULLED_GROUP_BYTES if p2p.exchange == "pull" else MAX_GROUP_BYTES
+    burst = v.rate_bytes_burst
+    if burst != AUTO_BYTE_BURST and 0 < burst < largest:
+        raise ConfigError(
+            f"{origin('verify', 'rate_bytes_burst')}: verify.rate_bytes_burst ({burst}) is "
+            f"smaller than the largest group a peer may send ({largest} bytes with p2p.exchange "
+            f"= {p2p.exchange!r}), so no such group would ever pass; set it to at least "
+            f"{largest}, or -1 (automatic) or 0 (off)"
+        )
+    # a refill slower than one (largest) group per verify.max_age_s starves any sender: its
+    # next group is too old by the time it may pass
+    window = v.max_age_s or 3600.0
+    for key, need in (("rate_bytes_per_s", largest), ("rate_groups_per_s", 1)):
+        rate = getattr(v, key)
+        if 0 < rate < need / window:
+            raise ConfigError(
+                f"{origin('verify', key)}: verify.{key} ({rate:g}) refills one group of the "
+                f"largest size ({need} {'bytes' if need > 1 else 'group'}) more slowly than "
+                f"verify.max_age_s ({window:g} s): set it to at least {need / window:.4g}, "
+                f"or 0 (off)"
+            )
 
 
 def _check_sync(config: Config, origin) -> None:

@@ -89,7 +89,11 @@ class VerifySettings:
             rate_groups_per_s=v.rate_groups_per_s,
             rate_burst=v.rate_burst,
             rate_bytes_per_s=v.rate_bytes_per_s,
-            rate_bytes_burst=v.rate_bytes_burst or auto_byte_burst(config.generation),
+            rate_bytes_burst=(
+                auto_byte_burst(config.generation)
+                if v.rate_bytes_burst == AUTO
+                else v.rate_bytes_burst
+            ),
             copycat_overlap=v.copycat_overlap,
             recheck_signatures=v.recheck_signatures,
             task_catalogue=task_catalogue(config),
@@ -100,11 +104,12 @@ class VerifySettings:
 
 
 BYTES_PER_TOKEN = 16  # a completion's text and token ids on the wire, generously
+AUTO = -1  # verify.rate_bytes_burst: derived from our own rounds (0 turns a rate key off)
 MIN_BYTE_BURST = 8 * 1024 * 1024
 
 
 def auto_byte_burst(generation) -> int:
-    """`verify.rate_bytes_burst = 0`: what two of our own rounds would send, at least 8 MiB."""
+    """`verify.rate_bytes_burst = -1`: what two of our own rounds would send, at least 8 MiB."""
     g = generation
     tokens = g.questions_per_round * g.completions_per_question * g.max_new_tokens
     return max(MIN_BYTE_BURST, 2 * tokens * BYTES_PER_TOKEN)

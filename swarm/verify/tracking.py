@@ -82,7 +82,8 @@ class TokenBucket:
 
 
 class RateLimits:
-    """One token bucket per sender (created full), at most `max_peers` remembered."""
+    """One token bucket per sender (created full), at most `max_peers` remembered. A `rate`
+    or `burst` of 0 turns the limit off (as 0 does in every `verify.rate_*` key)."""
 
     def __init__(self, rate: float, burst: float, max_peers: int = 100_000):
         self.rate, self.burst, self.max_peers = rate, burst, max_peers
@@ -90,6 +91,8 @@ class RateLimits:
 
     def allows(self, sender: str, n: int, now: float, rate_factor: float = 1.0) -> bool:
         """Whether `sender` may send `n` more groups now (taking them from its bucket if so)."""
+        if self.rate <= 0 or self.burst <= 0:
+            return True  # off
         bucket = self._buckets.get(sender)
         if bucket is None:
             bucket = self._buckets[sender] = TokenBucket(self.burst, self.rate, self.burst, now)

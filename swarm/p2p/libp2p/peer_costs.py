@@ -57,6 +57,15 @@ UNITS: dict[Cost, float] = {
 MAX_TRACKED = 4096  # peers remembered; the quietest are forgotten first
 
 
+def honest_peer_cost(message_bytes: int) -> float:
+    """What one honest peer costs at once: a connection, a stream, and one RPC carrying one
+    gossip message of `message_bytes`. A graylist or ban level at or below it would punish
+    any peer; `swarm.config.validate` refuses such a config (it mirrors this sum, without
+    importing libp2p; a test checks the two agree)."""
+    rpc = UNITS[Cost.RPC] + UNITS[Cost.RPC_MIB] * message_bytes / 2**20 + UNITS[Cost.MESSAGE]
+    return UNITS[Cost.CONNECTION] + UNITS[Cost.STREAM] + rpc
+
+
 class Verdict(enum.Enum):
     OK = "ok"
     GRAYLISTED = "graylisted"  # over graylist_at: drop its RPCs unparsed
