@@ -135,7 +135,8 @@ def replay(
         typer.Option(
             help="Write the verified groups to this JSONL file, one record per completion: prompt "
             "(formatted for policy.model), completion, ground_truth, reward, advantage and "
-            "where it came from; loads with datasets and TRL as it is."
+            "where it came from; loads with datasets and TRL as it is. With no group to "
+            "export, nothing is written and one line says why."
         ),
     ] = None,
     swarm_id: Annotated[
@@ -167,14 +168,17 @@ def replay(
     recomputed rewards.
 
     Needs no network and no run folder: a ledger copied from another machine is enough.
-    Optionally export what passes, or train a fresh model on it.
+    Groups the ledger holds no bytes of are counted apart, not as failures: sent or accepted
+    ones whose bytes its retention pruned (ledger.keep_bodies_days, ledger.max_mb), and
+    rejected ones refused before their bytes were fetched or decoded. Optionally export
+    what passes, or train a fresh model on it.
     """
     import json
 
     from rich.console import Console
     from rich.progress import Progress
 
-    from swarm.ops.replay import count_rows, verify_ledger
+    from swarm.ops.replay import count_rows, empty_export_reason, verify_ledger
     from swarm.verify.rescore_pool import RescoreWorker, WorkerSettings
 
     cfg = load(config, sets, _run_dir_flag(run_dir))
@@ -199,13 +203,11 @@ def replay(
             rescorer.close()
     result: dict = {"ledger": url, "verify": report.as_dict()}
     if not json_out:
-        failed = ", ".join(f"{r} {n}" for r, n in report.failed_by_reason.most_common()) or "none"
-        typer.echo(
-            f"{report.total} stored groups: {report.passed} pass, {report.total - report.passed} "
-            f"fail ({failed}); "
-            f"{report.trainable} distinct sent or accepted groups verified"
-        )
+        typer.echo(report.summary())
     if export is not None:
+        empty = empty_export_reason(report, swarm_id)
+        if empty:
+            raise SwarmError(f"nothing to export, {export} not written: {empty}")
         result["export"] = _export(export, groups, cfg, json_out)
     if train:
         result["train"] = _train(groups, cfg, passes, eval_size, err, json_out)

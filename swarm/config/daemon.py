@@ -67,7 +67,7 @@ class LedgerSection:
         0.0,
         "Drop the signed bytes of accepted groups older than this many days, keeping their "
         "rows and figures (0: keep them; never those younger than verify.max_age_s, which a "
-        "restart reads back). Replay reports such a group as no_body.",
+        "restart reads back). Replay counts such a group as body_pruned.",
         min=0.0,
     )
     max_mb: int = opt(

@@ -84,7 +84,9 @@ class Reason(enum.StrEnum):
     NON_FINITE = "non_finite"  # a payload that would write NaN or infinite weights
     BROKEN_MODEL = "broken_model"  # applied, the model's forward pass gave non-finite logits
     # Re-verifying stored groups offline (`swarm.ops.replay`): what the ledger itself got wrong.
-    NO_BODY = "no_body"  # the ledger kept no bytes of the message
+    # Rows without bytes cannot be re-verified, and are not failures: replay counts them apart.
+    BODY_PRUNED = "body_pruned"  # a sent or accepted group's bytes, dropped by ledger retention
+    NEVER_STORED = "never_stored"  # refused before its bytes were fetched or decoded: none kept
     HASH_MISMATCH = "hash_mismatch"  # the stored body does not hash to its recorded content hash
     # A code this version does not know, read back from a ledger written by another one.
     UNKNOWN = "unknown"

@@ -14,7 +14,7 @@ their signed bytes (`body`, `signature`), by far the largest part of a busy swar
 are dropped once older than `ledger.keep_bodies_days`, and, while the ledger is still over
 `max_mb` once everything above is gone, oldest first. Never those of the last
 `verify.max_age_s` (a restarted node reads them back for duplicates and nonces); `swarm-node
-replay` reports a group without its bytes as `no_body`.
+replay` counts a group without its bytes as `body_pruned` (not a failure).
 
 Never pruned: rounds, updates, evaluations, accepted groups' rows and their uses, bans and
 peers: what `export`, `status` and the contribution reports read. A ledger still over
