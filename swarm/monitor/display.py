@@ -207,6 +207,12 @@ def eval_line(report: EvalReport) -> str:
     )
 
 
+def shown_model(identity: str, source: str) -> str:
+    """A node's model as its operator reads it: the identity peers see (`name@hash`), then
+    where it was loaded from (`policy.model`) when the identity does not already say so."""
+    return identity if source in identity else f"{identity} (from {source})"
+
+
 def header_lines(info: RunInfo) -> list[str]:
     """What both reporters print once when a node starts."""
     until = f"until round {info.target_rounds}" if info.target_rounds else "until stopped"

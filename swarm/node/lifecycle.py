@@ -26,6 +26,7 @@ from swarm.monitor.display import (
     RoundReport,
     RunInfo,
     SwarmSample,
+    shown_model,
 )
 from swarm.monitor.logs import NodeLog
 from swarm.node.assembly import claim_run_folder, write_node_info
@@ -133,7 +134,7 @@ class Node:
         self.reporter.start(
             RunInfo(
                 name=self.config.node.name,
-                model=self.config.policy.model,
+                model=shown_model(self.policy.model_id, self.config.policy.model),
                 device=str(self.policy.device),
                 run_dir=str(self.config.run_dir),
                 peer_id=self.peer_id,

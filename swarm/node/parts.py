@@ -310,6 +310,7 @@ def resume(
                 "use another node.run_dir"
             )
         set_meta(session, "model", model_name)
+        set_meta(session, "model_identity", policy.model_id)  # as peers see it: name@hash
         set_meta(session, "node_name", config.node.name)
         if path is None:
             supersede_after(session, -1)

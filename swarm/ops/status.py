@@ -10,7 +10,22 @@ import json
 from rich.console import Console
 from rich.table import Table
 
+from swarm.config.preflight import OBSERVER_MODEL
 from swarm.ledger import Ledger, get_meta, last_round, latest_evals, latest_rounds, update_totals
+from swarm.monitor.display import shown_model
+
+IDENTITY_KEY = "model_identity"  # the ledger's meta key for the node's model as peers see it
+
+
+def model_shown(model: str | None, identity: str | None) -> str:
+    """The node's model in a view's header: its identity (`name@hash`, what peers see) and
+    where it was loaded from; a ledger written before identities were recorded (or an
+    observer's, which has no model) shows what it recorded."""
+    if identity and model:
+        return shown_model(identity, model)
+    if model and model != OBSERVER_MODEL:
+        return f"{model} (its name@hash is recorded when the node next starts)"
+    return str(model)
 
 
 def collect_status(url: str, last: int = 10) -> dict:
@@ -24,6 +39,7 @@ def collect_status(url: str, last: int = 10) -> dict:
                 "ledger": url,
                 "node_name": get_meta(session, "node_name"),
                 "model": get_meta(session, "model"),
+                "model_identity": get_meta(session, IDENTITY_KEY),
                 "last_round": last_round(session),
                 "updates": update_totals(session),
                 "rounds": [
@@ -70,7 +86,7 @@ def show_status(
         return
     updates = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(data["updates"].items()))
     console.print(
-        f"node {data['node_name']} · model {data['model']} · last round {data['last_round']} · updates: {updates}"
+        f"node {data['node_name']} · model {model_shown(data['model'], data['model_identity'])} · last round {data['last_round']} · updates: {updates}"
     )
     table = Table(title="latest rounds", header_style="bold")
     for column in (

@@ -24,6 +24,7 @@ from swarm.ops.contributions import (
     own_contribution,
     peer_contributions,
 )
+from swarm.ops.status import IDENTITY_KEY, model_shown
 
 
 def collect(url: str, window: Window, sort: str) -> dict:
@@ -37,6 +38,7 @@ def collect(url: str, window: Window, sort: str) -> dict:
                 "ledger": url,
                 "node_name": get_meta(session, "node_name"),
                 "model": get_meta(session, "model"),
+                "model_identity": get_meta(session, IDENTITY_KEY),
                 "groups_in_ledger": group_count(session),
                 "window": {"since": window.since, "until": window.until},
                 "peers": [p.as_dict() for p in peers],
@@ -199,7 +201,8 @@ def _header(data: dict) -> str:
     span = ""
     if window["since"] is not None or window["until"] is not None:
         span = f" · window {_when(window['since']) or 'start'} → {_when(window['until']) or 'now'}"
-    return f"node {data['node_name']} · model {data['model']} · {data['groups_in_ledger']} groups in ledger{span}"
+    model = model_shown(data["model"], data["model_identity"])
+    return f"node {data['node_name']} · model {model} · {data['groups_in_ledger']} groups in ledger{span}"
 
 
 def plot_contributions(url: str, window: Window, path: Path) -> int:
