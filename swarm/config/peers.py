@@ -15,7 +15,9 @@ class P2PSection:
     swarm_id: str = opt("swarm-local", "Name of the swarm; messages of other swarms are rejected.")
     listen: str = opt(
         "/ip4/127.0.0.1/tcp/0",
-        "Multiaddr to listen on (tcp/0: any free port; /ip4/0.0.0.0 to accept remote peers).",
+        "Multiaddr to listen on (tcp/0: any free port; /ip4/0.0.0.0 to accept remote peers; "
+        "'': listen on nothing, reached only through p2p.relays). Behind NAT keep a fixed port: "
+        "hole punching dials from it.",
     )
     bootstrap: list = opt(
         [], "Multiaddrs (/ip4/.../tcp/.../p2p/12D3KooW...) of peers to join through."
@@ -58,14 +60,21 @@ class P2PSection:
     )
     relays: list = opt(
         [],
-        "Multiaddrs (/ip4/.../tcp/.../p2p/12D3KooW...) of circuit relays (v2) for a node that "
-        "cannot be dialled (behind NAT or a firewall): it keeps a reservation on each and "
-        "tells peers its address through them; every connection a peer opens to it then crosses a relay.",
+        "Multiaddrs (/ip4/.../tcp/.../p2p/12D3KooW..., or /dns4/<name>/tcp/...) of circuit relays "
+        "(v2) for a node that cannot be dialled (behind NAT or a firewall): it keeps a reservation "
+        "on each and tells peers its address through them; a peer's connection then crosses a "
+        "relay until hole punching (p2p.hole_punch) moves it onto a direct one. Pull exchange only.",
     )
     relay_service: bool = opt(
         False,
         "Act as a circuit relay (v2) for peers that reserve a slot here (at most 32 reservations; "
         "each circuit at most an hour and 1 GiB). Needs an address the other peers can dial.",
+    )
+    hole_punch: bool = opt(
+        True,
+        "Move each peer that reached this node through a relay onto a direct connection (DCUtR "
+        "hole punching through both NAT routers; needs p2p.listen with a fixed port). Failures "
+        "are logged with what to do; the relayed connection then stays.",
     )
     announce: list = opt(
         [],

@@ -33,14 +33,17 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from swarm.config.nat import NO_LISTEN, check_own_relay, warn_relays
 from swarm.config.schema import Config, task_mix
 from swarm.core.errors import ConfigError, SwarmError
+from swarm.core.install import GPU_INSTALL_HINT
 from swarm.p2p.addresses import (
     TcpAddress,
     check_peer_id,
     listen_problem,
     parse_dial,
     parse_listen,
+    parse_relay,
 )
 
 ROLES = ("trainer", "generator", "observer")
@@ -104,21 +107,24 @@ def check_run_folder(config: Config, where: Where = _nowhere) -> None:
 
 
 def check_addresses(config: Config, where: Where = _nowhere) -> None:
-    """Listen address (parses, port free here), bootstrap and relay addresses, allow-list IDs."""
+    """Listen address (parses, port free here; '' listens on nothing), bootstrap and relay
+    addresses, allow-list IDs; what the NAT keys do poorly is logged (`nat.warn_relays`)."""
     p2p = config.p2p
-    try:
-        address = parse_listen(p2p.listen)
-    except ConfigError as e:
-        raise ConfigError(f"{where('p2p.listen')}: p2p.listen: {e}") from None
-    problem = listen_problem(address)
-    if problem:
-        raise ConfigError(f"{where('p2p.listen')}: p2p.listen = {p2p.listen!r}: {problem}")
-    for key in ("bootstrap", "relays"):
+    if p2p.listen != NO_LISTEN:
+        try:
+            address = parse_listen(p2p.listen)
+        except ConfigError as e:
+            raise ConfigError(f"{where('p2p.listen')}: p2p.listen: {e}") from None
+        problem = listen_problem(address)
+        if problem:
+            raise ConfigError(f"{where('p2p.listen')}: p2p.listen = {p2p.listen!r}: {problem}")
+    for key, parse in (("bootstrap", parse_dial), ("relays", parse_relay)):
         for i, addr in enumerate(getattr(p2p, key)):
             try:
-                parse_dial(addr)
+                parse(addr)
             except ConfigError as e:
                 raise ConfigError(f"{where('p2p.' + key)}: p2p.{key}[{i}]: {e}") from None
+    warn_relays(config)
     for i, addr in enumerate(p2p.announce):
         try:
             parse_listen(addr)
@@ -168,6 +174,7 @@ def check_identity(config: Config, where: Where = _nowhere) -> None:
     problem = identity_problem(path, peer_id, config.p2p.allow_list)
     if problem:
         raise ConfigError(f"{where('p2p.allow_list', 'node.run_dir')}: {problem}")
+    check_own_relay(config, peer_id, where)
 
 
 def identity_problem(path: Path, peer_id: str | None, allowed: list[str]) -> str | None:
@@ -249,7 +256,7 @@ def check_device(config: Config, where: Where = _nowhere) -> None:
     if backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ConfigError(
             f"{where('generation.backend')}: generation.backend = 'vllm' needs the vllm package: "
-            "pip install 'swarm-node[gpu]', or use generation.backend = 'transformers'"
+            f"{GPU_INSTALL_HINT}, or use generation.backend = 'transformers'"
         )
     if not (device.startswith("cuda") or backend == "vllm"):
         return

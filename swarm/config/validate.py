@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from swarm.config.nat import check_relays
 from swarm.config.peers import WORKER_BASE_MB
 from swarm.config.schema import Config
 from swarm.core.errors import ConfigError
@@ -66,6 +67,7 @@ def check_cross_field(config: Config, origin) -> None:
                 raise ConfigError(
                     f"{origin('p2p', key)}: p2p.{key}[{i}] must be a multiaddr ending in /p2p/<peer id>, got {addr!r}"
                 )
+    check_relays(config, origin)
     _check_sync(config, origin)
     v = config.verify
     if v.worker and v.task_cache_mb + WORKER_BASE_MB > v.worker_memory_mb // 2:

@@ -134,6 +134,7 @@ def make_transport(config: Config, key_pair) -> Transport:
         relays=list(p2p.relays),
         announce=list(p2p.announce),
         autonat_interval=p2p.autonat_interval,
+        hole_punch=p2p.hole_punch,
         cost_settings=CostSettings(
             rate=p2p.cost_rate,
             graylist_at=p2p.cost_graylist_at,

@@ -71,6 +71,25 @@ def parse_dial(addr: object) -> TcpAddress:
     )
 
 
+def parse_relay(addr: object) -> TcpAddress:
+    """A relay address `/ip4/<ip>/tcp/<port>/p2p/<peer id>` (or /ip6/, or /dns4/ or /dns6/
+    with a host name, which the node resolves each time it connects); raises `ConfigError`."""
+    example = "/ip4/<ip>/tcp/<port>/p2p/12D3KooW... (or /ip6/<ip>, /dns4/<name>, /dns6/<name>)"
+    parsed, names = _parse(addr, "relay address")
+    if (
+        len(names) != 3
+        or names[0] not in ("ip4", "ip6", "dns4", "dns6")
+        or names[1:] != ["tcp", "p2p"]
+    ):
+        raise ConfigError(f"relay address {addr!r} must be {example}")
+    peer_id = parsed.value_for_protocol("p2p")
+    check_peer_id(peer_id, f"relay address {addr!r}: its peer ID")
+    family = socket.AF_INET6 if names[0] in ("ip6", "dns6") else socket.AF_INET
+    return TcpAddress(
+        parsed.value_for_protocol(names[0]), int(parsed.value_for_protocol("tcp")), family, peer_id
+    )
+
+
 def check_peer_id(peer_id: object, what: str) -> str:
     """`peer_id` if it is an Ed25519 peer ID string (12D3KooW + 44 base58 characters)."""
     if not isinstance(peer_id, str) or not PEER_ID_PATTERN.match(peer_id):

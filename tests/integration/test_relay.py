@@ -5,6 +5,7 @@ nobody can fetch from it; it follows its relay through a restart."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -15,6 +16,8 @@ import pytest
 from swarm.core.errors import TransportError
 from swarm.core.identity import create_identity
 from swarm.p2p.libp2p import Libp2pTransport
+from swarm.p2p.libp2p.dcutr import DCUTR_PROTOCOL
+from swarm.p2p.transport import Refusal, RefusalReason
 from tests.integration.transports import started_transports
 from tests.waiting import wait_until
 
@@ -121,3 +124,54 @@ def test_bad_relay_addresses_raise_transport_error() -> None:
     for bad in ("/ip4/127.0.0.1/tcp/1", "/ip4/127.0.0.1/udp/1/p2p/x", "nonsense"):
         with pytest.raises(TransportError, match="relay address"):
             Libp2pTransport(relays=[bad])
+
+
+@pytest.mark.timeout(60)
+def test_a_reservation_is_logged_at_info_and_a_relay_that_is_down_at_warning(
+    started: Callable[..., Libp2pTransport], caplog: pytest.LogCaptureFixture
+) -> None:
+    relay = started(relay_service=True)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        down = f"/ip4/127.0.0.1/tcp/{probe.getsockname()[1]}/p2p/{started().peer_id}"
+    with caplog.at_level(logging.INFO, logger="swarm.p2p.libp2p.relay"):
+        started(listen_addr="", relays=relay.listen_addrs())
+        started(listen_addr="", relays=[down])
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    granted = [m for level, m in lines if level == "INFO" and "holds a reservation" in m]
+    assert len(granted) == 1 and relay.peer_id in granted[0] and "/p2p-circuit/" in granted[0]
+    warnings = [m for level, m in lines if level == "WARNING"]
+    assert any(m.startswith("no reservation on relay") and down in m for m in warnings)
+    assert any("no relay of 1 holds a reservation" in m for m in warnings), warnings
+
+
+@pytest.mark.timeout(60)
+def test_a_relay_named_by_dns_is_resolved(started: Callable[..., Libp2pTransport]) -> None:
+    relay = started(relay_service=True)
+    port = relay.listen_addrs()[0].split("/tcp/")[1].split("/")[0]
+    hidden = started(listen_addr="", relays=[f"/dns4/localhost/tcp/{port}/p2p/{relay.peer_id}"])
+    assert hidden.listen_addrs() == [
+        f"/ip4/127.0.0.1/tcp/{port}/p2p/{relay.peer_id}/p2p-circuit/p2p/{hidden.peer_id}"
+    ]
+
+
+@pytest.mark.timeout(60)
+def test_a_malformed_hole_punch_message_is_refused_and_recorded(
+    started: Callable[..., Libp2pTransport],
+) -> None:
+    relay = started(relay_service=True)
+    peer = started()
+    hidden = started(listen_addr="", relays=relay.listen_addrs())
+    refused: list[Refusal] = []
+    hidden.set_refusal_hook(refused.append)
+    hidden.serve_blob("k", b"x")
+    learn(peer, hidden)
+    assert peer.fetch_blob(hidden.peer_id, "k", timeout=10) == b"x"  # over the relay
+    assert peer.connection_kinds(hidden.peer_id) == ["relayed"]
+    peer.write_raw_stream(hidden.peer_id, DCUTR_PROTOCOL, b"\x05" + b"\xff" * 5)
+    assert wait_until(
+        lambda: any(r.reason == RefusalReason.BAD_HOLE_PUNCH for r in refused), timeout=10
+    )
+    assert hidden.stats().peer_rejections.get(RefusalReason.BAD_HOLE_PUNCH.value) == 1
+    # the hidden node listens on nothing: it could not punch, and says so once
+    assert wait_until(lambda: hidden.stats().hole_punches.get("no_listen_port") == 1, 10)

@@ -40,8 +40,9 @@ def message(kind: int, addrs: Sequence[multiaddr.Multiaddr] = ()) -> bytes:
 
 def dialable(raw: Sequence[bytes]) -> list[multiaddr.Multiaddr]:
     """The TCP addresses of a CONNECT worth dialling (`/p2p/..` stripped), at most
-    `MAX_ADDRS`: not a circuit, not "all interfaces". Raises `StreamProtocolError` for
-    bytes that are no multiaddr; other transports' addresses (QUIC) are skipped."""
+    `MAX_ADDRS`: not a circuit, not "all interfaces", not loopback or multicast (a peer
+    must not point our dials at this machine's own services). Raises `StreamProtocolError`
+    for bytes that are no multiaddr; other transports' addresses (QUIC) are skipped."""
     keep: list[multiaddr.Multiaddr] = []
     for data in raw[: 4 * MAX_ADDRS]:
         try:
@@ -52,7 +53,7 @@ def dialable(raw: Sequence[bytes]) -> list[multiaddr.Multiaddr]:
             ip = ipaddress.ip_address(addr.value_for_protocol(names[0]))
         except (ValueError, TypeError, multiaddr.exceptions.Error) as exc:
             raise StreamProtocolError(f"not an address: {bytes(data)[:32]!r}") from exc
-        if ip.is_unspecified:
+        if ip.is_unspecified or ip.is_loopback or ip.is_multicast:
             continue
         bare = multiaddr.Multiaddr(f"/{names[0]}/{ip}/tcp/{addr.value_for_protocol('tcp')}")
         if bare not in keep:

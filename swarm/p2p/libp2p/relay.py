@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import random
+import socket
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -69,15 +70,43 @@ BACKOFF_MAX_S = 30.0
 
 
 def parse_relays(addrs: Iterable[str]) -> list[Libp2pPeerInfo]:
-    """Relays from "/ip4/<ip>/tcp/<port>/p2p/<relay id>" multiaddrs (ip6 too), merged per relay."""
+    """Relays from "/ip4/<ip>/tcp/<port>/p2p/<relay id>" multiaddrs (ip6, and dns4 or dns6
+    with a host name, too), merged per relay."""
     relays = parse_peers(addrs, "relay address", "needs /ip4/<ip>/tcp/<port>/p2p/<peer id>")
     for relay in relays:
-        if not relay.addrs or not all(is_dialable_tcp(a) for a in relay.addrs):
+        if not relay.addrs or not all(_relay_addr(a) for a in relay.addrs):
             raise TransportError(
                 f"relay address {relay.addrs} of {relay.peer_id} must be "
-                "/ip4|ip6/<ip>/tcp/<port>/p2p/<id>"
+                "/ip4|ip6|dns4|dns6/<host>/tcp/<port>/p2p/<id>"
             )
     return relays
+
+
+def _relay_addr(addr: multiaddr.Multiaddr) -> bool:
+    names = [p.name for p in addr.protocols()]
+    return is_dialable_tcp(addr) or (names[:1] in (["dns4"], ["dns6"]) and names[1:] == ["tcp"])
+
+
+async def resolve(relay: Libp2pPeerInfo) -> Libp2pPeerInfo:
+    """The relay with each /dns4 or /dns6 address replaced by the addresses its name resolves
+    to now (the node resolves again at each reservation, so a relay that moves is followed);
+    raises `OSError` when a name does not resolve."""
+    addrs = []
+    for addr in relay.addrs:
+        names = [p.name for p in addr.protocols()]
+        if names[0] not in ("dns4", "dns6"):
+            addrs.append(addr)
+            continue
+        family = socket.AF_INET if names[0] == "dns4" else socket.AF_INET6
+        port = int(addr.value_for_protocol("tcp"))
+        found = await trio.socket.getaddrinfo(
+            addr.value_for_protocol(names[0]), port, family, socket.SOCK_STREAM
+        )
+        ips = dict.fromkeys(str(entry[4][0]) for entry in found)
+        addrs += [multiaddr.Multiaddr(f"/ip{names[0][3:]}/{ip}/tcp/{port}") for ip in ips]
+    if not addrs:
+        raise OSError(f"no address for relay {relay.peer_id}")
+    return Libp2pPeerInfo(relay.peer_id, addrs)
 
 
 def is_circuit(addr: multiaddr.Multiaddr) -> bool:
@@ -186,19 +215,21 @@ class Relaying:
     async def _reserve(self, relay: Libp2pPeerInfo, nursery: trio.Nursery) -> bool:
         """Connect to `relay` and ask it for a reservation; True if it granted one."""
         lift_dial_block(self._host.get_network(), relay.peer_id)
-        granted = False
+        granted, step = False, "cannot connect to it (is it up, at that address?)"
         try:
             with trio.fail_after(self._dial_timeout):
+                relay = await resolve(relay)
                 await self._host.connect(relay)
+                step = "it did not answer a reservation request (is p2p.relay_service on there?)"
                 stream = await self._host.new_stream(relay.peer_id, [HOP_PROTOCOL_ID])
                 try:
                     granted = await self._circuits.reserve(stream, relay.peer_id, nursery)
                 finally:
                     await close_quietly(stream)
         except NET_ERRORS as exc:
-            failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            failure = f"{step}: {type(exc).__name__}"
         else:
-            failure = "" if granted else "it refused (is p2p.relay_service on there?)"
+            failure = "" if granted else "it refused (is p2p.relay_service on there, with room?)"
         self._log_change(relay, granted, failure)
         if granted:
             self._reserved[relay.peer_id] = circuit_addr(relay, self._host.get_id())
