@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from swarm.core.errors import GeneratorError
+from swarm.core.install import GPU_INSTALL_HINT
 from swarm.policy.generator import Completion, Generator, SamplingParams
 from swarm.policy.model import Policy, resolve_model_path
 from swarm.policy.weights_file import distinct_tensors, write_weights
@@ -159,7 +160,7 @@ class VLLMGenerator(Generator):
         try:
             import vllm
         except ImportError:
-            raise GeneratorError("vllm is not installed: pip install 'swarm-node[gpu]'") from None
+            raise GeneratorError(f"vllm is not installed: {GPU_INSTALL_HINT}") from None
         self._vllm = vllm
         self.tokenizer = policy.tokenizer
         self.stop_ids = sorted(policy.stop_token_ids)
