@@ -1,8 +1,8 @@
 """How to install the GPU stack: the one hint every message about it gives.
 
 `scripts/setup.sh gpu` installs the project with its `gpu` extra (vLLM) and holds torch,
-vLLM and transformers to `constraints/gpu.txt`, versions that agree with one another (a bare
-`pip install` of the extra may pick a torch that vLLM's compiled ops do not link against).
+vLLM and transformers to `constraints/gpu.txt`, versions that agree with one another (the
+extra installed alone may bring a torch that vLLM's compiled ops do not link against).
 A message that asks for vLLM, a config comment, the doctor and the docs all say this;
 tests/integration/test_gpu_checks.py fails when another hint appears.
 
