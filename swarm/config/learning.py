@@ -38,9 +38,12 @@ class GenerationSection:
     """How completions are sampled each round."""
 
     backend: str = opt(
-        "transformers",
-        "transformers (CPU or GPU) or vllm (GPU only, needs the 'gpu' extra).",
-        choices=("transformers", "vllm"),
+        "auto",
+        "auto (transformers on a CPU; on CUDA vllm where installed, else continuous), "
+        "transformers (plain batched generate, CPU or GPU), continuous (transformers' "
+        "continuous batching with a paged cache over the trainer's own weights) or vllm "
+        "(GPU only, needs the 'gpu' extra).",
+        choices=("auto", "transformers", "continuous", "vllm"),
     )
     questions_per_round: int = opt(
         16, "Questions drawn from the task mix per round.", min=1, max=4096
@@ -56,12 +59,21 @@ class GenerationSection:
     max_new_tokens: int = opt(16, "Longest completion, in tokens.", min=1, max=65536)
     batch_size: int = opt(
         32,
-        "Sequences per generate call (transformers backend). Memory grows with it: with the "
+        "Sequences per generate call (transformers backend; the continuous backend's most "
+        "sequences decoded at once). Memory grows with it: with the "
         "tiny model, 128 peaked ~90 MB higher than 32 for the same round time on a CPU.",
         min=1,
     )
     gpu_memory_utilization: float = opt(
         0.5, "Share of GPU memory vLLM may take (vllm backend).", min=0.05, max=0.99
+    )
+    importance_cap: float = opt(
+        3.0,
+        "Truncated importance sampling: each own token's loss weighs min(trainer prob / "
+        "generator prob, cap), correcting for the generator's log-probs differing from the "
+        "trainer's; applied whenever they can (vllm or continuous backend, or bf16 training); "
+        "0: off.",
+        min=0.0,
     )
     vllm_sleep: bool = opt(
         False,

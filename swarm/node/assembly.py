@@ -11,8 +11,10 @@ node's start is reproducible. Nothing here runs a round or touches the ledger.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
+import sys
 from collections.abc import Iterator
 
 import torch
@@ -33,6 +35,7 @@ from swarm.node.monitoring import Monitoring
 from swarm.node.runlock import RunLock
 from swarm.p2p.topic_tap import TopicTap
 from swarm.p2p.transport import Transport
+from swarm.policy.backends import Backend, choose_backend, logprobs_can_differ
 from swarm.policy.delta import bf16_state_dict
 from swarm.policy.generator import Generator, SamplingParams, TransformersGenerator
 from swarm.policy.model import Policy
@@ -155,9 +158,19 @@ def read_psk(path: str) -> str:
     return read_key_file(path).hex
 
 
+def generator_backend(config: Config, policy: Policy) -> Backend:
+    """The backend `generation.backend` names, "auto" resolved on this machine."""
+    requested = config.generation.backend
+    installed = requested == "auto" and (
+        "vllm" in sys.modules or importlib.util.find_spec("vllm") is not None
+    )
+    return choose_backend(requested, policy.device.type, installed)
+
+
 def make_generator(config: Config, policy: Policy) -> Generator:
     """The configured generator backend for `policy`."""
-    if config.generation.backend == "vllm":
+    backend = generator_backend(config, policy)
+    if backend is Backend.VLLM:
         from swarm.policy.vllm_generator import VLLMGenerator
 
         return VLLMGenerator(
@@ -165,6 +178,12 @@ def make_generator(config: Config, policy: Policy) -> Generator:
             gpu_memory_utilization=config.generation.gpu_memory_utilization,
             seed=config.node.seed,
             sleep=config.generation.vllm_sleep,
+        )
+    if backend is Backend.CONTINUOUS:
+        from swarm.policy.continuous import ContinuousGenerator
+
+        return ContinuousGenerator(
+            policy.model, policy.tokenizer, policy.stop_token_ids, config.generation.batch_size
         )
     return TransformersGenerator(
         policy.model, policy.tokenizer, policy.stop_token_ids, config.generation.batch_size
@@ -189,6 +208,11 @@ def trainer_settings(config: Config, policy: Policy) -> TrainerSettings:
         gradient_checkpointing=t.gradient_checkpointing == "on"
         or (t.gradient_checkpointing == "auto" and parameter_count(policy) >= CHECKPOINTING_PARAMS),
         autocast_bf16=bf16,  # the trainer's weights are fp32 whatever the policy's dtype
+        importance_cap=config.generation.importance_cap
+        if logprobs_can_differ(
+            generator_backend(config, policy), bf16 or policy.dtype != torch.float32
+        )
+        else 0.0,
     )
 
 

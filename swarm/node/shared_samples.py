@@ -51,7 +51,7 @@ def own_samples(
     """Samples of our own completions; the stop token is trained where one was produced: the
     one sampled (a model may have several), `eos` only for a completion that names none."""
     return [
-        TrainSample(c.prompt_ids, c.token_ids + _stop(c, eos), a)
+        TrainSample(c.prompt_ids, c.token_ids + _stop(c, eos), a, sampler_logprobs=c.logprobs)
         for c, a in zip(completions, advantages, strict=True)
     ]
 

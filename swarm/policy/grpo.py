@@ -92,6 +92,29 @@ def has_signal(rewards: Sequence[float], eps: float = 1e-6) -> bool:
     return bool(rewards) and (max(rewards) - min(rewards)) > eps
 
 
+def truncated_importance_weights(
+    trainer_logprobs: torch.Tensor,
+    sampler_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    cap: float,
+) -> torch.Tensor:
+    """Per-token weights min(π_trainer / π_sampler, cap) for completions another engine sampled.
+
+    A generator (vLLM's kernels, a paged cache, another precision) and the trainer give the
+    same tokens slightly different log-probs, so the completions are slightly off-policy for
+    the trainer; weighting each token's loss by the ratio corrects for it, and truncating the
+    ratio at `cap` bounds the variance a rare token would add (truncated importance
+    sampling). All [batch, tokens]; a token the sampler gave no log-prob for (NaN) and a
+    padding position weigh 1. No gradient flows through the weights.
+    """
+    import torch
+
+    with torch.no_grad():
+        ratio = torch.exp(trainer_logprobs.float() - sampler_logprobs.float())
+        ratio = torch.where(torch.isnan(ratio), torch.ones_like(ratio), ratio).clamp(max=cap)
+        return torch.where(mask.bool(), ratio, torch.ones_like(ratio))
+
+
 @dataclass(frozen=True)
 class LossParts:
     """The loss and the diagnostics worth logging from one (micro-)batch."""
@@ -113,6 +136,7 @@ def clipped_policy_loss(
     normalizer: float | None = None,
     weights: torch.Tensor | None = None,
     shaping: torch.Tensor | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> LossParts:
     """Token-level clipped policy-gradient loss (PPO/GRPO), asymmetric clip, optional KL.
 
@@ -126,6 +150,8 @@ def clipped_policy_loss(
     `shaping` ([batch], default 0) is policy shaping's γ per completion: where it is positive
     the token loss is -A·p/(p+γ) with p = exp(logprob), unclipped (LUFFY's regularised
     importance weight for off-policy tokens, `shaped_weight`); 0 keeps the clipped ratio.
+    `token_weights` ([batch, tokens], default 1) multiplies each token's policy loss (the
+    truncated importance weights of `truncated_importance_weights`), not the KL term.
     """
     import torch
 
@@ -142,6 +168,8 @@ def clipped_policy_loss(
         prob = torch.exp(logprobs)
         shaped = -adv * prob / (prob + gamma.clamp(min=1e-12))
         per_token = torch.where(gamma > 0, shaped, per_token)
+    if token_weights is not None:
+        per_token = per_token * token_weights.to(logprobs.dtype)
     kl_value = 0.0
     if ref_logprobs is not None and kl_coef > 0:
         diff = ref_logprobs - logprobs

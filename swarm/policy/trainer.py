@@ -25,7 +25,7 @@ from enum import StrEnum
 import torch
 
 from swarm.core.errors import ModelError
-from swarm.policy.grpo import clipped_policy_loss
+from swarm.policy.grpo import clipped_policy_loss, truncated_importance_weights
 from swarm.policy.prefix import (
     hidden_logprobs,
     pack_prefix_batch,
@@ -43,6 +43,9 @@ class TrainSample:
     advantage: float
     weight: float = 1.0  # multiplies its token losses (the shared part's weight, grpo.part_weights)
     shaping: float = 0.0  # policy shaping's γ for an off-policy completion (0: clipped ratio)
+    # The generator's log-prob of each completion token (own completions; a stop token after
+    # them has none): with `importance_cap` set, the loss is weighted by the trainer's over them.
+    sampler_logprobs: tuple[float, ...] = ()
 
 
 MAX_CHARS_PER_TOKEN = 32
@@ -116,6 +119,10 @@ class TrainerSettings:
     # gradient checkpointing on or off. False: every row runs prompt + completion.
     shared_prefix: bool = True
     gradient_checkpointing: bool = False  # recompute layer activations in the backward pass
+    # Truncated importance sampling between the generator's log-probs and the trainer's: each
+    # token's loss weighs min(π_trainer / π_sampler, cap); 0 turns it off (one engine, one
+    # precision: nothing to correct).
+    importance_cap: float = 0.0
 
 
 class GRPOTrainer:
@@ -232,6 +239,7 @@ class GRPOTrainer:
         advantages = torch.tensor([s.advantage for s in batch], device=logprobs.device)
         weights = torch.tensor([s.weight for s in batch], device=logprobs.device)
         shaping = torch.tensor([s.shaping for s in batch], device=logprobs.device)
+        token_weights = self._importance_weights(batch, old, mask)
         return clipped_policy_loss(
             logprobs,
             old,
@@ -244,7 +252,20 @@ class GRPOTrainer:
             normalizer=total_tokens,
             weights=weights,
             shaping=shaping,
+            token_weights=token_weights,
         )
+
+    def _importance_weights(self, batch: list[TrainSample], old, mask) -> torch.Tensor | None:
+        """The truncated importance weights of the batch's tokens, or None when off or moot."""
+        cap = self.settings.importance_cap
+        if cap <= 0 or not any(s.sampler_logprobs for s in batch):
+            return None
+        sampler = torch.full(mask.shape, float("nan"), device=mask.device)
+        for row, sample in enumerate(batch):
+            given = sample.sampler_logprobs[: mask.shape[1]]
+            if given:
+                sampler[row, : len(given)] = torch.tensor(given, device=mask.device)
+        return truncated_importance_weights(old, sampler, mask, cap)
 
     def _logprobs(self, batch: list[TrainSample], grad: bool):
         """Per-token log-probs of each completion under the current model, plus its mask."""

@@ -59,7 +59,7 @@ def _write(tmp_path, text):
         ),
         (
             "[generation]\nbackend = 'tgi'\n",
-            "generation.backend: 'tgi' is not one of transformers, vllm",
+            "generation.backend: 'tgi' is not one of auto, transformers, continuous, vllm",
         ),
         ("[node]\nrounds = 2.5\n", "node.rounds: expected an integer, got 2.5"),
         ("[node]\nrounds = true\n", "node.rounds: expected an integer, got True"),

@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the fixtures imported from test_vllm_args are parameters here
 """vLLM's weights, seeds and sleep against the stand-in as vLLM 0.32.0 behaves (no GPU, no vLLM).
 
 The stand-in first: a multiprocess engine's utility call turns tensors into lists, and its
@@ -51,7 +52,7 @@ def test_a_utility_call_turns_tensors_into_lists_as_the_engine_core_decodes_them
         utility_call("reload_weights", None, (), {"w": (x for x in [1])})
 
 
-def test_the_stand_in_reload_processes_a_fused_layer_only_when_complete(policy):  # noqa: F811
+def test_the_stand_in_reload_processes_a_fused_layer_only_when_complete(policy):
     worker = Worker(policy.name, torch.bfloat16)
     state = policy.model.state_dict()
     worker.reload_weights(weights_iterator=list(state.items()))
@@ -66,7 +67,7 @@ def test_the_stand_in_reload_processes_a_fused_layer_only_when_complete(policy):
         worker.reload_weights(weights_iterator=[(q, ["bfloat16", [64, 16], 1])])
 
 
-def test_an_isolated_engine_reloads_every_weight_from_a_file(policy, vllm, monkeypatch):  # noqa: F811
+def test_an_isolated_engine_reloads_every_weight_from_a_file(policy, vllm, monkeypatch):
     monkeypatch.delenv(MP, raising=False)
     isolate_engines()
     generator = VLLMGenerator(policy, seed=0)
@@ -87,7 +88,7 @@ def test_an_isolated_engine_reloads_every_weight_from_a_file(policy, vllm, monke
 def test_an_in_process_engine_takes_a_stream_and_a_partial_update_loads_whole_layers(
     policy,
     vllm,
-    monkeypatch,  # noqa: F811
+    monkeypatch,
 ):
     monkeypatch.setenv(MP, "0")
     generator = VLLMGenerator(policy, seed=0)
@@ -107,7 +108,7 @@ def test_an_in_process_engine_takes_a_stream_and_a_partial_update_loads_whole_la
     generator.close()
 
 
-def test_the_weights_file_is_written_one_tensor_at_a_time(policy, tmp_path, monkeypatch):  # noqa: F811
+def test_the_weights_file_is_written_one_tensor_at_a_time(policy, tmp_path, monkeypatch):
     live: list[weakref.ref] = []
     cast = torch.Tensor.to
 
@@ -130,7 +131,7 @@ def test_the_weights_file_is_written_one_tensor_at_a_time(policy, tmp_path, monk
         assert torch.equal(read[name], tensor.bfloat16())
 
 
-def test_starting_an_engine_puts_back_every_generator_it_reseeds(policy, vllm, monkeypatch):  # noqa: F811
+def test_starting_an_engine_puts_back_every_generator_it_reseeds(policy, vllm, monkeypatch):
     cuda = {"state": [torch.tensor([7])]}
     monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: list(cuda["state"]))
     monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda s: cuda.update(state=list(s)))
@@ -153,7 +154,7 @@ def test_starting_an_engine_puts_back_every_generator_it_reseeds(policy, vllm, m
     assert torch.equal(cuda["state"][0], torch.tensor([7])) and torch.get_num_threads() == 2
 
 
-def test_with_sleep_the_engine_sleeps_between_generation_and_the_update(policy, vllm):  # noqa: F811
+def test_with_sleep_the_engine_sleeps_between_generation_and_the_update(policy, vllm):
     out = vllm_standin.CompletionOutput(
         0, "", [5], None, [{5: vllm_standin.Logprob(-1.0)}], "length"
     )
