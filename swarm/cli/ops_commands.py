@@ -254,36 +254,44 @@ def doctor(
     sets: SetOption = None,
     run_dir: RunDirOption = None,
     ledger: LedgerOption = None,
+    gpu_only: Annotated[
+        bool,
+        typer.Option(
+            "--gpu",
+            help="Check only this machine's GPU stack (CUDA, the torch build, vLLM's import and "
+            "version against the pins), against what the config asks for; needs no run folder.",
+        ),
+    ] = False,
     json_out: JsonOption = False,
 ) -> None:
-    """Check a node's ledger and checkpoints: SQLite integrity, schema version, round history
-    (no gaps, no duplicate live rounds), the ledger's size (on disk, in use, rows), checkpoints
-    loadable, the newest one backed by the ledger.
+    """Check a node's ledger, checkpoints and this machine's GPU stack: SQLite integrity,
+    schema version, round history (no gaps, no duplicate live rounds), the ledger's size (on
+    disk, in use, rows), checkpoints loadable, the newest one backed by the ledger; CUDA,
+    the torch build (CPU or CUDA, version), vLLM's import and version against
+    constraints/gpu.txt. Each finding that is not ok says what to run.
 
     Safe on a running node: the ledger is read from a consistent snapshot. Exits 0 when
-    healthy, 1 when a problem was found. With --ledger only the ledger is checked.
+    healthy, 1 when a problem was found (the GPU stack is a problem only where the config
+    asks for CUDA or vLLM). With --ledger only the ledger is checked; with --gpu only the
+    GPU stack.
     """
     import json
 
     from swarm.ops.doctor import diagnose, healthy
 
     cfg = load(config, sets, _run_dir_flag(run_dir))
-    url = ledger_url(
-        cfg, ledger
-    )  # a file that is no ledger at all is a finding here, not a usage error
-    checkpoints = None if ledger is not None else cfg.run_dir / "checkpoints"
-    findings = diagnose(url, checkpoints)
+    findings = []
+    if not gpu_only:
+        url = ledger_url(cfg, ledger)  # a file that is no ledger is a finding, not a usage error
+        checkpoints = None if ledger is not None else cfg.run_dir / "checkpoints"
+        findings = diagnose(url, checkpoints)
+    if ledger is None:
+        from swarm.ops.gpu_stack import GpuNeeds, gpu_pins, probe, stack_findings
+
+        findings += stack_findings(probe(), GpuNeeds.from_config(cfg), *gpu_pins())
     if json_out:
-        typer.echo(
-            json.dumps(
-                {
-                    "ledger": url,
-                    "healthy": healthy(findings),
-                    "findings": [f.__dict__ for f in findings],
-                },
-                indent=2,
-            )
-        )
+        out = {"healthy": healthy(findings), "findings": [f.__dict__ for f in findings]}
+        typer.echo(json.dumps({"ledger": None if gpu_only else url, **out}, indent=2))
     else:
         marks = {"ok": "ok     ", "warning": "warning", "problem": "PROBLEM"}
         for f in findings:

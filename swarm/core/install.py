@@ -13,7 +13,4 @@ from __future__ import annotations
 
 GPU_SETUP = "scripts/setup.sh gpu"
 GPU_CONSTRAINTS = "constraints/gpu.txt"
-GPU_INSTALL_HINT = (
-    f"install the GPU stack with {GPU_SETUP} (vLLM, torch and transformers at the versions "
-    f"{GPU_CONSTRAINTS} pins)"
-)
+GPU_INSTALL_HINT = f"run {GPU_SETUP} (vLLM, torch and transformers as {GPU_CONSTRAINTS} pins them)"

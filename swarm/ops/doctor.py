@@ -18,6 +18,9 @@ Rounds recorded after the newest checkpoint are not a problem: a restart marks t
 and runs them again. A leftover `.tmp-*` folder is an interrupted checkpoint write, ignored
 and removed by the next save.
 
+The machine's GPU stack (CUDA, the torch build, vLLM against its pins) is checked by
+`swarm.ops.gpu_stack`, whose findings the command adds to these.
+
 Deliberately not here: repairing anything. The doctor only reads.
 """
 
