@@ -15,6 +15,25 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
     exit 2
 fi
 
+# The NAT test (tests/integration/test_nat.py) builds network namespaces with ip and
+# iptables: installed here where that is possible (root and apt-get). Never fails the set-up:
+# without them that test is skipped, saying why.
+nat_test_tools() {
+    local missing=()
+    command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+    command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "note: ${missing[*]} missing (installing needs root and apt-get): the NAT test will be skipped" >&2
+        return 0
+    fi
+    echo "installing ${missing[*]} for the NAT test..." >&2
+    { timeout 300 apt-get update -qq \
+        && DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >/dev/null 2>&1 \
+        || echo "note: could not install ${missing[*]}: the NAT test will be skipped" >&2
+}
+nat_test_tools || true
+
 extras="dev${1:+,$1}"
 stamp=".venv/.setup-$(cat pyproject.toml constraints/gpu.txt | sha256sum | cut -c1-16)-${extras}"
 if [ -f "$stamp" ]; then

@@ -80,6 +80,10 @@ def main() -> None:
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    library = logging.getLogger("libp2p")  # it logs to the terminal through its own handlers
+    for handler in list(library.handlers):
+        library.removeHandler(handler)
+    library.addHandler(logging.getLogger().handlers[0])
     threading.Timer(MAX_LIFETIME_S, lambda: os._exit(3)).start()
     nodes: dict[str, Libp2pTransport] = {}
     blobs: dict[str, bytes] = {}

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 INET_IP = "10.77.0.1"
 WAN_IPS = {1: "10.77.0.2", 2: "10.77.0.3"}
@@ -58,9 +60,23 @@ def unavailable() -> str | None:
     return None
 
 
+def _remove_stale() -> None:
+    """Namespaces an earlier run left behind (it was killed before cleaning up)."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=20)
+    for line in listed.stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        match = re.fullmatch(r"sw(\d+)(inet|nat\d|home\d)", name)
+        if match and not Path(f"/proc/{match.group(1)}").exists():
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
+
+
 @contextlib.contextmanager
-def nat_topology() -> Iterator[Topology]:
-    tag = f"sw{os.getpid() % 100000}"
+def nat_topology(unsolicited: str = "DROP") -> Iterator[Topology]:
+    """`unsolicited`: what each router does with a connection from outside nobody asked for:
+    "DROP" (a stateful firewall, as most home routers have) or "RST" (no firewall: the
+    router's own TCP stack answers with a reset)."""
+    _remove_stale()
+    tag = f"sw{os.getpid()}"
     topo = Topology(
         inet=f"{tag}inet",
         nats={i: f"{tag}nat{i}" for i in (1, 2)},
@@ -77,14 +93,14 @@ def nat_topology() -> Iterator[Topology]:
         _run("ip", "-n", inet, "addr", "add", f"{INET_IP}/24", "dev", "br0")
         _run("ip", "-n", inet, "link", "set", "br0", "up")
         for i in (1, 2):
-            _build_home(topo, i)
+            _build_home(topo, i, unsolicited)
         yield topo
     finally:
         for ns in reversed(made):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
 
 
-def _build_home(topo: Topology, i: int) -> None:
+def _build_home(topo: Topology, i: int, unsolicited: str) -> None:
     inet, nat, home = topo.inet, topo.nats[i], topo.homes[i]
     # the router's wan side on the internet's bridge
     _run(
@@ -114,21 +130,22 @@ def _build_home(topo: Topology, i: int) -> None:
     _run("ip", "-n", home, "addr", "add", f"{HOME_IPS[i]}/24", "dev", "eth0")
     _run("ip", "-n", home, "link", "set", "eth0", "up")
     _run("ip", "-n", home, "route", "add", "default", "via", f"192.168.{i}.1")
-    # routing, masquerading, and no unasked traffic in
+    # routing, masquerading, and (DROP) no unasked traffic in
     ipt = ["ip", "netns", "exec", nat, "iptables"]
     _run("ip", "netns", "exec", nat, "sysctl", "-qw", "net.ipv4.ip_forward=1")
     _run(*ipt, "-t", "nat", "-A", "POSTROUTING", "-o", "wan", "-j", "MASQUERADE")
-    for chain in ("INPUT", "FORWARD"):
-        _run(
-            *ipt,
-            "-A",
-            chain,
-            "-i",
-            "wan",
-            "-m",
-            "conntrack",
-            "--ctstate",
-            "NEW,INVALID",
-            "-j",
-            "DROP",
-        )
+    if unsolicited == "DROP":
+        for chain in ("INPUT", "FORWARD"):
+            _run(
+                *ipt,
+                "-A",
+                chain,
+                "-i",
+                "wan",
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "NEW,INVALID",
+                "-j",
+                "DROP",
+            )

@@ -80,8 +80,10 @@ class Process:
 
 
 @pytest.fixture
-def topology() -> Iterator[Topology]:
-    with nat_topology() as topo:
+def topology(request: pytest.FixtureRequest) -> Iterator[Topology]:
+    """The namespaces, with routers that drop what nobody asked for (a stateful firewall) or,
+    given "RST", answer it with a reset (their own TCP stack does, with no firewall)."""
+    with nat_topology(getattr(request, "param", "DROP")) as topo:
         yield topo
 
 
@@ -94,83 +96,95 @@ def bare(addrs: list[str]) -> list[str]:
     return [a.rsplit("/p2p/", 1)[0] for a in addrs]
 
 
+def ms(seconds: list[float]) -> str:
+    return f"{1000 * statistics.median(seconds):.0f} ms"
+
+
+class Swarm:
+    """A relay and three public peers on the internet; at each home a node with hole
+    punching off ("slow") and one with it on ("punch"), each serving a 1 MiB blob, and
+    each pair knowing the other's circuit address. `a` and `b` are the homes' processes."""
+
+    def __init__(self, topology: Topology, tmp_path: Path, processes: list[Process]) -> None:
+        nodes = {"relay": common(listen_addr=f"/ip4/{INET_IP}/tcp/4001", relay_service=True)}
+        for i in (1, 2, 3):
+            nodes[f"p{i}"] = common(listen_addr=f"/ip4/{INET_IP}/tcp/{4001 + i}")
+        public = Process(topology, topology.inet, nodes, tmp_path / "inet.log")
+        processes.append(public)
+        relay = public.nodes["relay"]["addrs"]
+        servers = [a for i in (1, 2, 3) for a in public.nodes[f"p{i}"]["addrs"]]
+        spec = {
+            "slow": common(listen_addr="/ip4/0.0.0.0/tcp/4001", relays=relay, hole_punch=False),
+            "punch": common(listen_addr="/ip4/0.0.0.0/tcp/4002", relays=relay, bootstrap=servers),
+        }
+        for i in (1, 2):
+            processes.append(Process(topology, topology.homes[i], spec, tmp_path / f"home{i}.log"))
+        self.a, self.b = processes[1], processes[2]
+
+    def id(self, home: Process, name: str) -> str:
+        return home.nodes[name]["peer_id"]
+
+    def check_private(self) -> None:
+        """AutoNAT: the public peers cannot dial either punching node back, so each finds it
+        is private and hands out only its circuit address."""
+        for home in (self.a, self.b):
+            assert wait_until(lambda h=home: len(h.ask("peers", "punch")["peers"]) >= 4, 15)
+            assert home.ask("reachability", "punch")["verdict"] == "private"
+            addrs = home.ask("addrs", "punch")["addrs"]
+            assert addrs and all("/p2p-circuit/" in x for x in addrs), addrs
+
+    def introduce(self) -> dict:
+        sums = {}
+        for home, key in ((self.a, "from-a"), (self.b, "from-b")):
+            for name in ("slow", "punch"):
+                sums[(name, key)] = home.ask("serve", name, key=key, size=BLOB_SIZE)["sha256"]
+        for name in ("slow", "punch"):
+            for one, other in ((self.a, self.b), (self.b, self.a)):
+                addrs = bare(other.ask("addrs", name)["addrs"])
+                one.ask("learn", name, peer=self.id(other, name), addrs=addrs)
+        return sums
+
+    def pull(self, puller: Process, name: str, key: str, count: int = 1) -> dict:
+        other = self.b if puller is self.a else self.a
+        return puller.ask("fetch", name, peer=self.id(other, name), key=key, count=count)
+
+    def kinds(self, name: str) -> list[str]:
+        return self.a.ask("connections", name, peer=self.id(self.b, name))["kinds"]
+
+
 @pytest.mark.timeout(120)
 def test_two_nodes_behind_nat_meet_through_a_relay_then_punch_a_direct_connection(
     topology: Topology, tmp_path: Path
 ) -> None:
     processes: list[Process] = []
     try:
-        public = Process(
-            topology,
-            topology.inet,
-            {
-                "relay": common(listen_addr=f"/ip4/{INET_IP}/tcp/4001", relay_service=True),
-                **{
-                    f"p{i}": common(listen_addr=f"/ip4/{INET_IP}/tcp/{4001 + i}") for i in (1, 2, 3)
-                },
-            },
-            tmp_path / "inet.log",
-        )
-        processes.append(public)
-        relay = public.nodes["relay"]["addrs"]
-        servers = [a for i in (1, 2, 3) for a in public.nodes[f"p{i}"]["addrs"]]
-        homes = {}
-        for i in (1, 2):
-            spec = {
-                # relay only: hole punching off
-                "slow": common(listen_addr="/ip4/0.0.0.0/tcp/4001", relays=relay, hole_punch=False),
-                "punch": common(
-                    listen_addr="/ip4/0.0.0.0/tcp/4002", relays=relay, bootstrap=servers
-                ),
-            }
-            homes[i] = Process(topology, topology.homes[i], spec, tmp_path / f"home{i}.log")
-            processes.append(homes[i])
-        a, b = homes[1], homes[2]
-
-        # AutoNAT: peers cannot dial either node back, so each hands out only its circuit.
-        for home in (a, b):
-            assert wait_until(lambda home=home: len(home.ask("peers", "punch")["peers"]) >= 4, 15)
-            assert home.ask("reachability", "punch")["verdict"] == "private"
-            addrs = home.ask("addrs", "punch")["addrs"]
-            assert addrs and all("/p2p-circuit/" in x for x in addrs), addrs
-
-        def ids(home: Process, name: str) -> str:
-            return home.nodes[name]["peer_id"]
-
-        sums = {}
-        for home, key in ((a, "from-a"), (b, "from-b")):
-            for name in ("slow", "punch"):
-                sums[(name, key)] = home.ask("serve", name, key=key, size=BLOB_SIZE)["sha256"]
-        for name in ("slow", "punch"):
-            a.ask("learn", name, peer=ids(b, name), addrs=bare(b.ask("addrs", name)["addrs"]))
-            b.ask("learn", name, peer=ids(a, name), addrs=bare(a.ask("addrs", name)["addrs"]))
+        swarm = Swarm(topology, tmp_path, processes)
+        a, b = swarm.a, swarm.b
+        swarm.check_private()
+        sums = swarm.introduce()
 
         # Relay only: both ways through the relay, and it stays relayed.
-        first = a.ask("fetch", "slow", peer=ids(b, "slow"), key="from-b")
+        first = swarm.pull(a, "slow", "from-b")
         assert first["sha256"] == sums[("slow", "from-b")]
-        relayed = a.ask("fetch", "slow", peer=ids(b, "slow"), key="from-b", count=FETCHES)
-        back = b.ask("fetch", "slow", peer=ids(a, "slow"), key="from-a", count=FETCHES)
+        relayed = swarm.pull(a, "slow", "from-b", FETCHES)
+        back = swarm.pull(b, "slow", "from-a", FETCHES)
         assert back["sha256"] == sums[("slow", "from-a")]
-        assert set(a.ask("connections", "slow", peer=ids(b, "slow"))["kinds"]) == {"relayed"}
+        assert swarm.kinds("slow") == ["relayed"]
 
         # Hole punching: the first pull goes through the relay, the rest directly.
         began = time.monotonic()
-        punch_first = a.ask("fetch", "punch", peer=ids(b, "punch"), key="from-b")
+        punch_first = swarm.pull(a, "punch", "from-b")
         assert punch_first["sha256"] == sums[("punch", "from-b")]
-        assert wait_until(
-            lambda: a.ask("connections", "punch", peer=ids(b, "punch"))["kinds"] == ["direct"], 30
-        ), (a.ask("connections", "punch", peer=ids(b, "punch")), b.tail())
+        assert wait_until(lambda: swarm.kinds("punch") == ["direct"], 30), (
+            swarm.kinds("punch"),
+            b.tail(),
+        )
         punched = time.monotonic() - began
-        stats = b.ask("stats", "punch")["stats"]
-        assert stats["hole_punches"] == {"direct": 1}, stats["hole_punches"]
-        direct = a.ask("fetch", "punch", peer=ids(b, "punch"), key="from-b", count=FETCHES)
-        direct_back = b.ask("fetch", "punch", peer=ids(a, "punch"), key="from-a", count=FETCHES)
+        assert b.ask("stats", "punch")["stats"]["hole_punches"] == {"direct": 1}
+        direct = swarm.pull(a, "punch", "from-b", FETCHES)
+        direct_back = swarm.pull(b, "punch", "from-a", FETCHES)
         assert direct_back["sha256"] == sums[("punch", "from-a")]
-        assert a.ask("connections", "punch", peer=ids(b, "punch"))["kinds"] == ["direct"]
-
-        def ms(seconds: list[float]) -> str:
-            return f"{1000 * statistics.median(seconds):.0f} ms"
-
+        assert swarm.kinds("punch") == ["direct"]
         print(
             f"\n{BLOB_SIZE} B blob between two nodes behind NAT, median of {FETCHES}:"
             f"\n  through the relay: A<-B {ms(relayed['seconds'])}, B<-A {ms(back['seconds'])}"
@@ -179,6 +193,35 @@ def test_two_nodes_behind_nat_meet_through_a_relay_then_punch_a_direct_connectio
             f" ({ms(punch_first['seconds'])}); then A<-B {ms(direct['seconds'])},"
             f" B<-A {ms(direct_back['seconds'])}"
         )
+    finally:
+        for process in processes:
+            process.close()
+
+
+@pytest.mark.parametrize("topology", ["RST"], indirect=True, ids=["resetting-routers"])
+@pytest.mark.timeout(120)
+def test_routers_that_reset_unasked_connections_leave_the_pair_on_the_relay_saying_so(
+    topology: Topology, tmp_path: Path
+) -> None:
+    """TCP hole punching needs the two SYNs to cross between the routers: a router that
+    resets the first one to arrive (no firewall) ends the punch unless they cross within the
+    one-way latency between the routers, microseconds on these veth pairs. Every attempt
+    fails; the pair keeps pulling through the relay, and the node says why, at WARNING."""
+    processes: list[Process] = []
+    try:
+        swarm = Swarm(topology, tmp_path, processes)
+        a, b = swarm.a, swarm.b
+        swarm.check_private()
+        sums = swarm.introduce()
+        assert swarm.pull(a, "punch", "from-b")["sha256"] == sums[("punch", "from-b")]
+        assert wait_until(lambda: b.ask("stats", "punch")["stats"]["hole_punches"], 60)
+        assert b.ask("stats", "punch")["stats"]["hole_punches"] == {"failed": 1}
+        assert swarm.kinds("punch") == ["relayed"]
+        assert swarm.pull(b, "punch", "from-a")["sha256"] == sums[("punch", "from-a")]
+        assert swarm.pull(a, "punch", "from-b")["sha256"] == sums[("punch", "from-b")]
+        warning = [x for x in b.log.read_text().splitlines() if "hole punch with" in x]
+        assert len(warning) == 1 and " WARNING " in warning[0], warning
+        assert "failed 3 times" in warning[0] and "stays on the relay" in warning[0]
     finally:
         for process in processes:
             process.close()
