@@ -175,3 +175,26 @@ def test_a_malformed_hole_punch_message_is_refused_and_recorded(
     assert hidden.stats().peer_rejections.get(RefusalReason.BAD_HOLE_PUNCH.value) == 1
     # the hidden node listens on nothing: it could not punch, and says so once
     assert wait_until(lambda: hidden.stats().hole_punches.get("no_listen_port") == 1, 10)
+
+
+@pytest.mark.timeout(60)
+def test_the_hole_punch_exchange_runs_over_a_relayed_connection(
+    started: Callable[..., Libp2pTransport], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both ends speak DCUtR over the relayed connection; on one machine there is nothing to
+    punch (loopback addresses are never dialled on a peer's word), so the node that was
+    reached says, once, that it got no address to dial, and the pair stays on the relay.
+    The punch itself, through two NATs: tests/integration/test_nat.py (needs root)."""
+    relay = started(relay_service=True)
+    peer = started()
+    hidden = started(relays=relay.listen_addrs())  # listens on 127.0.0.1: a port to punch from
+    hidden.serve_blob("k", b"x")
+    peer.learn_peer(hidden.peer_id, [a.rsplit("/p2p/", 1)[0] for a in hidden.listen_addrs()[:1]])
+    with caplog.at_level(logging.INFO, logger="swarm.p2p.libp2p.holepunch"):
+        assert peer.fetch_blob(hidden.peer_id, "k", timeout=10) == b"x"
+        assert wait_until(lambda: hidden.stats().hole_punches, 15)
+    assert hidden.stats().hole_punches == {"no_addresses": 1}
+    assert peer.connection_kinds(hidden.peer_id) == ["relayed"]
+    (line,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "it sent no address to dial" in line.getMessage()
+    assert "stays on the relay" in line.getMessage()
