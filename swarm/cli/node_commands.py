@@ -269,6 +269,14 @@ def demo(
 def config_cmd(
     config: ConfigOption = None,
     sets: SetOption = None,
+    run_dir: Annotated[
+        str | None,
+        typer.Option(
+            help="Node folder (overrides node.run_dir), as for join: the config that folder's "
+            "node runs with, checked against what it holds (its identity against the "
+            "allow-list, its ledger's model)."
+        ),
+    ] = None,
     keys: Annotated[
         bool, typer.Option("--keys", help="List every config key with its default and meaning.")
     ] = False,
@@ -285,7 +293,8 @@ def config_cmd(
 
     Catches every config error 'join' would hit at start: values, addresses (and whether the
     listen port is free), the swarm key, the identity against the allow-list, the model
-    folder, the task mix and whether its prompts fit the model's context.
+    folder, the task mix and whether its prompts fit the model's context. With --run-dir,
+    the config of that node folder, and one line on stderr of what the folder holds.
     """
     from swarm.config import describe_config
 
@@ -293,7 +302,7 @@ def config_cmd(
         for key, default, help_text in describe_config():
             typer.echo(f"{key} = {default}\n    {help_text}")
         return
-    loaded = load_traced(config, sets)
+    loaded = load_traced(config, sets, {"node.run_dir": ("--run-dir", run_dir)})
     if dump:
         from swarm.config.dump import dump_config
 
@@ -308,6 +317,10 @@ def config_cmd(
     preflight(loaded.config, loaded.where)
     import json
 
+    if run_dir is not None:  # what that folder holds, beside its config (stdout stays JSON)
+        from swarm.ops.status import run_folder_summary
+
+        typer.echo(run_folder_summary(loaded.config.run_dir), err=True)
     typer.echo(json.dumps(loaded.config.to_dict(), indent=2))
 
 

@@ -6,11 +6,13 @@ Reads the ledger only (works on a running node's ledger thanks to WAL, or on a c
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from swarm.config.preflight import OBSERVER_MODEL
+from swarm.core.errors import SwarmError
 from swarm.ledger import Ledger, get_meta, last_round, latest_evals, latest_rounds, update_totals
 from swarm.monitor.display import shown_model
 
@@ -126,3 +128,41 @@ def show_status(
                 str(e["questions"]),
             )
         console.print(evals)
+
+
+def run_folder_summary(run_dir: Path) -> str:
+    """One line on what a run folder holds: its peer ID, and its ledger's node, model and
+    last round (read only; a folder a node is running in is fine)."""
+    if not run_dir.is_dir():
+        return f"run folder {run_dir} does not exist yet: join creates it"
+    parts = [f"run folder {run_dir}"]
+    info = _node_info(run_dir / "node.json")
+    if (run_dir / "identity.key").exists():
+        unknown = "not started yet: 'swarm-node init --run-dir' names it"
+        parts.append(f"peer {info.get('peer_id', f'({unknown})')}")
+    else:
+        parts.append("no identity yet (init or join makes one)")
+    path = run_dir / "ledger.sqlite"
+    if not path.exists():
+        parts.append("no ledger yet")
+        return " · ".join(parts)
+    try:
+        data = collect_status(f"sqlite:///{path.resolve()}", last=1)
+    except SwarmError as e:
+        parts.append(f"ledger unreadable ({e})")
+        return " · ".join(parts)
+    last = data["last_round"]
+    parts.append(
+        f"ledger of node {data['node_name']}, model "
+        f"{model_shown(data['model'], data['model_identity'])}, "
+        + ("no rounds yet" if last is None else f"last round {last}")
+    )
+    return " · ".join(parts)
+
+
+def _node_info(path: Path) -> dict:
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
