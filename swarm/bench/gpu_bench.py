@@ -1,0 +1,326 @@
+"""One GPU check at the size volunteers run: a GRPO round per generator backend, TRL's
+GRPOTrainer on the same work, and a private swarm of 4 `swarm-node join` processes.
+
+Each backend arm runs a node's round: Q questions x G completions at temperature 1 (the
+random model never stops: every completion is `max_new_tokens` long), a reward (a hash of
+the text), group advantages, one optimizer step as a node takes it (fp32 master weights,
+bf16 autocast on a GPU, gradient checkpointing, the shared prefix, truncated importance
+sampling where the generator's log-probs can differ). A short warm-up generation comes
+first (CUDA graphs, kernels), then one timed round. Figures per arm: generated tokens/s,
+training tokens/s (the tokens the trainer runs: each micro-batch's distinct prompts once,
+every completion token) and MFU (6 x parameters x those tokens / seconds / the card's bf16
+peak), the round's seconds, and peak GPU memory (torch's allocator; vLLM's engine is not in
+it). The physical limits stand beside them: decoding bound by memory bandwidth, training by
+the bf16 peak. `scripts/gpu_bench.py` is the command.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import hashlib
+import importlib.util
+import time
+from dataclasses import asdict
+
+from swarm.bench.gpu_shapes import (
+    Shape,
+    card_of,
+    decode_bound,
+    parameter_count,
+    random_model,
+    random_prompts,
+    training_bound,
+    word_tokenizer,
+)
+
+BACKENDS = ("transformers", "continuous", "vllm")
+
+
+class Clock:
+    """Wall seconds, after the device has finished what it was given."""
+
+    def __init__(self, device: str):
+        self.cuda = device.startswith("cuda")
+
+    def __call__(self) -> float:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+
+def reward(text: str) -> float:
+    """A reward with no meaning but a spread: a hash of the completion's text."""
+    return hashlib.sha256(text.encode()).digest()[0] / 255
+
+
+def trained_tokens(samples, micro_batch_size: int) -> int:
+    """The tokens the trainer runs: per micro-batch, each distinct prompt once and every
+    completion token (its shared-prefix forward)."""
+    useful = [s for s in samples if s.advantage != 0.0 and s.completion_ids]
+    total = 0
+    for start in range(0, len(useful), micro_batch_size):
+        batch = useful[start : start + micro_batch_size]
+        total += sum(len(p) for p in {s.prompt_ids for s in batch})
+        total += sum(len(s.completion_ids) for s in batch)
+    return total
+
+
+def make_generator(backend: str, model, tokenizer, shape: Shape, folder):
+    """The backend's generator over the trainer's module (vLLM: its own engine)."""
+    from swarm.policy.continuous import ContinuousGenerator
+    from swarm.policy.generator import TransformersGenerator
+
+    stops = {shape.vocab}
+    batch = shape.questions * shape.group
+    if backend == "transformers":
+        return TransformersGenerator(model, tokenizer, stops, batch_size=batch)
+    if backend == "continuous":
+        return ContinuousGenerator(model, tokenizer, stops, max_sequences=batch)
+    from swarm.policy.model import load_policy
+    from swarm.policy.vllm_generator import VLLMGenerator
+
+    policy = load_policy(str(folder), device="cuda", dtype="bfloat16")
+    return VLLMGenerator(policy, gpu_memory_utilization=0.35, seed=0)
+
+
+def backend_round(backend: str, base, tokenizer, shape: Shape, device: str, folder) -> dict:
+    """One warm-up generation and one timed round of `backend`; its figures."""
+    import torch
+
+    from swarm.node.shared_samples import own_samples
+    from swarm.policy.backends import Backend, logprobs_can_differ
+    from swarm.policy.generator import SamplingParams
+    from swarm.policy.grpo import group_advantages
+    from swarm.policy.trainer import GRPOTrainer, TrainerSettings
+
+    clock, cuda = Clock(device), device.startswith("cuda")
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    model = copy.deepcopy(base).to(device, torch.bfloat16 if cuda else torch.float32)
+    settings = TrainerSettings(
+        lr=1e-6,
+        micro_batch_size=shape.micro_batch_size,
+        gradient_checkpointing=True,
+        autocast_bf16=cuda,
+        importance_cap=3.0 if logprobs_can_differ(Backend(backend), cuda) else 0.0,
+    )
+    trainer = GRPOTrainer(model, 0, settings)  # fp32 master weights, as a node's
+    generator = make_generator(backend, model, tokenizer, shape, folder)
+    try:
+        warm = SamplingParams(temperature=1.0, max_new_tokens=min(16, shape.max_new_tokens))
+        generator.generate(random_prompts(shape, 99)[:2], 2, warm)
+        prompts = random_prompts(shape, 1)
+        params = SamplingParams(temperature=1.0, max_new_tokens=shape.max_new_tokens)
+        t0 = clock()
+        groups = generator.generate(prompts, shape.group, params)
+        t1 = clock()
+        samples = []
+        for group in groups:
+            rewards = [reward(c.text) for c in group]
+            samples += own_samples(group, group_advantages(rewards), eos=None)
+        result = trainer.update(samples)
+        generator.sync_weights(model)
+        t2 = clock()
+    finally:
+        generator.close()
+    generated = sum(len(c.token_ids) for g in groups for c in g)
+    figures = {
+        "backend": backend,
+        "generated_tokens": generated,
+        "generate_s": t1 - t0,
+        "train_s": t2 - t1,
+        "round_s": t2 - t0,
+        "generation_tokens_per_s": generated / (t1 - t0),
+        "trained_tokens": trained_tokens(samples, shape.micro_batch_size),
+        "skipped_update": result.skipped,
+        "importance_cap": settings.importance_cap,
+    }
+    figures["training_tokens_per_s"] = figures["trained_tokens"] / (t2 - t1)
+    if cuda:
+        figures["peak_allocated_gb"] = torch.cuda.max_memory_allocated() / 1e9
+        figures["peak_reserved_gb"] = torch.cuda.max_memory_reserved() / 1e9
+    del model, trainer, generator
+    gc.collect()
+    return figures
+
+
+def trl_round(base, tokenizer, shape: Shape, device: str) -> dict:
+    """TRL's GRPOTrainer doing the same step: one generate of the whole batch (transformers),
+    one optimizer step over it in micro-batches, bf16 autocast and checkpointing on a GPU."""
+    import tempfile
+
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    model = copy.deepcopy(base).to(device, torch.float32)
+    spent: dict[str, float] = {"generate": 0.0}
+    steps: list[float] = []
+    clock, generate = Clock(device), model.generate
+
+    def timed_generate(*args, **kwargs):
+        start = clock()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            spent["generate"] += clock() - start
+
+    model.generate = timed_generate
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            spent["generate"], spent["start"] = 0.0, clock()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            steps.append(clock() - spent["start"])
+
+    batch = shape.questions * shape.group
+    config = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="gpu-bench-trl-"),
+        per_device_train_batch_size=shape.micro_batch_size,
+        gradient_accumulation_steps=batch // shape.micro_batch_size,
+        num_generations=shape.group,
+        max_completion_length=shape.max_new_tokens,
+        temperature=1.0,
+        learning_rate=1e-6,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        loss_type="dapo",
+        gradient_checkpointing=True,
+        bf16=cuda,
+        use_cpu=not cuda,
+        max_steps=1,
+        report_to="none",
+        save_strategy="no",
+        shuffle_dataset=False,
+        seed=0,
+    )
+    prompts = random_prompts(shape, 1)
+
+    def rewards(prompts, completions, **kwargs):
+        return [reward(text) for text in completions]
+
+    data = Dataset.from_dict({"prompt": prompts})
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=rewards,
+        args=config,
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[StepTimer()],
+    )
+    trainer.train()
+    round_s, generate_s = steps[-1], spent["generate"]
+    tokens = batch * (shape.prompt_tokens + shape.max_new_tokens)
+    figures = {
+        "backend": "trl",
+        "round_s": round_s,
+        "generate_s": generate_s,
+        "train_s": round_s - generate_s,
+        "generated_tokens": batch * shape.max_new_tokens,
+        "generation_tokens_per_s": batch * shape.max_new_tokens / generate_s,
+        "trained_tokens": tokens,
+        "training_tokens_per_s": tokens / (round_s - generate_s),
+    }
+    if cuda:
+        figures["peak_allocated_gb"] = torch.cuda.max_memory_allocated() / 1e9
+        figures["peak_reserved_gb"] = torch.cuda.max_memory_reserved() / 1e9
+    del model, trainer
+    gc.collect()
+    return figures
+
+
+def missing(backend: str, device: str) -> str | None:
+    """Why `backend` cannot run here, or None."""
+    if backend == "vllm" and not device.startswith("cuda"):
+        return "vLLM needs CUDA"
+    needs = {"vllm": "vllm", "trl": "trl"}.get(backend)
+    if needs and importlib.util.find_spec(needs) is None:
+        return f"{needs} is not installed"
+    return None
+
+
+def limits(shape: Shape, parameters: int, device: str) -> dict:
+    """The card and what its peaks allow at this shape (empty on a CPU or an unknown card)."""
+    if not device.startswith("cuda"):
+        return {"card": "cpu"}
+    import torch
+
+    name = torch.cuda.get_device_name()
+    card = card_of(name)
+    out: dict = {"card": name, "memory_gb": torch.cuda.get_device_properties(0).total_memory / 1e9}
+    if card is None:
+        return out
+    sequences = shape.questions * shape.group
+    return {
+        **out,
+        "bf16_peak_tflops": card.bf16_tflops,
+        "bandwidth_tb_s": card.bandwidth_tbs,
+        # the trainer's module is fp32 (master weights); vLLM holds bf16
+        "decode_bound_tokens_per_s_fp32_weights": decode_bound(
+            shape, card, 4 * parameters, sequences, 4
+        ),
+        "decode_bound_tokens_per_s_bf16_weights": decode_bound(
+            shape, card, 2 * parameters, sequences, 2
+        ),
+        "training_bound_tokens_per_s": training_bound(parameters, card),
+    }
+
+
+def run_bench(shape_name: str, shape: Shape, device: str, backends, trl: bool, folder) -> dict:
+    """Every arm asked for (those that cannot run here are listed with the reason)."""
+    import torch
+
+    torch.manual_seed(0)
+    base, tokenizer = random_model(shape), word_tokenizer(shape.vocab)
+    parameters = parameter_count(base)
+    if "vllm" in backends and missing("vllm", device) is None:
+        base.to(torch.bfloat16).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        base.float()
+    bound = limits(shape, parameters, device)
+    arms, skipped = [], {}
+    for arm in [*backends, *(["trl"] if trl else [])]:
+        why = missing(arm, device)
+        if why:
+            skipped[arm] = why
+            continue
+        print(f"{arm}: running", flush=True)  # noqa: T201 - progress
+        if arm == "trl":
+            figures = trl_round(base, tokenizer, shape, device)
+        else:
+            figures = backend_round(arm, base, tokenizer, shape, device, folder)
+        if "bf16_peak_tflops" in bound:
+            flops = 6 * parameters * figures["training_tokens_per_s"]
+            figures["mfu"] = flops / (bound["bf16_peak_tflops"] * 1e12)
+        arms.append(figures)
+    return {
+        "shape": shape_name,
+        "shape_detail": asdict(shape),
+        "parameters": parameters,
+        "device": device,
+        "torch": torch.__version__,
+        "transformers": _version("transformers"),
+        "trl": _version("trl"),
+        "limits": bound,
+        "arms": arms,
+        "skipped": skipped,
+    }
+
+
+def _version(package: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
