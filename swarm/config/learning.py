@@ -150,6 +150,14 @@ class TrainingSection:
         "J: shared groups from peers per update (SAPO; 0 trains on local experience only).",
         min=0,
     )
+    shared_from: str = opt(
+        "any",
+        "Whose groups a node pulls and trains on: any (every peer's) or same-family (only peers "
+        "whose model has this node's architecture and tokenizer, as their announcements say: "
+        "another family's completions are far off this node's policy; needs p2p.exchange = "
+        "pull). See docs/SAPO.md.",
+        choices=("any", "same-family"),
+    )
     per_peer_cap: int = opt(
         2, "At most this many of a batch's shared groups from any one peer (0: no cap).", min=0
     )

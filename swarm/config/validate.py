@@ -74,6 +74,12 @@ def check_cross_field(config: Config, origin) -> None:
         raise ConfigError(
             f"{origin('verify', 'task_cache_mb', 'verify.worker_memory_mb')}: verify.task_cache_mb ({v.task_cache_mb}) plus {WORKER_BASE_MB} MB must fit in half of verify.worker_memory_mb ({v.worker_memory_mb}): a group that takes the worker past half its limit is rejected"
         )
+    if config.training.shared_from != "any" and p2p.exchange != "pull":
+        raise ConfigError(
+            f"{origin('training', 'shared_from', 'p2p.exchange')}: training.shared_from = "
+            f"{config.training.shared_from!r} needs p2p.exchange = \"pull\" (gossip delivers "
+            "every peer's groups before their family is known)"
+        )
     if config.generation.temperature == 0 and config.node.role != "observer":
         raise ConfigError(
             f"{origin('generation', 'temperature', 'node.role')}: generation.temperature = 0 gives every group equal rewards and GRPO nothing to learn"

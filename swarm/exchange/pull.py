@@ -107,6 +107,8 @@ class PullSettings:
     max_holders: int = 4  # holder hints kept (and tried) per group
     seed_salt: int = 0  # this node's task seed, hashed with its peer ID into its task stream
     every_group: bool = False  # pull any fresh group, signal or not (an observer records them)
+    family: str = ""  # this node's model family, announced with its groups (family_digest)
+    same_family: bool = False  # pull only groups announced with this node's family
 
 
 @dataclass
@@ -118,6 +120,7 @@ class PullCounters:
     lists_failed: int = 0
     announcements_refused: int = 0
     candidates: int = 0
+    other_family: int = 0  # announcements skipped: another model family (same_family)
     pulls: int = 0
     pulls_failed: int = 0  # no group admitted: nothing served in time, or refused
     pulls_refused: int = 0  # of those, the announced bytes came and were refused
@@ -224,6 +227,7 @@ class PullExchange:
             base_hash=group.base_hash,
             blob_hash=hashlib.sha256(served).hexdigest(),
             created_at=group.created_at,
+            family=self.settings.family,
             model=group.model,
             policy_version=group.policy_version,
             rewards=tuple(group.rewards),
@@ -341,6 +345,9 @@ class PullExchange:
                 self.counters.announcements_refused += 1
                 digest = hashlib.sha256(signed.body).hexdigest()
                 rejected.append(Rejection(e.reason, e.detail, peer, digest, peer))
+                continue
+            if self.settings.same_family and announcement.family != self.settings.family:
+                self.counters.other_family += 1  # not wanted, not wrong: never pulled
                 continue
             if announcement.blob_hash not in self._chosen:
                 self.candidates[announcement.blob_hash] = (announcement, self.round)

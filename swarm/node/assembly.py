@@ -334,9 +334,15 @@ def make_publisher(
 
 
 def make_exchange(
-    config: Config, transport: Transport, verifier: Verifier, key_pair, peer_id: str
+    config: Config,
+    transport: Transport,
+    verifier: Verifier,
+    key_pair,
+    peer_id: str,
+    family: str = "",
 ) -> PullExchange | None:
-    """The pull exchange with `p2p.exchange = "pull"`; None for gossip (`Sharing`'s own)."""
+    """The pull exchange with `p2p.exchange = "pull"`; None for gossip (`Sharing`'s own).
+    `family`: this node's model family (`Policy.family`), announced with its groups."""
     p2p = config.p2p
     if p2p.exchange != "pull":
         return None
@@ -349,6 +355,8 @@ def make_exchange(
         max_age_s=config.training.max_age_s or 3600.0,
         view_capacity=p2p.view_size,
         seed_salt=config.task_seed,
+        family=family,
+        same_family=config.training.shared_from == "same-family",
     )
     return PullExchange(transport, verifier, p2p.swarm_id, key_pair, peer_id, settings)
 

@@ -152,7 +152,7 @@ def _with_model(config: Config, key_pair, peer_id: str, transport, monitoring) -
         follower=follower,
     )
     pool = ExperiencePool(config.training.pool_size, int(config.training.pool_mb * 2**20))
-    exchange = make_exchange(config, transport, verifier, key_pair, peer_id)
+    exchange = make_exchange(config, transport, verifier, key_pair, peer_id, policy.family)
     sampling = sampling_params(config)
     topic = rollout_topic(config.p2p.swarm_id)
     publishing = Publishing(

@@ -34,6 +34,7 @@ class Policy:
     dtype: torch.dtype
     base_hash: str  # identifies the base weights, so peers know whether deltas can apply
     model_id: str  # how peers know the model: name@content hash, never a local path
+    family: str = ""  # architecture and tokenizer (`swarm.policy.source.family_digest`)
 
     @property
     def stop_token_ids(self) -> set[int]:
@@ -98,7 +99,7 @@ def load_policy(
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from swarm.policy.source import model_identity, model_problem
+    from swarm.policy.source import family_digest, model_identity, model_problem
 
     hf_logging.disable_progress_bar()  # a per-load bar is noise in a node's output
     problem = model_problem(name)
@@ -124,6 +125,7 @@ def load_policy(
         dtype=dt,
         base_hash=base_hash,
         model_id=model_identity(name, base_hash, shown_name),
+        family=family_digest(model.config.to_dict(), tokenizer.get_vocab()),
     )
 
 

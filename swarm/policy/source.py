@@ -10,7 +10,9 @@ offline or unreachable (a short connection attempt, not the hub client's retries
 number of positions, for built-in models, local folders and hub models already cached.
 `model_identity` is how a node names its model to peers: a name the operator chooses (or one
 derived from the model, never its folder) and a hash of its content; `same_model` compares
-two identities by content alone.
+two identities by content alone. `family_digest` names what a model's completions are
+written in (its architecture and tokenizer), so a node can tell before pulling whether a
+peer's completions are of its own model family (`training.shared_from`).
 
 No torch here unless a built-in model is named (its recipes live in `swarm.policy.tiny`).
 """
@@ -300,6 +302,28 @@ def content_key(identity: str) -> str:
 def same_model(a: str, b: str) -> bool:
     """Whether two model identities name the same content, whatever names were chosen."""
     return content_key(a) == content_key(b)
+
+
+FAMILY_CHARS = 12  # hex characters of a model family digest (announced with every group)
+_FAMILY_IGNORED = ("transformers_version", "dtype", "torch_dtype", "use_cache")
+
+
+def family_digest(config: dict, vocab: dict[str, int]) -> str:
+    """Short hex hash of a model's family: its architecture (`config`, a transformers
+    config as a dict, less names, paths and run-time settings) and its tokenizer's vocabulary.
+
+    Models of one family read each other's completions as token sequences of their own kind:
+    copies of one base model, and fine-tunes of it, agree; another architecture or tokenizer
+    does not. Pure: no weights are read."""
+    kept = {
+        k: v
+        for k, v in config.items()
+        if not k.startswith("_") and k not in _FAMILY_IGNORED and k != "name_or_path"
+    }
+    canonical = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
+    words = json.dumps(sorted(vocab.items()), separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(canonical.encode() + b"\0" + words.encode())
+    return digest.hexdigest()[:FAMILY_CHARS]
 
 
 def content_digest(folder: Path, base_hash: str) -> str:

@@ -37,7 +37,8 @@ MAX_PAYLOAD_BYTES = 1 << 40
 MANIFEST_KINDS = ("delta", "anchor")
 # 2: an announcement names the signed group exactly as served (`blob_hash` of `[body,
 # signature]`, `size` of those bytes), so a holder cannot serve a good body with a bad signature.
-ANNOUNCEMENT_SCHEMA_VERSION = 2
+ANNOUNCEMENT_SCHEMA_VERSION = 3  # 3: the sender's model family
+MAX_FAMILY_CHARS = 64  # an announced model family digest
 MAX_ANNOUNCEMENT_BYTES = 4096  # one announcement body (~600 bytes in practice)
 MAX_ANNOUNCEMENTS_PER_MESSAGE = 256
 MAX_HOLDER_HINTS = 512  # (group, holder) hints in one announcements message

@@ -22,6 +22,7 @@ from swarm.wire.limits import (
     MAX_BLOB_KEY_CHARS,
     MAX_COMPLETIONS,
     MAX_COUNT,
+    MAX_FAMILY_CHARS,
     MAX_FORMAT_BONUS,
     MAX_GROUPS_PER_MESSAGE,
     MAX_HINT_ADDRS,
@@ -131,6 +132,11 @@ class GroupAnnouncement(Struct, frozen=True, kw_only=True, forbid_unknown_fields
     base_hash: Name
     blob_hash: HexHash  # SHA-256 of the signed group as served ([body, signature])
     created_at: Time
+    # The sender's model family (`swarm.policy.source.family_digest`: architecture and
+    # tokenizer), so a receiver can skip another family's groups before pulling them. A claim
+    # only: nothing in the group can confirm it (a false one costs the receiver what
+    # `training.shared_from = "any"` would).
+    family: Annotated[str, Meta(max_length=MAX_FAMILY_CHARS)] = ""
     model: Name
     policy_version: Count
     rewards: Annotated[tuple[float, ...], Meta(min_length=1, max_length=MAX_COMPLETIONS)]
