@@ -285,7 +285,7 @@ def doctor(
         url = ledger_url(cfg, ledger)  # a file that is no ledger is a finding, not a usage error
         checkpoints = None if ledger is not None else cfg.run_dir / "checkpoints"
         findings = diagnose(url, checkpoints)
-    if ledger is None:
+    if gpu_only or ledger is None:
         from swarm.ops.gpu_stack import GpuNeeds, gpu_pins, probe, stack_findings
 
         findings += stack_findings(probe(), GpuNeeds.from_config(cfg), *gpu_pins())
