@@ -54,6 +54,7 @@ from swarm.bench.experiment import (
     best_channel,
     node_config,
     parse_arm,
+    rates_below,
 )
 from swarm.core.errors import ConfigError
 
@@ -142,7 +143,7 @@ def parse_args(argv=None):
     )
     args = parser.parse_args(argv)
     study = STUDIES[args.study]
-    args.testbed = args.testbed or ("gap" if study.name == "channels" else "skills")
+    args.testbed = args.testbed or ("skills" if study.name == "sharing" else "gap")
     args.rounds = args.rounds or study.rounds
     return args
 
@@ -272,16 +273,38 @@ def run_unit(args, arm: Arm, seed: int, lr: float) -> dict:
         "local_groups": [sum(row[k]["local"] for row in rounds) for k in range(len(nodes))],
         "shared_groups": [sum(row[k]["shared"] for row in rounds) for k in range(len(nodes))],
         "skipped_updates": [sum(row[k]["skipped"] for row in rounds) for k in range(len(nodes))],
+        # peers' groups refused (honest in-process peers: any refusal is a fault of the run)
+        "rejected": [sum(row[k].get("rejected", 0) for row in rounds) for k in range(len(nodes))],
         "shared_by_family": [
             dict(sum((Counter(row[k]["shared_by_family"]) for row in rounds), Counter()))
             for k in range(len(nodes))
         ],
+        "commit": code_commit(),
         "held_out_start": start_eval,
         "held_out_end": end_eval,
         "seconds": time.perf_counter() - t0,
     }
     shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def code_commit() -> str:
+    """The commit of the code this process runs (`swarm`'s checkout), with "+dirty" when its
+    tracked files differ from it: a unit re-run from that commit gives the same file."""
+    import subprocess
+
+    import swarm
+
+    root = Path(swarm.__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "HEAD")
+    if not head:
+        return "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def model_digest_of(name: str) -> str:
@@ -317,6 +340,9 @@ def _run_rounds(args, nodes, label: str, rounds: list, log_path: Path) -> None:
                     "shared": rep.shared_groups,
                     "skipped": rep.skipped,
                     "shared_by_family": dict(used),
+                    "accepted": rep.accepted,
+                    "rejected": rep.rejected,
+                    "seconds": round(rep.total_s, 3),
                 }
             )
         rounds.append(row)
@@ -390,15 +416,22 @@ def units_for(args) -> list[tuple[Arm, int, float]]:
         control = parse_arm(study.controls[0][0])
         mirrored = replace(control, channels=())  # 4/4-shuf runs at plain 4/4's tuned rate
         lr = chosen_lrs(unit_folder(args), [mirrored], study.learning_rates)[mirrored.name]
-        return [(control, seed, lr) for seed in VERDICT_SEEDS]
+        return [(control, seed, lr) for seed in study.seeds]
     arms = [parse_arm(a) for a in study_arms(args).split(",") if a.strip()]
     if args.command == "tune":
-        return [(arm, TUNING_SEED, lr) for arm in arms for lr in study.learning_rates]
+        grid = [(arm, TUNING_SEED, lr) for arm in arms for lr in study.learning_rates]
+        if study.name != "default":
+            return grid
+        from sapo_report import load_units  # the grid's smallest rate won: one step below
+
+        tuned = [u for u in load_units(unit_folder(args)) if u["seed"] == TUNING_SEED]
+        lower = rates_below(tuned, [a.name for a in arms], study.learning_rates)
+        return grid + [(parse_arm(name), TUNING_SEED, lr) for name, lr in lower.items()]
     if args.command == "verdict":
         from sapo_report import chosen_lrs
 
         lrs = chosen_lrs(unit_folder(args), arms, study.learning_rates)
-        return [(arm, seed, lrs[arm.name]) for seed in VERDICT_SEEDS for arm in arms]
+        return [(arm, seed, lrs[arm.name]) for seed in study.seeds for arm in arms]
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] or list(VERDICT_SEEDS)
     return [(arm, seed, args.lr) for seed in seeds for arm in arms]
 

@@ -52,6 +52,8 @@ CHANNELS: dict[str, dict] = {
     "shape": {"shared_shaping": 0.1},
     "parts": {"shared_normalizer": "parts", "shared_weight": 0.5},
     "shuf": {"shuffle_shared_rewards": True},
+    # not a channel but a peer filter: pull only from peers of this node's model family
+    "fam": {"shared_from": "same-family"},
 }
 
 
@@ -113,6 +115,7 @@ class Study:
     comparisons: tuple[tuple[str, str], ...]  # (candidate, baseline)
     folder_prefix: str = ""  # results/sapo/<prefix><protocol>-<testbed>
     controls: tuple[tuple[str, str], ...] = ()  # (control, baseline): no gain expected
+    seeds: tuple[int, ...] = VERDICT_SEEDS  # the verdict's seeds
 
     def folder(self, protocol: str, testbed: str) -> str:
         return f"{self.folder_prefix}{protocol}-{testbed}"
@@ -122,7 +125,7 @@ CHANNEL_ARMS = ("4/4", "4/4-joint", "4/4-recv", "4/4-shape", "4/4-parts")
 CHANNELS_ONLY = CHANNEL_ARMS[1:]  # the arms among which the best channel is chosen
 NEGATIVE_CONTROL = "4/4-shuf"  # run at plain 4/4's rate over the verdict seeds
 STUDIES: dict[str, Study] = {
-    # The first verdict (skills testbed): does plain SAPO pay? (README, "Does sharing pay?")
+    # The first verdict (skills testbed): does plain SAPO pay? (docs/SAPO.md)
     "sharing": Study(
         "sharing",
         tuple(ARMS),
@@ -141,8 +144,21 @@ STUDIES: dict[str, Study] = {
         folder_prefix="channels-",
         controls=((NEGATIVE_CONTROL, "4/0"), (NEGATIVE_CONTROL, "4/4")),
     ),
+    # The third (both testbeds): which default should a joining node have? Two candidates
+    # that pull only from their own model family, against the baselines that generate as
+    # much; fresh seeds; the rule is `swarm.bench.default_study` (docs/SAPO.md).
+    "default": Study(
+        "default",
+        ("8/0", "4/0", "4/4-fam", "4/4-joint+fam"),
+        (3e-5, 1e-4),
+        300,
+        (("4/4-fam", "4/0"), ("4/4-joint+fam", "8/0"), ("4/4-fam", "8/0")),
+        folder_prefix="default-",
+        seeds=tuple(range(6, 12)),
+    ),
 }
-# Pre-registered acceptance (README, "Does sharing pay?"), for a candidate arm against a baseline.
+# Pre-registered acceptance of the first two studies (docs/SAPO.md), for a candidate arm
+# against a baseline; the default study has its own rule (`swarm.bench.default_study`).
 MIN_MEAN_RATIO = 1.15
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
@@ -358,6 +374,22 @@ def best_lr(scores: Mapping[float, float]) -> float:
     if not scores:
         raise ConfigError("no tuning result to choose a learning rate from")
     return max(sorted(scores), key=lambda lr: scores[lr])
+
+
+def rates_below(
+    tuned: Sequence[Mapping], arms: Sequence[str], grid: Sequence[float]
+) -> dict[str, float]:
+    """Arms whose best tuning result is the grid's smallest rate, with the rate one step
+    below it (a third, at one significant figure: 3e-5 -> 1e-5), once every grid rate of the
+    arm has run. `tuned`: tuning units (dicts with arm, lr, cumulative_own_reward)."""
+    lowest = min(grid)
+    below = float(f"{lowest / 3:.0e}")
+    out = {}
+    for arm in arms:
+        scores = {u["lr"]: u["cumulative_own_reward"] for u in tuned if u["arm"] == arm}
+        if all(lr in scores for lr in grid) and best_lr(scores) == lowest:
+            out[arm] = below
+    return out
 
 
 def best_channel(
