@@ -8,11 +8,13 @@ import subprocess
 import sys
 
 import msgspec
+import pytest
 
 from swarm.core.identity import create_identity, peer_id_of
+from swarm.core.reasons import Reason
 from swarm.ledger import GroupRow, Ledger
 from swarm.ledger.retention import DAY_S, Retention, prune
-from swarm.ops.replay import verify_ledger
+from swarm.ops.replay import StoredGroup, VerifyReport, empty_export_reason, verify_ledger
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.rescore import rescore
 from swarm.wire import RolloutGroup, Sampling
@@ -127,3 +129,42 @@ def test_an_export_of_an_empty_ledger_says_so(tmp_path):
         f"error: nothing to export, {out} not written: the ledger holds no rollout groups"
     )
     assert "Traceback" not in result.stderr
+
+
+def _item(status: str, reason: str = "") -> StoredGroup:
+    direction = "sent" if status == "sent" else "received"
+    return StoredGroup(0, direction, status, "h", Reason(reason) if reason else "")
+
+
+@pytest.mark.parametrize(
+    "items, swarm_id, why",
+    [
+        (
+            [("rejected", "never_stored"), ("rejected", "stale")],
+            None,
+            "its 2 stored groups are all rejected ones, and only groups this node sent or "
+            "accepted are exported",
+        ),
+        (
+            [("accepted", "reward_mismatch"), ("accepted", "body_pruned"), ("sent", "bad_task")],
+            None,
+            "none of its 3 sent or accepted groups passed: 1 had their bytes pruned "
+            "(ledger.keep_bodies_days, ledger.max_mb); 2 failed verification "
+            "(reward_mismatch 1, bad_task 1)",
+        ),
+        (
+            [("sent", "wrong_swarm"), ("rejected", "")],
+            "other",
+            "none of its 1 sent or accepted groups passed: 1 failed verification "
+            "(wrong_swarm 1); --swarm-id other keeps only that swarm's groups",
+        ),
+        ([("sent", ""), ("accepted", "body_pruned")], None, ""),
+    ],
+)
+def test_why_nothing_can_be_exported(items, swarm_id, why):
+    report = VerifyReport()
+    for status, reason in items:
+        report.add(_item(status, reason))
+    report.trainable = sum(1 for status, reason in items if status != "rejected" and not reason)
+    assert empty_export_reason(report, swarm_id) == why
+    assert report.total == report.passed + report.failed + sum(report.without_bytes.values())
