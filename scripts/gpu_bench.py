@@ -43,6 +43,12 @@ def parse_args(argv=None):
     parser.add_argument("--no-trl", action="store_true", help="leave out TRL's GRPOTrainer")
     parser.add_argument("--no-swarm", action="store_true", help="leave out the 4-node swarm")
     parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=420.0,
+        help="start no arm (nor the swarm) after this many seconds (default 420)",
+    )
+    parser.add_argument(
         "--out", default="", help="JSON path (default results/gpu/<shape>-<device>.json)"
     )
     return parser.parse_args(argv)
@@ -66,7 +72,9 @@ def main(argv=None) -> int:
             return 2
     name = f"{args.shape}-{args.device.split(':')[0]}.json"
     out = Path(args.out) if args.out else ROOT / "results" / "gpu" / name
-    options = Options(args.shape, args.device, backends, not args.no_trl, not args.no_swarm, out)
+    options = Options(
+        args.shape, args.device, backends, not args.no_trl, not args.no_swarm, out, args.budget_s
+    )
     run(options)
     return 0
 

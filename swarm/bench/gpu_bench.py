@@ -34,7 +34,7 @@ from swarm.bench.gpu_shapes import (
     word_tokenizer,
 )
 
-BACKENDS = ("transformers", "continuous", "vllm")
+BACKENDS = ("continuous", "transformers", "vllm")
 
 
 class Clock:
@@ -276,8 +276,11 @@ def limits(shape: Shape, parameters: int, device: str) -> dict:
     }
 
 
-def run_bench(shape_name: str, shape: Shape, device: str, backends, trl: bool, folder) -> dict:
-    """Every arm asked for (those that cannot run here are listed with the reason)."""
+def run_bench(
+    shape_name: str, shape: Shape, device: str, backends, trl: bool, folder, deadline: float
+) -> dict:
+    """Every arm asked for, in order, while `deadline` (a `time.perf_counter()`) is ahead;
+    those that cannot run here, or not in time, are listed with the reason."""
     import torch
 
     torch.manual_seed(0)
@@ -291,14 +294,23 @@ def run_bench(shape_name: str, shape: Shape, device: str, backends, trl: bool, f
     arms, skipped = [], {}
     for arm in [*backends, *(["trl"] if trl else [])]:
         why = missing(arm, device)
+        if why is None and time.perf_counter() > deadline:
+            why = "the time budget was spent before it"
         if why:
             skipped[arm] = why
             continue
         print(f"{arm}: running", flush=True)  # noqa: T201 - progress
-        if arm == "trl":
-            figures = trl_round(base, tokenizer, shape, device)
-        else:
-            figures = backend_round(arm, base, tokenizer, shape, device, folder)
+        try:
+            if arm == "trl":
+                figures = trl_round(base, tokenizer, shape, device)
+            else:
+                figures = backend_round(arm, base, tokenizer, shape, device, folder)
+        except Exception as e:  # noqa: BLE001 - one arm's failure is recorded, the rest still run
+            skipped[arm] = f"failed: {e.__class__.__name__}: {str(e).splitlines()[0][:300]}"
+            gc.collect()
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()
+            continue
         if "bf16_peak_tflops" in bound:
             flops = 6 * parameters * figures["training_tokens_per_s"]
             figures["mfu"] = flops / (bound["bf16_peak_tflops"] * 1e12)

@@ -32,6 +32,7 @@ class Options:
     trl: bool
     swarm: bool
     out: Path
+    budget_s: float = 420.0  # arms and the swarm start only within it
 
 
 def goals(result: dict) -> dict:
@@ -94,6 +95,7 @@ def run(options: Options, console: Console | None = None) -> dict:
     """Every arm, then the swarm; the result written to `options.out` and shown."""
     console = console or Console()
     started = time.perf_counter()
+    deadline = started + options.budget_s
     shape = SHAPES[options.shape]
     with tempfile.TemporaryDirectory(prefix="gpu-bench-") as scratch:
         result = run_bench(
@@ -103,12 +105,19 @@ def run(options: Options, console: Console | None = None) -> dict:
             options.backends,
             options.trl,
             Path(scratch) / "model",
+            deadline,
         )
         if options.swarm:
-            from swarm.bench.gpu_swarm import run_swarm
+            from swarm.bench.gpu_swarm import run_swarm, swarm_missing
 
-            console.print("swarm: 4 join processes")
-            result["swarm"] = run_swarm(shape, options.device, Path(scratch) / "swarm")
+            left = deadline - time.perf_counter()
+            why = swarm_missing() or (None if left > 60 else "the time budget was spent")
+            if why:
+                result["skipped"]["swarm"] = why
+            else:
+                console.print("swarm: 4 join processes")
+                swarm_dir = Path(scratch) / "swarm"
+                result["swarm"] = run_swarm(shape, options.device, swarm_dir, timeout=left)
     result["goals"] = goals(result)
     result["wall_s"] = time.perf_counter() - started
     options.out.parent.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ SHAPES = {
     # Qwen2.5-1.5B's config: 1.54 B parameters.
     "qwen2.5-1.5b": Shape(151_936, 1536, 28, 12, 2, 8960, 32, 8, 300, 1024, 8, 8, 128),
     # The CPU dry run: the same code at a shape a CPU runs in seconds.
-    "tiny": Shape(512, 64, 2, 4, 2, 128, 2, 4, 16, 8, 8, 2, 8),
+    "tiny": Shape(512, 64, 2, 4, 2, 128, 2, 4, 16, 8, 8, 4, 48),
 }
 
 
@@ -90,11 +90,15 @@ def word_tokenizer(vocab: int):
 
 
 def random_model(shape: Shape, seed: int = 0):
-    """A Qwen2 model of `shape` with random weights, on the CPU in fp32."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    """A model of `shape` with random weights, on the CPU in fp32.
 
-    config = Qwen2Config(
+    Qwen2.5's shape as a Llama module (Qwen2's q/k/v biases left out: 0.1 % of the
+    parameters), so that a folder of it loads its word-level tokenizer as written (for a
+    qwen2 folder transformers builds Qwen2's own byte-level tokenizer instead)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
         vocab_size=shape.vocab,
         hidden_size=shape.hidden,
         intermediate_size=shape.intermediate,
@@ -102,13 +106,15 @@ def random_model(shape: Shape, seed: int = 0):
         num_attention_heads=shape.heads,
         num_key_value_heads=shape.kv_heads,
         max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
         tie_word_embeddings=shape.tied,
         pad_token_id=0,
         eos_token_id=shape.vocab,  # never sampled: completions run to their limit
         bos_token_id=None,
     )
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(config).eval()
+    return LlamaForCausalLM(config).eval()
 
 
 def random_prompts(shape: Shape, seed: int) -> list[str]:

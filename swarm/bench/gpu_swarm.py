@@ -56,8 +56,26 @@ def round_seconds(folder: Path) -> list[float]:
     return [r["total_s"] for r in records if r.get("kind") == "round"]
 
 
-def run_swarm(shape: Shape, device: str, out: Path, rounds: int = 5, nodes: int = 4) -> dict:
-    """Run the swarm to its end (or the demo's time limit) and sum up what it exchanged."""
+NODE_PACKAGES = ("libp2p", "trio", "sqlalchemy", "reasoning_gym", "msgspec", "cryptography")
+
+
+def swarm_missing() -> str | None:
+    """Why a node cannot run in this Python (a package it needs is missing), or None."""
+    import importlib.util
+
+    absent = [p for p in NODE_PACKAGES if importlib.util.find_spec(p) is None]
+    return f"a node needs {', '.join(absent)}, not installed here" if absent else None
+
+
+def run_swarm(
+    shape: Shape,
+    device: str,
+    out: Path,
+    rounds: int = 5,
+    nodes: int = 4,
+    timeout: float | None = None,
+) -> dict:
+    """Run the swarm to its end (or `timeout` seconds) and sum up what it exchanged."""
     from swarm.ops.demo import run_demo
     from swarm.p2p.swarm_key import generate_key, write_key_file
 
@@ -66,7 +84,7 @@ def run_swarm(shape: Shape, device: str, out: Path, rounds: int = 5, nodes: int 
     key = out / "swarm.key"
     write_key_file(key, generate_key())
     summary = run_demo(
-        nodes, rounds, out / "nodes", None, swarm_settings(shape, model, device, key), None
+        nodes, rounds, out / "nodes", None, swarm_settings(shape, model, device, key), timeout
     )
     per_node = []
     for node in summary["per_node"]:

@@ -35,6 +35,7 @@ def test_the_dry_run_makes_a_round_per_backend_and_writes_its_json(tmp_path, cap
     arms = {a["backend"]: a for a in result["arms"]}
     assert {"transformers", "continuous"} <= set(arms)
     assert result["skipped"]["vllm"] == "vLLM needs CUDA"
+    assert not [why for why in result["skipped"].values() if why.startswith("failed")]
     batch = shape.questions * shape.group
     for name in ("transformers", "continuous"):
         arm = arms[name]
@@ -101,4 +102,5 @@ def test_the_swarm_of_four_join_processes_runs_on_a_cpu(tmp_path):
     assert _script().main([*args, "--out", str(out)]) == 0
     swarm = json.loads(out.read_text())["swarm"]
     assert swarm["all_exited_cleanly"] and [n["rounds"] for n in swarm["per_node"]] == [5] * 4
-    assert swarm["groups_received"] > 0 and swarm["accepted_share"] == 1.0
+    assert swarm["groups_sent"] == 4 * 5 * SHAPES["tiny"].swarm_questions  # every group announced
+    assert 0 < swarm["groups_received"] and swarm["accepted_share"] == 1.0  # honest peers
