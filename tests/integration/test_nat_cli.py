@@ -102,3 +102,33 @@ def test_join_refuses_its_own_id_as_its_relay_in_one_line(tmp_path: Path) -> Non
     assert result.returncode == 2, result.stderr[-2000:]
     (line,) = result.stderr.strip().splitlines()
     assert "p2p.relays[0] is this node itself" in line and "relay_service = true" in line
+
+
+@pytest.mark.timeout(120)
+def test_config_accepts_a_relay_only_node_and_warns_about_a_loopback_relay(tmp_path: Path) -> None:
+    node = _observer(tmp_path / "node", f"/dns4/relay.example.org/tcp/4001/p2p/{OTHER}")
+    node.write_text(node.read_text().replace("[p2p]\n", '[p2p]\nlisten = ""\n'))
+    accepted = subprocess.run(
+        [sys.executable, "-m", "swarm.cli", "config", "--config", str(node)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+    )
+    assert accepted.returncode == 0, accepted.stderr[-2000:]
+    assert accepted.stderr == ""  # nothing to warn about
+    relay = tmp_path / "relay.toml"
+    relay.write_text(
+        '[node]\nrole = "observer"\nrun_dir = "relay"\n'
+        '[p2p]\nlisten = "/ip4/127.0.0.1/tcp/0"\nrelay_service = true\n'
+    )
+    warned = subprocess.run(
+        [sys.executable, "-m", "swarm.cli", "config", "--config", str(relay)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+    )
+    assert warned.returncode == 0, warned.stderr[-2000:]
+    (line,) = warned.stderr.strip().splitlines()
+    assert "is a loopback address: only peers on this machine can use this relay" in line
