@@ -35,7 +35,12 @@ from swarm.node.monitoring import Monitoring
 from swarm.node.runlock import RunLock
 from swarm.p2p.topic_tap import TopicTap
 from swarm.p2p.transport import Transport
-from swarm.policy.backends import Backend, choose_backend, logprobs_can_differ
+from swarm.policy.backends import (
+    Backend,
+    choose_backend,
+    continuous_available,
+    logprobs_can_differ,
+)
 from swarm.policy.delta import bf16_state_dict
 from swarm.policy.generator import Generator, SamplingParams, TransformersGenerator
 from swarm.policy.model import Policy
@@ -161,10 +166,9 @@ def read_psk(path: str) -> str:
 def generator_backend(config: Config, policy: Policy) -> Backend:
     """The backend `generation.backend` names, "auto" resolved on this machine."""
     requested = config.generation.backend
-    installed = requested == "auto" and (
-        "vllm" in sys.modules or importlib.util.find_spec("vllm") is not None
-    )
-    return choose_backend(requested, policy.device.type, installed)
+    auto = requested == "auto" and policy.device.type == "cuda"
+    installed = auto and ("vllm" in sys.modules or importlib.util.find_spec("vllm") is not None)
+    return choose_backend(requested, policy.device.type, installed, auto and continuous_available())
 
 
 def make_generator(config: Config, policy: Policy) -> Generator:

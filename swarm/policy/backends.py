@@ -5,8 +5,9 @@
   leaving the batch as they finish) over the trainer's own module (`swarm.policy.continuous`).
 - `vllm`: a vLLM engine with its own copy of the weights (`swarm.policy.vllm_generator`).
 
-"auto" is `transformers` on a CPU; on CUDA, `vllm` where it is installed, else `continuous`.
-Pure: the caller says what the machine has.
+"auto" is `transformers` on a CPU; on CUDA, `vllm` where it is installed, else `continuous`
+where the installed transformers has continuous batching (5.x), else `transformers`. Pure:
+the caller says what the machine has.
 """
 
 from __future__ import annotations
@@ -26,13 +27,30 @@ AUTO = "auto"
 CHOICES = (AUTO, *(b.value for b in Backend))
 
 
-def choose_backend(requested: str, device_type: str, vllm_installed: bool) -> Backend:
+def choose_backend(
+    requested: str, device_type: str, vllm_installed: bool, continuous_available: bool = True
+) -> Backend:
     """The backend to run for `requested` ("auto" or a `Backend` value) on `device_type`."""
     if requested != AUTO:
         return Backend(requested)
     if device_type != "cuda":
         return Backend.TRANSFORMERS
-    return Backend.VLLM if vllm_installed else Backend.CONTINUOUS
+    if vllm_installed:
+        return Backend.VLLM
+    return Backend.CONTINUOUS if continuous_available else Backend.TRANSFORMERS
+
+
+def continuous_available() -> bool:
+    """Whether the installed transformers has continuous batching (`ContinuousBatchingConfig`
+    and `generate_batch`, transformers 5.x)."""
+    try:
+        from transformers import GenerationMixin
+        from transformers.generation.configuration_utils import (  # noqa: F401 - probe
+            ContinuousBatchingConfig,
+        )
+    except ImportError:
+        return False
+    return hasattr(GenerationMixin, "generate_batch")
 
 
 def logprobs_can_differ(backend: Backend, trainer_dtype_differs: bool) -> bool:

@@ -13,7 +13,12 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from swarm.node.assembly import trainer_settings
 from swarm.node.shared_samples import own_samples
-from swarm.policy.backends import Backend, choose_backend, logprobs_can_differ
+from swarm.policy.backends import (
+    Backend,
+    choose_backend,
+    continuous_available,
+    logprobs_can_differ,
+)
 from swarm.policy.generator import Completion
 from swarm.policy.grpo import clipped_policy_loss, truncated_importance_weights
 from swarm.policy.model import Policy
@@ -108,6 +113,9 @@ def test_auto_picks_vllm_or_continuous_on_cuda_and_transformers_on_a_cpu():
     assert choose_backend("auto", "cuda", True) is Backend.VLLM
     assert choose_backend("auto", "cuda", False) is Backend.CONTINUOUS
     assert choose_backend("transformers", "cuda", True) is Backend.TRANSFORMERS
+    # transformers 4.x has no continuous batching: plain generate
+    assert choose_backend("auto", "cuda", False, continuous_available=False) is Backend.TRANSFORMERS
+    assert continuous_available()  # the pinned transformers 5.x has it
 
 
 def test_the_node_sets_the_cap_from_its_backend_and_precision(tmp_path):
