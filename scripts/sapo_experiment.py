@@ -141,6 +141,12 @@ def parse_args(argv=None):
         default=0,
         help="checkpoint nodes every N rounds and resume a stopped unit from them (0: a stopped unit restarts)",
     )
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="tune/verdict/control from a checkout whose tracked files differ from its commit "
+        "(refused by default: the unit could not be re-run from the commit it records)",
+    )
     args = parser.parse_args(argv)
     study = STUDIES[args.study]
     args.testbed = args.testbed or ("skills" if study.name == "sharing" else "gap")
@@ -248,6 +254,7 @@ def run_unit(args, arm: Arm, seed: int, lr: float) -> dict:
         raise
     models = [node.config.policy.model for node in nodes]
     digests = [model_digest_of(name) for name in models]
+    faults = [exchange_faults(node) for node in nodes]
     for node in nodes:
         node.close()
     rounds = logs["rounds"]
@@ -280,12 +287,23 @@ def run_unit(args, arm: Arm, seed: int, lr: float) -> dict:
             for k in range(len(nodes))
         ],
         "commit": code_commit(),
+        # per node: what the exchange failed to fetch and the groups it refused, by reason (an
+        # honest in-process swarm has none: any is a fault of the run, e.g. a missed deadline)
+        "exchange_faults": faults,
         "held_out_start": start_eval,
         "held_out_end": end_eval,
         "seconds": time.perf_counter() - t0,
     }
     shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def exchange_faults(node) -> dict:
+    """The node's failed list and group fetches, and its refused groups by reason, this run."""
+    stats = node.sharing.stats
+    out = {k: stats.exchange.get(k, 0) for k in ("lists_failed", "pulls_failed")}
+    out.update({f"rejected_{reason}": n for reason, n in sorted(stats.rejected_by_reason.items())})
+    return {k: v for k, v in out.items() if v}
 
 
 def code_commit() -> str:
@@ -446,6 +464,15 @@ def main(argv=None) -> int:
         from sapo_report import report
 
         return report(unit_folder(args), console, study_of(args))
+    commit = code_commit()
+    if args.command in ("tune", "verdict", "control") and not args.allow_dirty:
+        if commit.endswith("+dirty") or commit == "unknown":
+            raise SystemExit(
+                "error: the code differs from its commit, so a unit could not be re-run from "
+                "the commit it records: run from a clean checkout (git worktree add DIR HEAD; "
+                "then run this script there with --results pointing here), or pass --allow-dirty"
+            )
+    console.print(f"code: {commit}")
     import torch
 
     torch.set_num_threads(args.threads)

@@ -199,3 +199,29 @@ def test_a_stopped_unit_resumes_from_its_checkpoints(
         [before[0]["nodes"][k]["own"], before[1]["nodes"][k]["own"]] for k in range(2)
     ]
     assert not (tmp_path / "paper-tiny" / "work" / "4-0_s0_lr0.0001").exists()
+
+
+def test_a_sharing_unit_rerun_from_the_same_code_gives_the_same_file(
+    tmp_path, tiny_model_path, sapo_experiment
+):
+    """Two runs of one joint-baseline unit (peers' groups pulled, verified, trained on) agree in
+    everything but their wall-clock; the unit names its commit and has no exchange fault."""
+    units = []
+    for run in ("a", "b"):
+        args = ["quick", "--nodes", "3", "--arms", "2/2-joint", "--completions", "4"]
+        args += ["--study", "sharing", "--testbed", "tiny", "--results", str(tmp_path / run)]
+        assert sapo_experiment.main(args) == 0
+        path = tmp_path / run / "paper-tiny" / "units" / "2-2-joint_s0_lr0.0001.json"
+        units.append(json.loads(path.read_text()))
+    first, second = ({k: v for k, v in u.items() if k != "seconds"} for u in units)
+    assert sum(first["shared_groups"]) > 0
+    assert first == second
+    assert first["commit"] and first["exchange_faults"] == [{}, {}, {}]
+
+
+def test_tuning_or_a_verdict_refuses_code_that_differs_from_its_commit(
+    tmp_path, sapo_experiment, monkeypatch
+):
+    monkeypatch.setattr(sapo_experiment, "code_commit", lambda: "0123abcd+dirty")
+    with pytest.raises(SystemExit, match="differs from its commit"):
+        sapo_experiment.main(["tune", "--study", "default", "--results", str(tmp_path)])
