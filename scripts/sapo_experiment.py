@@ -460,6 +460,10 @@ def main(argv=None) -> int:
         args.arms, args.rounds, args.eval_size = args.arms or "4/0,4/4", min(args.rounds, 3), 8
         args.seeds, args.command = args.seeds or "0", "run"
         args.results = args.results if args.results != "results/sapo" else "runs/sapo-quick"
+    if args.command == "report" and args.study == "default":
+        from sapo_report import report_default
+
+        return report_default(Path(args.results), console, args.protocol)
     if args.command == "report":
         from sapo_report import report
 

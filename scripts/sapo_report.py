@@ -3,8 +3,9 @@
     python scripts/sapo_experiment.py report [--protocol paper --testbed skills]
 
 Reads <results>/<protocol>-<testbed>/units/*.json; writes report.json and cumulative.png
-beside them. The acceptance rule is `swarm.bench.experiment.compare`, pre-registered in the
-README before the verdict run.
+beside them. The acceptance rule is `swarm.bench.experiment.compare`, pre-registered in
+docs/SAPO.md before the verdict run. The default study (`--study default`) is judged across
+both testbeds by `swarm.bench.default_study` (`report_default`): default-decision.json.
 """
 
 from __future__ import annotations
@@ -469,3 +470,72 @@ def _plot(units: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def report_default(results: Path, console: Console, protocol: str = "paper") -> int:
+    """Each testbed's tables, then the default study's rule over both, the cost of each arm,
+    and the decision (once every verdict unit of both testbeds is in): default-decision.json."""
+    from swarm.bench.default_study import CANDIDATES, TESTBEDS, cost_rows, decide, judge
+
+    study = STUDIES["default"]
+    by_testbed, payload = {}, {"study": "default", "testbeds": {}}
+    for testbed in TESTBEDS:
+        folder = results / study.folder(protocol, testbed)
+        if not load_units(folder):
+            console.print(f"{testbed}: no units yet in {folder / 'units'}")
+            continue
+        if report(folder, console, study):
+            return 2
+        chosen = _at_tuned_rates(load_units(folder))
+        cumulative, held_out = defaultdict(dict), defaultdict(dict)
+        for u in chosen:
+            cumulative[u["arm"]][u["seed"]] = u["cumulative_own_reward"]
+            held_out[u["arm"]][u["seed"]] = _swarm_by_family(u["held_out_end"])
+        by_testbed[testbed] = (cumulative, held_out)
+        missing = [
+            f"{a} seed {s}"
+            for a in study.arms
+            for s in study.seeds
+            if s not in cumulative.get(a, {})
+        ]
+        cost = cost_rows(chosen)
+        _cost_table(testbed, cost, console)
+        payload["testbeds"][testbed] = {"missing": missing, "cost": cost}
+    if len(by_testbed) < len(TESTBEDS) or any(t["missing"] for t in payload["testbeds"].values()):
+        console.print("decision: not yet (every arm needs every verdict seed on both testbeds)")
+    else:
+        judgements = [judge(name, by_testbed) for name in CANDIDATES]
+        payload["judgements"] = [asdict(j) | {"mean_vs_8_0": j.mean_vs_8_0} for j in judgements]
+        payload["default"] = decide(judgements)
+        for j in judgements:
+            verdict = "PASS" if j.passed else "fail: " + "; ".join(j.why)
+            ratios = ", ".join(
+                f"{r.testbed} {r.mean:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]" for r in j.equal_cost
+            )
+            console.print(f"{j.name} ({j.arm}) vs {j.equal_cost[0].baseline}: {ratios}; {verdict}")
+        console.print(f"decision: {payload['default'] or 'neither passes: shared_groups stays 0'}")
+    path = results / "default-decision.json"
+    path.write_text(json.dumps(payload, indent=1))
+    console.print(f"wrote {path}")
+    return 0
+
+
+def _cost_table(testbed: str, cost: dict, console: Console) -> None:
+    table = Table(title=f"{testbed}: what each arm costs a node (per node and round)")
+    for col in (
+        "arm",
+        "generated",
+        "trained on",
+        "seconds a round (8 nodes)",
+        "reward / generated",
+    ):
+        table.add_column(col, justify="right")
+    for arm, row in cost.items():
+        table.add_row(
+            arm,
+            f"{row['generated_per_round']:.0f}",
+            f"{row['trained_per_round']:.1f}",
+            f"{row['seconds_per_round']:.2f}",
+            f"{row['reward_per_generated']:.4f}",
+        )
+    console.print(table)

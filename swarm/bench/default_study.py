@@ -93,7 +93,9 @@ def held_out_losses(cand: Mapping, base: Mapping, seeds: Sequence[int]) -> list[
     families = sorted({f for s in seeds for f in cand.get(s, {})})
     out = []
     for f in families:
-        diffs = [cand[s][f] - base[s][f] for s in seeds if f in cand.get(s, {}) and f in base.get(s, {})]
+        diffs = [
+            cand[s][f] - base[s][f] for s in seeds if f in cand.get(s, {}) and f in base.get(s, {})
+        ]
         if len(diffs) < 2:
             continue
         mean = statistics.fmean(diffs)

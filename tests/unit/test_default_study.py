@@ -48,11 +48,18 @@ def test_a_held_out_family_that_ends_clearly_lower_fails_the_candidate():
     verdict = judge("C1", {"gap": gap, "skills": _testbed({"4/4-fam": [1.0] * 6})})
     assert not verdict.passed and any("held-out lower on sum" in w for w in verdict.why)
     # a difference within its noise is not a loss
-    assert held_out_losses(
-        dict(zip(SEEDS, [{"f": 0.5 + d} for d in (0.1, -0.1, 0.1, -0.1, 0.1, -0.12)], strict=True)),
-        {s: {"f": 0.5} for s in SEEDS},
-        list(SEEDS),
-    ) == []
+    assert (
+        held_out_losses(
+            dict(
+                zip(
+                    SEEDS, [{"f": 0.5 + d} for d in (0.1, -0.1, 0.1, -0.1, 0.1, -0.12)], strict=True
+                )
+            ),
+            {s: {"f": 0.5} for s in SEEDS},
+            list(SEEDS),
+        )
+        == []
+    )
 
 
 def test_c2_is_judged_against_8_0_and_the_default_is_the_passing_candidate_best_against_8_0():

@@ -55,7 +55,7 @@ def test_same_family_pulls_only_from_peers_announcing_the_nodes_family():
     nodes = _nodes(families, same_family=True)
     senders, skipped = _pulled_senders(nodes)
     family_of = {n.peer_id: f for n, f in zip(nodes, families, strict=True)}
-    for node, family, got, n_skipped in zip(nodes, families, senders, skipped, strict=True):
+    for family, got, n_skipped in zip(families, senders, skipped, strict=True):
         assert got, "every node found peers of its own family"
         assert {family_of[s] for s in got} == {family}
         assert n_skipped > 0  # the other family's announcements were seen and left alone
