@@ -1,15 +1,18 @@
 """Generators: turn prompts into sampled completions with per-token log-probs.
 
 One interface, `Generator`, so the node does not care what samples: `TransformersGenerator`
-(here; CPU or GPU, shares the trainer's module so it needs no weight sync) or
-`VLLMGenerator` (`swarm.policy.vllm_generator`, GPU only, imported lazily).
+(here; CPU or GPU, shares the trainer's module so it needs no weight sync),
+`ContinuousGenerator` (`swarm.policy.continuous`: transformers' continuous batching over the
+same module) or `VLLMGenerator` (`swarm.policy.vllm_generator`, GPU only, imported lazily);
+`swarm.policy.backends` says which `generation.backend` runs.
 
 `TransformersGenerator` prefills each prompt once and expands its cache over the prompt's
 completions (`shared_prefill`), instead of running the same prompt once per completion.
 
 Log-probs returned are those of the *raw* model distribution (temperature 1, no top-p), so
 they are comparable across backends and usable for spot checks. The trainer recomputes its
-own log-probs; these are informational.
+own; where the two can differ it weighs each token's loss by their truncated ratio
+(`grpo.truncated_importance_weights`).
 """
 
 from __future__ import annotations
