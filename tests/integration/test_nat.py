@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no NAT test: {WHY_
 
 
 class Process:
-    """A `nat_node.py` process in one namespace."""
+    """A `nat_node.py` process in one namespace (started; `wait_ready` before asking)."""
 
     def __init__(self, topo: Topology, namespace: str, spec: dict, log: Path) -> None:
         self.log = log
@@ -51,19 +51,29 @@ class Process:
             stdout=subprocess.PIPE,
             text=True,
         )
+        self.nodes: dict = {}
+
+    def wait_ready(self) -> None:
         ready = json.loads(self._proc.stdout.readline() or "{}")
         if ready.get("event") != "ready":
             raise AssertionError(f"node process did not start; log:\n{self.tail()}")
         self.nodes = ready["nodes"]
 
-    def ask(self, cmd: str, node: str, **args: object) -> dict:
+    def send(self, cmd: str, node: str, **args: object) -> dict:
+        """Send a command; its answer is read by `receive` (commands are answered in order)."""
         request = {"id": next(self._ids), "cmd": cmd, "node": node, **args}
         self._proc.stdin.write(json.dumps(request) + "\n")
         self._proc.stdin.flush()
+        return request
+
+    def receive(self, request: dict) -> dict:
         reply = json.loads(self._proc.stdout.readline() or "{}")
         if "error" in reply or reply.get("id") != request["id"]:
-            raise AssertionError(f"{cmd} on {node}: {reply}; log:\n{self.tail()}")
+            raise AssertionError(f"{request}: {reply}; log:\n{self.tail()}")
         return reply
+
+    def ask(self, cmd: str, node: str, **args: object) -> dict:
+        return self.receive(self.send(cmd, node, **args))
 
     def tail(self) -> str:
         return "".join(self.log.read_text().splitlines(True)[-30:]) if self.log.exists() else ""
@@ -91,6 +101,9 @@ def common(**kwargs: object) -> dict:
     return {"peer_exchange": False, "dial_timeout": 3.0, "autonat_interval": 0, **kwargs}
 
 
+PSK = "ab" * 32
+
+
 def bare(addrs: list[str]) -> list[str]:
     """Addresses as the pull exchange's view hands them on (no /p2p/<own id>)."""
     return [a.rsplit("/p2p/", 1)[0] for a in addrs]
@@ -105,21 +118,29 @@ class Swarm:
     punching off ("slow") and one with it on ("punch"), each serving a 1 MiB blob, and
     each pair knowing the other's circuit address. `a` and `b` are the homes' processes."""
 
-    def __init__(self, topology: Topology, tmp_path: Path, processes: list[Process]) -> None:
-        nodes = {"relay": common(listen_addr=f"/ip4/{INET_IP}/tcp/4001", relay_service=True)}
+    def __init__(
+        self, topology: Topology, tmp_path: Path, processes: list[Process], psk: str | None
+    ) -> None:
+        def node(**kwargs: object) -> dict:
+            return common(psk=psk, **kwargs)
+
+        nodes = {"relay": node(listen_addr=f"/ip4/{INET_IP}/tcp/4001", relay_service=True)}
         for i in (1, 2, 3):
-            nodes[f"p{i}"] = common(listen_addr=f"/ip4/{INET_IP}/tcp/{4001 + i}")
+            nodes[f"p{i}"] = node(listen_addr=f"/ip4/{INET_IP}/tcp/{4001 + i}")
         public = Process(topology, topology.inet, nodes, tmp_path / "inet.log")
         processes.append(public)
+        public.wait_ready()
         relay = public.nodes["relay"]["addrs"]
         servers = [a for i in (1, 2, 3) for a in public.nodes[f"p{i}"]["addrs"]]
         spec = {
-            "slow": common(listen_addr="/ip4/0.0.0.0/tcp/4001", relays=relay, hole_punch=False),
-            "punch": common(listen_addr="/ip4/0.0.0.0/tcp/4002", relays=relay, bootstrap=servers),
+            "slow": node(listen_addr="/ip4/0.0.0.0/tcp/4001", relays=relay, hole_punch=False),
+            "punch": node(listen_addr="/ip4/0.0.0.0/tcp/4002", relays=relay, bootstrap=servers),
         }
         for i in (1, 2):
             processes.append(Process(topology, topology.homes[i], spec, tmp_path / f"home{i}.log"))
         self.a, self.b = processes[1], processes[2]
+        for home in (self.a, self.b):  # started together, waited for in turn
+            home.wait_ready()
 
     def id(self, home: Process, name: str) -> str:
         return home.nodes[name]["peer_id"]
@@ -129,7 +150,9 @@ class Swarm:
         is private and hands out only its circuit address."""
         for home in (self.a, self.b):
             assert wait_until(lambda h=home: len(h.ask("peers", "punch")["peers"]) >= 4, 15)
-            assert home.ask("reachability", "punch")["verdict"] == "private"
+        asked = [(home, home.send("reachability", "punch")) for home in (self.a, self.b)]
+        for home, request in asked:  # both checks at once: each waits out dial timeouts
+            assert home.receive(request)["verdict"] == "private"
             addrs = home.ask("addrs", "punch")["addrs"]
             assert addrs and all("/p2p-circuit/" in x for x in addrs), addrs
 
@@ -153,12 +176,13 @@ class Swarm:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("psk", [None, PSK], ids=["open", "private"])
 def test_two_nodes_behind_nat_meet_through_a_relay_then_punch_a_direct_connection(
-    topology: Topology, tmp_path: Path
+    topology: Topology, tmp_path: Path, psk: str | None
 ) -> None:
     processes: list[Process] = []
     try:
-        swarm = Swarm(topology, tmp_path, processes)
+        swarm = Swarm(topology, tmp_path, processes, psk)
         a, b = swarm.a, swarm.b
         swarm.check_private()
         sums = swarm.introduce()
@@ -186,7 +210,8 @@ def test_two_nodes_behind_nat_meet_through_a_relay_then_punch_a_direct_connectio
         assert direct_back["sha256"] == sums[("punch", "from-a")]
         assert swarm.kinds("punch") == ["direct"]
         print(
-            f"\n{BLOB_SIZE} B blob between two nodes behind NAT, median of {FETCHES}:"
+            f"\n{'private' if psk else 'open'} network, {BLOB_SIZE} B blob between two nodes"
+            f" behind NAT, median of {FETCHES}:"
             f"\n  through the relay: A<-B {ms(relayed['seconds'])}, B<-A {ms(back['seconds'])}"
             f" (first, with the circuit's dial, {ms(first['seconds'])})"
             f"\n  hole punched: direct {punched:.1f} s after the first pull began"
@@ -209,7 +234,7 @@ def test_routers_that_reset_unasked_connections_leave_the_pair_on_the_relay_sayi
     fails; the pair keeps pulling through the relay, and the node says why, at WARNING."""
     processes: list[Process] = []
     try:
-        swarm = Swarm(topology, tmp_path, processes)
+        swarm = Swarm(topology, tmp_path, processes, None)
         a, b = swarm.a, swarm.b
         swarm.check_private()
         sums = swarm.introduce()

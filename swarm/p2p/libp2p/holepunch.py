@@ -42,6 +42,7 @@ from libp2p.connection_types import ConnectionType
 from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.pb.dcutr_pb2 import HolePunch
 
+from swarm.core.errors import TransportError
 from swarm.p2p.libp2p.dcutr import (
     DCUTR_PROTOCOL,
     MAX_ADDRS,
@@ -58,7 +59,7 @@ from swarm.p2p.libp2p.dcutr import (
 )
 from swarm.p2p.libp2p.framing import NET_ERRORS, StreamProtocolError, close_quietly
 from swarm.p2p.libp2p.host import AccessPolicy, is_dialable_tcp, peer_addrs
-from swarm.p2p.libp2p.patches import lift_dial_block
+from swarm.p2p.libp2p.patches import dial_as_server, lift_dial_block
 from swarm.p2p.libp2p.peer_costs import Cost
 from swarm.p2p.libp2p.stats import Counters
 from swarm.p2p.transport import RefusalReason
@@ -160,6 +161,9 @@ class HolePunching:
         began = time.monotonic()
         try:
             outcome = await self._upgrade(peer_id)
+        except Exception as exc:  # noqa: BLE001 - a punch must never stop the host; counted
+            self._counters.handler_error("hole_punch", exc)
+            outcome = Outcome.FAILED
         finally:
             self._sessions.discard(peer_id)
         self._report(peer_id, outcome, time.monotonic() - began)
@@ -242,6 +246,8 @@ class HolePunching:
                 logger.info("hole punched: direct connection to %s (it asked)", peer_id)
         except NET_ERRORS as exc:
             logger.debug("DCUtR exchange with %s ended: %s", peer_id, exc)
+        except Exception as exc:  # noqa: BLE001 - a peer's request must never stop the host
+            self._counters.handler_error("hole_punch_serve", exc)
         finally:
             await close_quietly(stream)
 
@@ -283,12 +289,15 @@ class HolePunching:
         network = self._host.get_network()
         lift_dial_block(network, peer_id)
         try:
-            if server:
-                await network.dial_addr_as_responder(addr, peer_id, source)
+            if server and source is not None:
+                await dial_as_server(network, addr, peer_id, source)
             else:
                 await network.dial_addr(addr, peer_id, source)
-        except NET_ERRORS as exc:
+        except (*NET_ERRORS, TransportError) as exc:  # TransportError: a PSK that differs
             logger.debug("punch dial to %s at %s: %s", peer_id, addr, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - library boundary: dial errors vary; counted
+            self._counters.handler_error("hole_punch_dial", exc)
             return
         with self._counters.locked() as stats:
             stats.hole_punch_dials += 1

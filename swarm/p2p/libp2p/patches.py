@@ -742,6 +742,40 @@ def keep_observed_ips(host: object, recorder: object) -> None:
     host._observed_addr_manager = recorder  # type: ignore[attr-defined]  # a patch
 
 
+async def dial_as_server(
+    network: INetwork, addr: object, peer_id: ID, source: tuple[str, int]
+) -> None:
+    """Dial `addr` from `source` (our listen port) and upgrade the connection as its
+    responder (the security handshake's server), for a hole punch's simultaneous open.
+
+    Fixes: the swarm's own `dial_addr_as_responder` protects a private network's connection
+    and then calls `upgrade_inbound_raw_conn`, which protects it again, so in a private
+    swarm the other end reads the PSK stream encrypted twice and both ends refuse the other
+    ("another swarm key" / "no swarm key"): every hole punch failed with a PSK. This is the
+    same dial with one protection (the one `upgrade_inbound_raw_conn` adds); the connection
+    is registered by that upgrade, and refused if the peer is not `peer_id`.
+    """
+    swarm = cast(libp2p_swarm.Swarm, network)
+    transport = swarm.transport_manager.transport_for_dialing(addr)  # type: ignore[arg-type]
+    dial_with_source = getattr(transport, "dial_with_source", None)
+    if not callable(dial_with_source):
+        raise libp2p_swarm.SwarmException(f"no transport dials {addr} from a given port")
+    raw = await dial_with_source(addr, source)
+    try:
+        muxed = await swarm.upgrade_inbound_raw_conn(raw, addr)  # type: ignore[arg-type]
+    except BaseException:
+        with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+            try:
+                await raw.close()
+            except (*NET_ERRORS, trio.ClosedResourceError):
+                pass
+        raise
+    if muxed.peer_id != peer_id:
+        with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+            await muxed.close()
+        raise libp2p_swarm.SwarmException(f"expected {peer_id}, reached {muxed.peer_id}")
+
+
 async def _never_start() -> None:
     """Stands in for AutoConnector.start, so the auto-connector never runs."""
 
