@@ -128,6 +128,7 @@ def backend_round(backend: str, base, tokenizer, shape: Shape, device: str, fold
     finally:
         generator.close()
     generated = sum(len(c.token_ids) for g in groups for c in g)
+    trained = trained_tokens(samples, shape.micro_batch_size)
     figures = {
         "backend": backend,
         "generated_tokens": generated,
@@ -135,11 +136,11 @@ def backend_round(backend: str, base, tokenizer, shape: Shape, device: str, fold
         "train_s": t2 - t1,
         "round_s": t2 - t0,
         "generation_tokens_per_s": generated / (t1 - t0),
-        "trained_tokens": trained_tokens(samples, shape.micro_batch_size),
+        "trained_tokens": trained,
+        "training_tokens_per_s": trained / (t2 - t1),
         "skipped_update": result.skipped,
         "importance_cap": settings.importance_cap,
     }
-    figures["training_tokens_per_s"] = figures["trained_tokens"] / (t2 - t1)
     if cuda:
         figures["peak_allocated_gb"] = torch.cuda.max_memory_allocated() / 1e9
         figures["peak_reserved_gb"] = torch.cuda.max_memory_reserved() / 1e9

@@ -106,7 +106,6 @@ def random_model(shape: Shape, seed: int = 0):
         num_attention_heads=shape.heads,
         num_key_value_heads=shape.kv_heads,
         max_position_embeddings=32768,
-        rope_theta=1_000_000.0,
         rms_norm_eps=1e-6,
         tie_word_embeddings=shape.tied,
         pad_token_id=0,

@@ -72,7 +72,7 @@ def write_weights(model: torch.nn.Module, path: Path, dtype: torch.dtype) -> int
             written += f.write(header([(n, tuple(t.shape)) for n, t in tensors], dtype))
             for _, tensor in tensors:
                 host = _to_host(tensor, dtype)
-                written += f.write(memoryview(host.reshape(-1).view(torch.uint8).numpy()))
+                written += f.write(host.reshape(-1).view(torch.uint8).numpy().data)
                 del host
         os.replace(partial, path)
     except OSError as e:
