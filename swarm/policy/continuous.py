@@ -8,6 +8,8 @@ updates, so there is nothing to sync after a step and no second copy of the weig
 
 For the duration of a call the manager switches the model to its paged attention and then
 back, and frees its cache when it stops, so the trainer gets the model and the memory back.
+The cache is sized to hold every request of the call at once and takes the module's dtype:
+fp32 under a trainer's master weights (a second copy in bf16 is what sharing avoids).
 Sampling is the one `SamplingParams` definition (temperature 0: greedy; top-k 0: off), with
 the model folder's generation defaults overridden (no repetition penalty). The manager
 returns the log-prob of each sampled token under the distribution it sampled from; with
@@ -134,7 +136,7 @@ class ContinuousGenerator(Generator):
                     continuous_batching_config=batching,
                     progress_bar=False,
                 )
-        except (RuntimeError, ValueError) as e:
+        except (RuntimeError, ValueError, MemoryError) as e:  # the manager's own failures
             raise GeneratorError(
                 f"continuous batching failed: {e.__class__.__name__}: {e}"
             ) from None
