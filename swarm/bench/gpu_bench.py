@@ -278,10 +278,18 @@ def limits(shape: Shape, parameters: int, device: str) -> dict:
 
 
 def run_bench(
-    shape_name: str, shape: Shape, device: str, backends, trl: bool, folder, deadline: float
+    shape_name: str,
+    shape: Shape,
+    device: str,
+    backends,
+    trl: bool,
+    folder,
+    deadline: float,
+    save=None,
 ) -> dict:
     """Every arm asked for, in order, while `deadline` (a `time.perf_counter()`) is ahead;
-    those that cannot run here, or not in time, are listed with the reason."""
+    those that cannot run here, or not in time, are listed with the reason. `save` (if
+    given) gets the result so far after each arm, so a run cut short keeps what it measured."""
     import torch
 
     torch.manual_seed(0)
@@ -291,8 +299,21 @@ def run_bench(
         base.to(torch.bfloat16).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         base.float()
+    arms: list[dict] = []
+    skipped: dict[str, str] = {}
     bound = limits(shape, parameters, device)
-    arms, skipped = [], {}
+    result: dict = {
+        "shape": shape_name,
+        "shape_detail": asdict(shape),
+        "parameters": parameters,
+        "device": device,
+        "torch": torch.__version__,
+        "transformers": _version("transformers"),
+        "trl": _version("trl"),
+        "limits": bound,
+        "arms": arms,
+        "skipped": skipped,
+    }
     for arm in [*backends, *(["trl"] if trl else [])]:
         why = missing(arm, device)
         if why is None and time.perf_counter() > deadline:
@@ -307,7 +328,8 @@ def run_bench(
             else:
                 figures = backend_round(arm, base, tokenizer, shape, device, folder)
         except Exception as e:  # noqa: BLE001 - one arm's failure is recorded, the rest still run
-            skipped[arm] = f"failed: {e.__class__.__name__}: {str(e).splitlines()[0][:300]}"
+            why = f"failed: {e.__class__.__name__}: {(str(e).splitlines() or [''])[0][:300]}"
+            skipped[arm] = why
             gc.collect()
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
@@ -316,18 +338,9 @@ def run_bench(
             flops = 6 * parameters * figures["training_tokens_per_s"]
             figures["mfu"] = flops / (bound["bf16_peak_tflops"] * 1e12)
         arms.append(figures)
-    return {
-        "shape": shape_name,
-        "shape_detail": asdict(shape),
-        "parameters": parameters,
-        "device": device,
-        "torch": torch.__version__,
-        "transformers": _version("transformers"),
-        "trl": _version("trl"),
-        "limits": bound,
-        "arms": arms,
-        "skipped": skipped,
-    }
+        if save is not None:
+            save(result)
+    return result
 
 
 def _version(package: str) -> str | None:

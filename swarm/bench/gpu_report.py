@@ -91,6 +91,14 @@ def table(result: dict) -> Table:
     return grid
 
 
+def write(result: dict, out: Path) -> None:
+    """The result as JSON at `out` (replaced whole: a reader never sees half of it)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(json.dumps(result, indent=2) + "\n")
+    partial.replace(out)
+
+
 def run(options: Options, console: Console | None = None) -> dict:
     """Every arm, then the swarm; the result written to `options.out` and shown."""
     console = console or Console()
@@ -106,6 +114,7 @@ def run(options: Options, console: Console | None = None) -> dict:
             options.trl,
             Path(scratch) / "model",
             deadline,
+            save=lambda partial: write(partial, options.out),
         )
         if options.swarm:
             from swarm.bench.gpu_swarm import run_swarm, swarm_missing
@@ -120,8 +129,7 @@ def run(options: Options, console: Console | None = None) -> dict:
                 result["swarm"] = run_swarm(shape, options.device, swarm_dir, timeout=left)
     result["goals"] = goals(result)
     result["wall_s"] = time.perf_counter() - started
-    options.out.parent.mkdir(parents=True, exist_ok=True)
-    options.out.write_text(json.dumps(result, indent=2) + "\n")
+    write(result, options.out)
     console.print(table(result))
     for name, goal in result["goals"].items():
         console.print(f"{name}: {goal['value']:.3g} ({'met' if goal['met'] else 'missed'})")
