@@ -3,7 +3,8 @@
 Every engine argument comes from the model and the config (the model's positions, the
 memory share, the node's seed, no generation_config defaults), the sampler is exactly the
 declared one, weights are pushed through the worker's `reload_weights` by name, and a
-finished completion keeps the stop token it sampled.
+finished completion keeps the stop token it sampled. (Weight routes, seeds and sleep:
+`test_vllm_weights.py`.)
 """
 
 import pytest
@@ -169,14 +170,20 @@ def test_a_second_in_process_engine_is_refused_in_one_line(policy, vllm, monkeyp
     VLLMGenerator(policy, seed=3)  # the first is gone: one in-process engine again
 
 
-def test_isolated_engines_each_run_apart_and_take_cpu_weights(policy, vllm, monkeypatch):
+def test_isolated_engines_each_run_apart_and_reload_from_their_own_file(policy, vllm, monkeypatch):
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     isolate_engines()
     generators = [VLLMGenerator(policy, seed=s) for s in range(3)]
     assert not any(g.in_process for g in generators)
+    assert len({g.folder for g in generators}) == 3  # no engine reads another's weights
     generators[1].sync_weights(policy.model)
-    pushed = vllm.LLM.built[1].worker.weights["lm_head.weight"]
-    assert pushed.device.type == "cpu" and pushed.dtype == torch.bfloat16
+    worker = vllm.LLM.built[1].worker
+    assert worker.model_path == str(generators[1].folder) and worker.reloads == 1
+    assert vllm.LLM.built[0].worker.reloads == 0
+    pushed = worker.weights["lm_head.weight"]
+    assert torch.equal(pushed, policy.model.lm_head.weight.detach().to(torch.bfloat16))
+    for g in generators:
+        g.close()
 
 
 def test_isolation_comes_before_the_first_engine(policy, vllm, monkeypatch):
