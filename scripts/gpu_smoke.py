@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
+
+from swarm.bench.gpu_smoke import SmokeOptions, positive, run
+
+D = SmokeOptions()  # the defaults
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -23,43 +26,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="gpu_smoke.py", description=__doc__.split("\n\n")[0] if __doc__ else None
     )
-    parser.add_argument("--model", default="Qwen/Qwen2.5-0.5B-Instruct", help="name or path")
-    parser.add_argument("--rounds", type=_positive, default=5, help="GRPO rounds (default 5)")
-    parser.add_argument("--questions", type=_positive, default=8, help="questions per round")
-    parser.add_argument("--completions", type=_positive, default=8, help="completions each")
-    parser.add_argument("--max-new-tokens", type=_positive, default=256)
-    parser.add_argument("--lr", type=float, default=1e-6, help="AdamW learning rate")
-    parser.add_argument("--micro-batch", type=_positive, default=8, help="sequences per pass")
+    parser.add_argument("--model", default=D.model, help="name or path")
+    parser.add_argument("--rounds", type=positive, default=D.rounds, help="GRPO rounds (default 5)")
     parser.add_argument(
-        "--gpu-memory", type=float, default=0.35, help="share of GPU memory for vLLM"
+        "--questions", type=positive, default=D.questions, help="questions per round"
+    )
+    parser.add_argument(
+        "--completions", type=positive, default=D.completions, help="completions each"
+    )
+    parser.add_argument("--max-new-tokens", type=positive, default=D.max_new_tokens)
+    parser.add_argument("--lr", type=float, default=D.lr, help="AdamW learning rate")
+    parser.add_argument(
+        "--micro-batch", type=positive, default=D.micro_batch, help="sequences per pass"
+    )
+    parser.add_argument(
+        "--gpu-memory", type=float, default=D.gpu_memory, help="share of GPU memory for vLLM"
     )
     parser.add_argument(
         "--tolerance",
         type=float,
-        default=0.05,
+        default=D.tolerance,
         help="largest mean |vLLM - trainer| log-prob per token after a push (default 0.05)",
     )
     parser.add_argument(
         "--generator",
         choices=("vllm", "transformers"),
-        default="vllm",
+        default=D.generator,
         help="vllm (default; needs the gpu extra) or transformers (the CPU-capable backend; the "
         "log-prob check then compares its sampling log-probs with the trainer's)",
     )
     parser.add_argument(
         "--tasks",
         choices=("sapo", "skills"),
-        default="sapo",
+        default=D.tasks,
         help="sapo (the SAPO mix, for real models) or skills (the four families the built-in "
         "testbed models under models/ were warm-started on)",
     )
     parser.add_argument(
         "--device",
         choices=("cuda", "cpu"),
-        default="cuda",
+        default=D.device,
         help="cuda (default), or cpu for a dry run of the same steps (transformers generator only)",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=D.seed)
     args = parser.parse_args(argv)
     if args.device == "cpu" and args.generator == "vllm":
         parser.error("--device cpu needs --generator transformers")
@@ -68,146 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the smoke test; 0 if every check held."""
-    args = parse_args(argv)
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("error: gpu_smoke.py needs a CUDA GPU; none is visible here", file=sys.stderr)
-        return 2
-    from swarm.core.errors import SwarmError
-
-    try:
-        return _run(args)
-    except SwarmError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
-def _run(args: argparse.Namespace) -> int:
-    import torch
-
-    from swarm.node.shared_samples import own_samples
-    from swarm.policy.generator import SamplingParams
-    from swarm.policy.grpo import group_advantages
-    from swarm.policy.model import load_policy
-    from swarm.policy.prompts import build_prompt
-    from swarm.policy.skills import SKILL_MIX
-    from swarm.policy.trainer import GRPOTrainer, TrainerSettings
-    from swarm.tasks import SAPO_MIX, build_task, sample_specs, score_completion
-
-    torch.manual_seed(args.seed)
-    policy = load_policy(args.model, args.device, "auto")
-    print(
-        f"model {args.model}: {sum(p.numel() for p in policy.model.parameters()):,} parameters, "
-        f"loaded as {policy.dtype}; generator {args.generator}",
-        flush=True,
-    )
-    generator = _generator(args, policy)
-    mix = SAPO_MIX if args.tasks == "sapo" else SKILL_MIX
-    settings = TrainerSettings(
-        lr=args.lr,
-        micro_batch_size=args.micro_batch,
-        autocast_bf16=True,
-        gradient_checkpointing=True,
-    )
-    trainer = GRPOTrainer(policy.model, policy.tokenizer.pad_token_id, settings)
-    start = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
-    params = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
-    eos = policy.tokenizer.eos_token_id
-    failures = []
-    for round_index in range(args.rounds):
-        began = time.perf_counter()
-        tasks = [build_task(s) for s in sample_specs(mix, args.seed, round_index, args.questions)]
-        prompts = [build_prompt(policy.tokenizer, t.question) for t in tasks]
-        groups = generator.generate(prompts, args.completions, params)
-        samples, rewards = [], []
-        for task, group in zip(tasks, groups, strict=True):
-            scores = [score_completion(task, c.text, 0.1) for c in group]
-            rewards += scores
-            samples += own_samples(group, group_advantages(scores), eos)
-        result = trainer.update(samples)
-        generator.sync_weights(policy.model)
-        gap, worst = _logprob_gap(generator, trainer, prompts[:2], params)
-        if not gap <= args.tolerance:
-            failures.append(f"round {round_index}: log-prob gap {gap:.4f} > {args.tolerance}")
-        print(
-            f"round {round_index}: reward {sum(rewards) / len(rewards):.3f}  "
-            f"loss {result.loss:+.4f}  grad norm {result.grad_norm:.3f}  "
-            f"generator vs trainer log-prob: mean |diff| {gap:.4f}, max {worst:.4f}  "
-            f"peak {_peak_gib():.2f} GiB  "
-            f"{time.perf_counter() - began:.1f} s",
-            flush=True,
-        )
-    moved = _moved_share(policy.model, start)
-    if moved < 0.5:
-        failures.append(f"only {moved:.1%} of the weights changed")
-    print(f"weights changed: {moved:.1%} of elements")
-    if torch.cuda.is_available() and args.device == "cuda":
-        free, total = torch.cuda.mem_get_info()
-        print(
-            f"peak GPU memory: {_peak_gib():.2f} GiB allocated by "
-            f"PyTorch in this process; {(total - free) / 2**30:.2f} of {total / 2**30:.2f} GiB "
-            f"in use on the card at the end ({torch.cuda.get_device_name()})"
-        )
-    for failure in failures:
-        print(f"FAILED: {failure}")
-    print("OK" if not failures else "FAILED")
-    return 0 if not failures else 1
-
-
-def _peak_gib() -> float:
-    """The CUDA allocator's peak in GiB (0 on a CPU run)."""
-    import torch
-
-    return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
-
-
-def _generator(args: argparse.Namespace, policy):
-    """The backend under test: vLLM in this process, or the transformers generator."""
-    if args.generator == "transformers":
-        from swarm.policy.generator import TransformersGenerator
-
-        return TransformersGenerator(policy.model, policy.tokenizer, policy.stop_token_ids)
-    from swarm.policy.vllm_generator import VLLMGenerator
-
-    return VLLMGenerator(policy, gpu_memory_utilization=args.gpu_memory, seed=args.seed)
-
-
-def _logprob_gap(generator, trainer, prompts, params) -> tuple[float, float]:
-    """Sample again with the pushed weights; mean and max |generator - trainer| per token."""
-    import torch
-
-    from swarm.policy.trainer import TrainSample
-
-    completions = [c for group in generator.generate(prompts, 2, params) for c in group]
-    completions = [c for c in completions if c.token_ids]
-    if not completions:
-        return 0.0, 0.0
-    samples = [TrainSample(c.prompt_ids, c.token_ids, 1.0) for c in completions]
-    ours, mask = trainer.logprobs(samples)
-    theirs = torch.zeros_like(ours)
-    for row, c in enumerate(completions):
-        theirs[row, : len(c.logprobs)] = torch.tensor(c.logprobs)
-    diff = (ours - theirs).abs() * mask
-    return float(diff.sum() / mask.sum()), float(diff.max())
-
-
-def _moved_share(model, start: dict) -> float:
-    """Share of weight elements that differ from `start`."""
-    changed = total = 0
-    for name, param in model.named_parameters():
-        changed += int((param.detach() != start[name]).sum())
-        total += param.numel()
-    return changed / total
+    return run(SmokeOptions(**vars(parse_args(argv))))
 
 
 if __name__ == "__main__":
