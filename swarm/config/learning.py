@@ -59,8 +59,8 @@ class GenerationSection:
     max_new_tokens: int = opt(16, "Longest completion, in tokens.", min=1, max=65536)
     batch_size: int = opt(
         32,
-        "Sequences per generate call (transformers backend; the continuous backend's most "
-        "sequences decoded at once). Memory grows with it: with the "
+        "Sequences per generate call (transformers backend; the continuous backend decodes "
+        "at least a round's completions at once). Memory grows with it: with the "
         "tiny model, 128 peaked ~90 MB higher than 32 for the same round time on a CPU.",
         min=1,
     )

@@ -186,8 +186,12 @@ def make_generator(config: Config, policy: Policy) -> Generator:
     if backend is Backend.CONTINUOUS:
         from swarm.policy.continuous import ContinuousGenerator
 
+        g = config.generation  # a round's completions decode together: the cache holds them all
         return ContinuousGenerator(
-            policy.model, policy.tokenizer, policy.stop_token_ids, config.generation.batch_size
+            policy.model,
+            policy.tokenizer,
+            policy.stop_token_ids,
+            max(g.batch_size, g.questions_per_round * g.completions_per_question),
         )
     return TransformersGenerator(
         policy.model, policy.tokenizer, policy.stop_token_ids, config.generation.batch_size

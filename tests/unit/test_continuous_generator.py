@@ -97,9 +97,12 @@ def test_the_trainers_module_is_used_in_place(tiny_policy, model):
 
 
 def test_the_node_builds_it_for_generation_backend_continuous(tiny_policy, tmp_path):
-    config = small_config(tmp_path, generation={"backend": "continuous", "batch_size": 12})
+    generation = {"backend": "continuous", "batch_size": 12}
+    config = small_config(tmp_path, generation=generation)
     generator = make_generator(config, tiny_policy)
-    assert isinstance(generator, ContinuousGenerator) and generator.max_sequences == 12
+    round_batch = config.generation.questions_per_round * config.generation.completions_per_question
+    assert isinstance(generator, ContinuousGenerator)
+    assert generator.max_sequences == max(12, round_batch)  # a round decodes together
     assert generator.model is tiny_policy.model
 
 
