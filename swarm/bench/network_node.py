@@ -402,6 +402,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pulls", type=int, default=10, help="pull: groups pulled a round")
     parser.add_argument("--max-connections", type=int, default=64)
     parser.add_argument("--no-peer-exchange", action="store_true", help="discover by views only")
+    parser.add_argument("--relay", action="append", default=[], help="a relay's multiaddr")
+    parser.add_argument("--relay-service", action="store_true", help="relay for others")
+    parser.add_argument("--no-hole-punch", action="store_true", help="stay on relayed connections")
     parser.add_argument("--linger", type=float, default=2.0, help="seconds served after the end")
     parser.add_argument(
         "--join-timeout", type=float, default=300.0, help="seconds to wait for a first peer"
@@ -419,6 +422,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         bootstrap=args.bootstrap,
         peer_exchange=not args.no_peer_exchange,
         max_connections=args.max_connections,
+        relays=args.relay,
+        relay_service=args.relay_service,
+        hole_punch=not args.no_hole_punch,
     )
     node.start()
 
@@ -441,6 +447,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             lambda c: emit({**c.as_dict(), "rss_mb": rss_mb(), "peak_mb": peak_mb()}),
         )
         time.sleep(args.linger)  # peers may still pull what this node announced
+        stats = node.transport.stats()
+        kinds = getattr(node.transport, "connection_kinds", None)
+        emit(
+            {
+                "hole_punches": dict(getattr(stats, "hole_punches", {})),
+                "connections": {
+                    p.peer_id: kinds(p.peer_id) for p in node.transport.peers() if kinds
+                },
+            }
+        )
     finally:
         node.close()
     return 0

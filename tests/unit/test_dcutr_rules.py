@@ -97,4 +97,6 @@ def test_outcomes_are_stable_names():
         "no_listen_port",
         "no_addresses",
         "failed",
+        "already_direct",
+        "yielded",
     }

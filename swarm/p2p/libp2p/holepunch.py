@@ -69,6 +69,7 @@ logger = logging.getLogger(__name__)
 ATTEMPTS = 3  # the spec's: one try and two retries
 EXCHANGE_TIMEOUT_S = 10.0  # each read or write of the exchange
 PUNCH_S = 5.0  # one round of dials
+RETRY_S = 1.0  # between attempts (and time for a peer's own exchange to make us yield)
 UNILATERAL_S = 3.0  # a plain dial to the peer's direct addresses, before punching
 RELAYED_CLOSE_S = 30.0  # the relayed connection is closed once idle, or after this
 SESSIONS_PER_MINUTE = ATTEMPTS + 1  # exchanges one peer may start with us a minute
@@ -85,6 +86,8 @@ class Outcome(enum.StrEnum):
     NO_PORT = "no_listen_port"  # we listen on no TCP port to dial from
     NO_ADDRESSES = "no_addresses"  # the peer sent no address we could dial
     FAILED = "failed"  # every attempt ended without a direct connection
+    ALREADY = "already_direct"  # a direct connection was there (the peer's punch, say)
+    YIELDED = "yielded"  # the peer started one at the same time, and leads (lower peer ID)
 
 
 # ------------------------------------------------------------------ the service
@@ -113,7 +116,7 @@ class HolePunching:
         self._enabled = enabled
         self._refuse: Refuse | None = None
         self._nursery: trio.Nursery | None = None
-        self._sessions: set[ID] = set()
+        self._sessions: dict[ID, trio.CancelScope] = {}  # our upgrades running, by peer
         self._started: dict[ID, list[float]] = {}
         self._warned_no_port = False
 
@@ -154,30 +157,43 @@ class HolePunching:
     # -------------------------------------------------------------- B: we were reached
 
     async def upgrade(self, peer_id: ID, conn: INetConn | None = None) -> Outcome:
-        """Move a peer that reached us through a relay onto a direct connection."""
+        """Move a peer that reached us through a relay onto a direct connection. When two
+        peers reached each other through relays at once, both start; the one with the
+        higher peer ID yields to the other's (`_yield_to`), so only one punch runs."""
         if peer_id in self._sessions:
-            return Outcome.FAILED
-        self._sessions.add(peer_id)
+            return Outcome.YIELDED
         began = time.monotonic()
-        try:
-            outcome = await self._upgrade(peer_id)
-        except Exception as exc:  # noqa: BLE001 - a punch must never stop the host; counted
-            self._counters.handler_error("hole_punch", exc)
-            outcome = Outcome.FAILED
-        finally:
-            self._sessions.discard(peer_id)
+        outcome = Outcome.YIELDED
+        with trio.CancelScope() as scope:
+            self._sessions[peer_id] = scope
+            try:
+                outcome = await self._upgrade(peer_id)
+            except Exception as exc:  # noqa: BLE001 - a punch must never stop the host; counted
+                self._counters.handler_error("hole_punch", exc)
+                outcome = Outcome.FAILED
+            finally:
+                del self._sessions[peer_id]
         self._report(peer_id, outcome, time.monotonic() - began)
-        if outcome in (Outcome.DIRECT, Outcome.UNILATERAL) and self._nursery is not None:
+        direct = (Outcome.DIRECT, Outcome.UNILATERAL, Outcome.ALREADY)
+        if outcome in direct and self._nursery is not None:
             self._nursery.start_soon(self._close_relayed, peer_id)
         return outcome
 
     async def _upgrade(self, peer_id: ID) -> Outcome:
+        if direct_connections(self._host, peer_id):
+            return Outcome.ALREADY
         if await self._unilateral(peer_id):
             return Outcome.UNILATERAL
         if self._listen() is None:
             return Outcome.NO_PORT
         outcome = Outcome.FAILED
-        for _ in range(ATTEMPTS):
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                await trio.sleep(RETRY_S)
+            if direct_connections(self._host, peer_id):
+                return Outcome.ALREADY
+            if not relayed_connections(self._host, peer_id):
+                return Outcome.FAILED  # the peer left
             try:
                 outcome = await self._attempt(peer_id)
             except (*NET_ERRORS, StreamProtocolError) as exc:
@@ -185,9 +201,7 @@ class HolePunching:
                 outcome = Outcome.FAILED
             if outcome in (Outcome.DIRECT, Outcome.NO_ADDRESSES):
                 return outcome
-            if not relayed_connections(self._host, peer_id):
-                return Outcome.FAILED  # the peer left
-        return outcome
+        return Outcome.ALREADY if direct_connections(self._host, peer_id) else outcome
 
     async def _unilateral(self, peer_id: ID) -> bool:
         """A plain dial to the peer's direct addresses: a peer that is reachable needs no
@@ -230,8 +244,11 @@ class HolePunching:
         try:
             if not self._policy.allows(peer_id) or not self._may_start(peer_id):
                 return
-            if stream.muxed_conn.get_connection_type() != ConnectionType.RELAYED:
-                return  # nothing to upgrade: the connection is direct already
+            relayed = stream.muxed_conn.get_connection_type() == ConnectionType.RELAYED
+            if not relayed or direct_connections(self._host, peer_id):
+                return  # nothing to upgrade: we are connected directly already
+            if not self._yield_to(peer_id):
+                return  # ours leads: theirs fails, and theirs yields to ours
             try:
                 with trio.fail_after(EXCHANGE_TIMEOUT_S):
                     offer = await read_message(stream, HolePunch.CONNECT)
@@ -250,6 +267,18 @@ class HolePunching:
             self._counters.handler_error("hole_punch_serve", exc)
         finally:
             await close_quietly(stream)
+
+    def _yield_to(self, peer_id: ID) -> bool:
+        """Whether to answer a peer's exchange while ours with it runs: both ends started
+        one (each reached the other through a relay); the lower peer ID leads, the other
+        cancels its own."""
+        mine = self._sessions.get(peer_id)
+        if mine is None:
+            return True
+        if self._host.get_id().to_bytes() < peer_id.to_bytes():
+            return False
+        mine.cancel()
+        return True
 
     def _may_start(self, peer_id: ID) -> bool:
         """At most `SESSIONS_PER_MINUTE` exchanges per peer a minute: each makes us dial
@@ -318,7 +347,9 @@ class HolePunching:
     def _report(self, peer_id: ID, outcome: Outcome, seconds: float) -> None:
         with self._counters.locked() as stats:
             stats.hole_punches[outcome.value] += 1
-        if outcome in (Outcome.DIRECT, Outcome.UNILATERAL):
+        if outcome in (Outcome.ALREADY, Outcome.YIELDED):
+            logger.debug("no hole punch of ours with %s: %s", peer_id, outcome.value)
+        elif outcome in (Outcome.DIRECT, Outcome.UNILATERAL):
             logger.info(
                 "direct connection to %s after %.1f s (%s); the relayed one closes when idle",
                 peer_id,
