@@ -136,8 +136,9 @@ def run(options: Options, console: Console | None = None) -> dict:
     if "swarm" in result:
         s = result["swarm"]
         console.print(
-            f"swarm: {s['groups_accepted']} of {s['groups_received']} groups received were "
-            f"verified and accepted; median round {s['median_round_s']} s"
+            f"swarm: {s['groups_accepted']} of {s['groups_received']} pulls delivered and "
+            f"verified ({s['pulls_failed']} fetches failed); median round "
+            f"{s['median_round_s']} s"
         )
     console.print(f"wrote {options.out} ({result['wall_s']:.0f} s)")
     return result

@@ -3,8 +3,10 @@
 A private swarm (a fresh swarm key: peers without it fail the handshake), the pull
 exchange, `training.shared_groups = 4`, groups of the real size (the shape's group), 5
 rounds each, started and watched by the demo's launcher (`swarm.ops.demo`). What it
-reports per node comes from the node's own ledger and metrics.jsonl: groups sent, received
-and accepted (verified: task rebuilt, every reward recomputed), and each round's seconds.
+reports per node comes from the node's own ledger and metrics.jsonl: groups sent, pulls
+made (`received`: a failed fetch is recorded as a rejection with reason pull_failed),
+groups accepted (delivered and verified: task rebuilt, every reward recomputed), the
+rejections by reason, and each round's seconds.
 """
 
 from __future__ import annotations
@@ -56,6 +58,31 @@ def round_seconds(folder: Path) -> list[float]:
     return [r["total_s"] for r in records if r.get("kind") == "round"]
 
 
+def rejection_reasons(folder: Path) -> dict[str, int]:
+    """Received groups a node rejected, by reason, from its ledger (rows and counted ones)."""
+    from sqlalchemy import func, select
+
+    from swarm.ledger import Ledger
+    from swarm.ledger.queries import rejected_rows_since
+    from swarm.ledger.schema import RejectionCountRow
+
+    path = folder / "ledger.sqlite"
+    if not path.exists():
+        return {}
+    ledger = Ledger(f"sqlite:///{path}", create=False)
+    reasons: dict[str, int] = {}
+    try:
+        with ledger.reader() as session:
+            for _, _, reason, rows in rejected_rows_since(session, 0.0):
+                reasons[reason] = reasons.get(reason, 0) + rows
+            counted = select(RejectionCountRow.reason, func.sum(RejectionCountRow.count))
+            for reason, count in session.execute(counted.group_by(RejectionCountRow.reason)):
+                reasons[f"{reason} (counted)"] = int(count or 0)
+    finally:
+        ledger.close()
+    return reasons
+
+
 NODE_PACKAGES = ("libp2p", "trio", "sqlalchemy", "reasoning_gym", "msgspec", "cryptography")
 
 
@@ -88,7 +115,8 @@ def run_swarm(
     )
     per_node = []
     for node in summary["per_node"]:
-        seconds = round_seconds(out / "nodes" / node["name"])
+        folder = out / "nodes" / node["name"]
+        seconds = round_seconds(folder)
         per_node.append(
             {
                 "name": node["name"],
@@ -98,11 +126,14 @@ def run_swarm(
                 "received": node.get("received", 0),
                 "accepted": node.get("accepted", 0),
                 "rejected": node.get("rejected", 0),
+                "rejections": rejection_reasons(folder),
                 "round_s": seconds,
             }
         )
     received = sum(n["received"] for n in per_node)
     accepted = sum(n["accepted"] for n in per_node)
+    failed = sum(n["rejections"].get("pull_failed", 0) for n in per_node)
+    delivered = received - failed
     times = [s for n in per_node for s in n["round_s"]]
     return {
         "nodes": nodes,
@@ -116,7 +147,11 @@ def run_swarm(
         "groups_sent": sum(n["sent"] for n in per_node),
         "groups_received": received,
         "groups_accepted": accepted,
+        "pulls_failed": failed,  # recorded as rejected with reason pull_failed
+        "groups_delivered": delivered,
+        # the goal's figure: pulls delivered and verified, of all pulls the nodes made
         "accepted_share": accepted / received if received else None,
+        "verified_share_of_delivered": accepted / delivered if delivered else None,
         "median_round_s": statistics.median(times) if times else None,
         "all_exited_cleanly": all(n["exit_code"] == 0 for n in per_node),
         "per_node": per_node,

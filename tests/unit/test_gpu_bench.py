@@ -103,4 +103,9 @@ def test_the_swarm_of_four_join_processes_runs_on_a_cpu(tmp_path):
     swarm = json.loads(out.read_text())["swarm"]
     assert swarm["all_exited_cleanly"] and [n["rounds"] for n in swarm["per_node"]] == [5] * 4
     assert swarm["groups_sent"] == 4 * 5 * SHAPES["tiny"].swarm_questions  # every group announced
-    assert 0 < swarm["groups_received"] and swarm["accepted_share"] == 1.0  # honest peers
+    assert swarm["groups_received"] > 0 and swarm["groups_accepted"] > 0
+    # honest peers: every group delivered verifies; what is not accepted is a failed fetch
+    # (on a CPU, mostly from a peer that already ran its 5 rounds and left)
+    assert swarm["groups_accepted"] == swarm["groups_delivered"]
+    reasons = {r for n in swarm["per_node"] for r in n["rejections"]}
+    assert reasons <= {"pull_failed"}
