@@ -756,13 +756,13 @@ async def dial_as_server(
     is registered by that upgrade, and refused if the peer is not `peer_id`.
     """
     swarm = cast(libp2p_swarm.Swarm, network)
-    transport = swarm.transport_manager.transport_for_dialing(addr)  # type: ignore[arg-type]
+    transport = swarm.transport_manager.transport_for_dialing(addr)
     dial_with_source = getattr(transport, "dial_with_source", None)
     if not callable(dial_with_source):
         raise libp2p_swarm.SwarmException(f"no transport dials {addr} from a given port")
     raw = await dial_with_source(addr, source)
     try:
-        muxed = await swarm.upgrade_inbound_raw_conn(raw, addr)  # type: ignore[arg-type]
+        muxed = await swarm.upgrade_inbound_raw_conn(raw, addr)
     except BaseException:
         with trio.CancelScope(shield=True), trio.move_on_after(1.0):
             try:
