@@ -134,7 +134,7 @@ class HolePunching:
 
     def _on_relayed(self, peer_id: ID, conn: INetConn) -> None:
         if self._nursery is not None and peer_id not in self._sessions:
-            self._nursery.start_soon(self.upgrade, peer_id, conn)
+            self._nursery.start_soon(self.upgrade, peer_id)
 
     # -------------------------------------------------------------- addresses
 
@@ -156,7 +156,7 @@ class HolePunching:
 
     # -------------------------------------------------------------- B: we were reached
 
-    async def upgrade(self, peer_id: ID, conn: INetConn | None = None) -> Outcome:
+    async def upgrade(self, peer_id: ID) -> Outcome:
         """Move a peer that reached us through a relay onto a direct connection. When two
         peers reached each other through relays at once, both start; the one with the
         higher peer ID yields to the other's (`_yield_to`), so only one punch runs."""
