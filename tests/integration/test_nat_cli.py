@@ -132,3 +132,59 @@ def test_config_accepts_a_relay_only_node_and_warns_about_a_loopback_relay(tmp_p
     assert warned.returncode == 0, warned.stderr[-2000:]
     (line,) = warned.stderr.strip().splitlines()
     assert "is a loopback address: only peers on this machine can use this relay" in line
+
+
+def _join(args: list[str], out: Path) -> subprocess.Popen:
+    with out.open("w") as terminal:
+        return subprocess.Popen(
+            [sys.executable, "-m", "swarm.cli", "join", "--display", "lines", *args],
+            stdout=terminal,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+        )
+
+
+def _stop(nodes: list[subprocess.Popen]) -> None:
+    for node in nodes:
+        node.send_signal(signal.SIGINT)
+    for node in nodes:
+        try:
+            node.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            node.kill()
+            node.wait(timeout=10)
+
+
+@pytest.mark.timeout(180)
+def test_the_relay_preset_holds_a_reservation_for_a_node_that_listens_on_nothing(
+    tmp_path: Path,
+) -> None:
+    """The recipe of docs/OPERATIONS.md on one machine: node_config/relay.toml as shipped
+    (but on 127.0.0.1), and a node naming it; what the recipe says to check is there."""
+    nodes: list[subprocess.Popen] = []
+    try:
+        nodes.append(
+            _join(
+                [
+                    "--config",
+                    str(ROOT / "node_config" / "relay.toml"),
+                    "--run-dir",
+                    str(tmp_path / "relay"),
+                    "--listen",
+                    f"/ip4/127.0.0.1/tcp/{_closed_port()}",
+                    "--metrics",
+                    "",
+                ],
+                tmp_path / "relay.txt",
+            )
+        )
+        relay = wait_node_info(tmp_path / "relay", 60, "the relay's node.json")["addrs"][0]
+        config = _observer(tmp_path / "node", relay)
+        nodes.append(_join(["--config", str(config), "--listen", ""], tmp_path / "node.txt"))
+        info = wait_node_info(tmp_path / "node", 60, "node.json")
+        assert info["addrs"] == [f"{relay}/p2p-circuit/p2p/{info['peer_id']}"]
+        log = (tmp_path / "node" / "node.log").read_text()
+        assert f"relay {relay} holds a reservation for this node" in log
+        assert "WARNING" not in (tmp_path / "node.txt").read_text()
+    finally:
+        _stop(nodes)
