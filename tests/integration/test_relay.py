@@ -198,3 +198,21 @@ def test_the_hole_punch_exchange_runs_over_a_relayed_connection(
     (line,) = [r for r in caplog.records if r.levelname == "WARNING"]
     assert "it sent no address to dial" in line.getMessage()
     assert "stays on the relay" in line.getMessage()
+
+
+@pytest.mark.timeout(60)
+def test_relay_streams_are_billed_to_the_peer_that_opens_them(
+    started: Callable[..., Libp2pTransport],
+) -> None:
+    relay = started(relay_service=True)
+    peer = started()
+    hidden = started(listen_addr="", relays=relay.listen_addrs())
+    hidden.serve_blob("k", b"x")
+    learn(peer, hidden)
+    assert peer.fetch_blob(hidden.peer_id, "k", timeout=10) == b"x"
+    spent = relay.peer_costs()
+    # the reservation's hop stream, and the circuit's: each billed to who opened it
+    assert spent[hidden.peer_id]["spent"].get("stream", 0) >= 2
+    assert spent[peer.peer_id]["spent"].get("stream", 0) >= 2
+    # the relay's stop stream, which brought the circuit in, billed to the relay
+    assert hidden.peer_costs()[relay.peer_id]["spent"].get("stream", 0) >= 2

@@ -776,6 +776,36 @@ async def dial_as_server(
         raise libp2p_swarm.SwarmException(f"expected {peer_id}, reached {muxed.peer_id}")
 
 
+def guard_relay_streams(
+    host: IHost, protocol: object, *, hop: bool, admit: Callable[[ID], bool]
+) -> None:
+    """Put `admit(peer)` (bill the stream, check the allow-list and bans) in front of the
+    circuit relay's stream handlers: hop (a relay's, only with `hop`) and stop.
+
+    Fixes: `CircuitV2Protocol.run` registers its own handlers, so a peer's reservation and
+    circuit requests cost it nothing in its budget (`peer_costs`), and a peer banned while
+    its connection lives still reached them. A stream `admit` refuses is reset unread.
+    """
+    from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID, STOP_PROTOCOL_ID
+
+    def guarded(handler: Callable) -> Callable:
+        async def handle(stream: INetStream) -> None:
+            if admit(stream.muxed_conn.peer_id):
+                await handler(stream)
+                return
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                try:
+                    await stream.reset()
+                except (*NET_ERRORS, trio.ClosedResourceError):
+                    pass
+
+        return handle
+
+    if hop:
+        host.set_stream_handler(PROTOCOL_ID, guarded(protocol._handle_hop_stream))  # type: ignore[attr-defined]
+    host.set_stream_handler(STOP_PROTOCOL_ID, guarded(protocol._handle_stop_stream))  # type: ignore[attr-defined]
+
+
 async def _never_start() -> None:
     """Stands in for AutoConnector.start, so the auto-connector never runs."""
 

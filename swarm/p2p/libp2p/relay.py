@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import random
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import multiaddr
@@ -45,7 +45,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from swarm.core.errors import TransportError
 from swarm.p2p.libp2p.framing import NET_ERRORS, close_quietly
 from swarm.p2p.libp2p.host import is_connected, is_dialable_tcp, parse_peers, peer_addrs
-from swarm.p2p.libp2p.patches import lift_dial_block
+from swarm.p2p.libp2p.patches import guard_relay_streams, lift_dial_block
 from swarm.p2p.libp2p.pnet import protect
 
 if TYPE_CHECKING:
@@ -151,8 +151,10 @@ class Relaying:
         relays: list[Libp2pPeerInfo],
         psk: str | None,
         dial_timeout: float,
+        admit: Callable[[ID], bool] = lambda peer_id: True,
     ) -> None:
         self._host = host
+        self._admit = admit  # each relay stream a peer opens: billed, allowed?
         self._service = service
         self._relays = relays
         self._psk = psk
@@ -187,6 +189,7 @@ class Relaying:
         quiet_hop_stream_eof()
         async with background_trio_service(self._protocol), trio.open_nursery() as nursery:
             await self._protocol.event_started.wait()
+            guard_relay_streams(self._host, self._protocol, hop=self._service, admit=self._admit)
             async with trio.open_nursery() as first:
                 for relay in self._relays:
                     first.start_soon(self._reserve, relay, nursery)

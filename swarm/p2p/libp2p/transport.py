@@ -296,6 +296,7 @@ class Libp2pTransport(Transport):
             relays=self._relays,
             psk=self._psk,
             dial_timeout=self._dial_timeout,
+            admit=self._admit_relay_stream,
         )
 
         def busy(peer_id: ID) -> bool:
@@ -379,6 +380,12 @@ class Libp2pTransport(Transport):
         if self._autonat_interval > 0:
             nursery.start_soon(net.autonat.run)
         nursery.start_soon(net.holepunch.run)
+
+    def _admit_relay_stream(self, peer_id: ID) -> bool:
+        """A circuit relay stream a peer opened (a reservation, a circuit): billed to it, and
+        refused from a peer off the allow-list or banned."""
+        self._policy.charge(peer_id, Cost.STREAM)
+        return self._policy.allows(peer_id)
 
     def _on_flow_violation(self, peer_id: ID) -> None:
         """A peer wrote past a stream's receive window: count, record, penalise, disconnect."""
