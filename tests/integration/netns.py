@@ -49,9 +49,13 @@ def unavailable() -> str | None:
     if missing:
         return f"{' and '.join(missing)} not installed (scripts/setup.sh installs iproute2 and iptables as root)"
     probe = f"swprobe{os.getpid()}"
-    try:
+    ipt = ["ip", "netns", "exec", probe, "iptables"]
+    try:  # every kind of thing the topology makes, once, in a namespace of its own
         _run("ip", "netns", "add", probe)
-        _run("ip", "netns", "exec", probe, "iptables", "-t", "nat", "-L", "-n")
+        _run("ip", "-n", probe, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", probe, "link", "add", "pa", "type", "veth", "peer", "name", "pb")
+        _run(*ipt, "-t", "nat", "-A", "POSTROUTING", "-o", "pa", "-j", "MASQUERADE")
+        _run(*ipt, "-A", "FORWARD", "-m", "conntrack", "--ctstate", "NEW", "-j", "DROP")
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
         detail = getattr(exc, "stderr", "") or str(exc)
         return f"network namespaces or iptables do not work here: {detail.strip()[:200]}"
