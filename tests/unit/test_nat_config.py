@@ -109,3 +109,11 @@ def test_a_bad_relay_address_is_called_a_relay_address(tmp_path, addr, words):
     message = refused(tmp_path, f'relays = ["{addr}"]')
     assert f"p2p.relays[0]: {words}" in message
     assert "bootstrap" not in message
+
+
+def test_a_relay_service_in_a_gossip_swarm_is_one_warning(tmp_path):
+    config = load(
+        tmp_path, 'listen = "/ip4/0.0.0.0/tcp/0"\nrelay_service = true\nexchange = "gossip"'
+    )
+    (line,) = relay_warnings(config.config)
+    assert "gossip nodes never dial through a relay" in line
