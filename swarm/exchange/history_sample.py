@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 DEFAULT_SKETCH = 128
 DEFAULT_EPOCH = 50
@@ -163,7 +163,8 @@ class HistorySample:
         next rotation (its addresses must be known to reach it)."""
         return peer in self.current.kept or peer in self.next.kept
 
-    def sample(self, k: int) -> list[str]:
-        """`k` distinct IDs drawn uniformly from the current sketch (all if it holds fewer)."""
-        ordered = self.peers()
+    def sample(self, k: int, allowed: Callable[[str], bool] | None = None) -> list[str]:
+        """`k` distinct IDs drawn uniformly from the current sketch (all if it holds fewer),
+        of those `allowed` (a peer suspended or banned is not drawn)."""
+        ordered = [p for p in self.peers() if allowed is None or allowed(p)]
         return self.rng.sample(ordered, min(k, len(ordered)))

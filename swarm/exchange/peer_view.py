@@ -29,18 +29,27 @@ view is bounded whatever the swarm's size, so is what a refresh costs (two fetch
 most 65 entries, up to 17 while the node is still learning IDs), and so are the
 connections it makes.
 
+A peer that does not answer is suspended (`swarm.exchange.peer_backoff`): not asked, not
+passed on, not taken back from a view or from the connected peers until its backoff has
+passed and it is heard of anew. Banned peers (`excluded`) are never asked nor passed on. With
+`vouching` (over libp2p), only peers seen alive are asked in the round; the others are probed
+off the round by the pull exchange.
+
 Pure core (`merge`, `oldest`, `sample`) over plain data; `PeerView.refresh` does the I/O
-through a `Transport`.
+through a `Transport` (`plan`, `shuffle`, `to_hear` and `heard_views` around the fetches, for
+a caller that runs them side by side with others, or off the round).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
 
-from swarm.core.errors import RejectedMessage, TransportError
+from swarm.core.errors import FetchTooSlow, RejectedMessage, TransportError
 from swarm.exchange.history_sample import DEFAULT_SKETCH, HistorySample, views_to_hear
-from swarm.exchange.pull_fetch import SizeCap
+from swarm.exchange.peer_backoff import PeerBackoff
+from swarm.exchange.pull_fetch import SLOW_S, SizeCap
 from swarm.p2p.transport import FetchLimits, Transport
 from swarm.wire import ANNOUNCEMENTS_KEY
 from swarm.wire.streams import VIEW_KEY, VIEW_MAX_BYTES, ViewEntry, decode_view, encode_view
@@ -103,9 +112,15 @@ class PeerView:
         sketch: int = DEFAULT_SKETCH,
         sampled_views: int = DEFAULT_SAMPLED_VIEWS,
         most_sampled_views: int = MOST_SAMPLED_VIEWS,
+        backoff: PeerBackoff | None = None,
+        excluded: Callable[[str], bool] = lambda peer: False,
     ):
         self.transport = transport
         self.own_id = own_id
+        self.backoff = backoff or PeerBackoff()
+        self.excluded = excluded  # banned peers: never asked nor passed on
+        self.refreshes = 0  # the backoff's clock: rounds, not seconds (`PeerBackoff`)
+        self.vouching = False  # only peers seen alive are asked (the rest probed off the round)
         self.capacity = capacity
         self.rng = random.Random(f"view:{own_id}:{seed}")
         self.view: View = {}
@@ -121,21 +136,50 @@ class PeerView:
     def peers(self) -> list[str]:
         return sorted(self.view)
 
-    def sample(self, k: int) -> list[str]:
+    def askable(self, peer: str) -> bool:
+        """Whether the round may ask `peer` now: not banned, not suspended, and (`vouching`)
+        seen alive."""
+        if self.excluded(peer) or self.backoff.suspended(peer, self.refreshes):
+            return False
+        return not self.vouching or self.backoff.vouched(peer)
+
+    def sample(self, k: int, busy: Collection[str] = ()) -> list[str]:
         """`k` peers to ask: drawn from the history sample (`swarm.exchange.history_sample`),
-        topped up from the view while that holds fewer (a node that just joined)."""
-        chosen = self.history.sample(k)
-        rest = [p for p in self.view if p not in chosen]
+        topped up from the view while that holds fewer (a node that just joined); only peers
+        the round may ask (`askable`) and not `busy` (asked already, no answer yet)."""
+
+        def allowed(peer: str) -> bool:
+            return peer not in busy and self.askable(peer)
+
+        chosen = self.history.sample(k, allowed)
+        rest = [p for p in self.view if p not in chosen and allowed(p)]
         return chosen + sample(rest, k - len(chosen), self.rng)
 
-    def forget(self, peer: str) -> None:
+    def forget(self, peer: str, slow: bool = True, stalled: bool = False) -> None:
         """`peer` did not answer: out of the view and the history sample (it comes back to
-        the view if it asks us or is passed on as alive)."""
+        the view if it asks us or is passed on as alive); if it cost the round time (`slow`:
+        it timed out, or took long to fail), also suspended (`PeerBackoff`: back once its
+        backoff has passed and it is heard of anew)."""
         self.view.pop(peer, None)
         self.history.drop(peer)
+        if slow or stalled:
+            self.backoff.failed(peer, self.refreshes, stalled)
 
     def refresh(self, timeout: float = 5.0) -> None:
-        """Age, take in who asked us, serve our view, shuffle with our oldest entry."""
+        """Age, take in who asked us, serve our view, shuffle with our oldest entry, then
+        hear sampled peers' views (fetched one after another; see `plan`, `shuffle`,
+        `to_hear` and `heard_views` for a caller that fetches them otherwise)."""
+        partner = self.plan()
+        if partner is not None:
+            self.shuffle(partner, self._fetch_view(partner, timeout))
+        peers = self.to_hear(exclude=partner)
+        self.heard_views([self._fetch_view(peer, timeout) for peer in peers])
+
+    def plan(self) -> str | None:
+        """Age, take in who asked us, serve our view; the shuffle partner (our oldest entry
+        the round may ask), if any."""
+        self.refreshes += 1
+        self._drop_unaskable()
         self.view = {peer: (addrs, age + 1) for peer, (addrs, age) in self.view.items()}
         asked = self.transport.served_blobs(VIEW_KEY) + self.transport.served_blobs(
             ANNOUNCEMENTS_KEY
@@ -145,33 +189,53 @@ class PeerView:
             connected = {p.peer_id: p.addrs for p in self.transport.peers()}
             # where each fetcher listens: as known when it fetched, else if still connected
             where = connected | {f.peer_id: f.addrs for f in asked if f.addrs}
-            fetchers = sorted({f.peer_id for f in asked})
+            fetchers = sorted({f.peer_id for f in asked if not self.excluded(f.peer_id)})
+            for fetcher in fetchers:  # alive: it fetched from us
+                self.backoff.vouch(fetcher)
+            fetchers = [f for f in fetchers if self.askable(f)]
             self.history.feed(fetchers)
             # limited pushes: however many peers fetched from us, a few enter the view
             pushed = self.rng.sample(fetchers, min(SHUFFLE_LENGTH, len(fetchers)))
             fresh = [ViewEntry(p, tuple(where.get(p, ())), 0) for p in pushed]
-            if not self.view:  # a newcomer: its bootstrap peers
+            if not self.view:  # a newcomer: its bootstrap peers (not those that failed)
+                for peer in connected:
+                    self.backoff.vouch(peer)
+                connected = {p: a for p, a in connected.items() if self.askable(p)}
                 fresh += [ViewEntry(peer, tuple(addrs), 0) for peer, addrs in connected.items()]
                 self.history.feed(connected)
             self.view = merge(self.view, fresh, self.own_id, self.capacity, self.rng, hop=0)
         self.transport.serve_blob(VIEW_KEY, encode_view(self.entries()))
-        partner = oldest(self.view, self.rng)
-        answer = self._fetch_view(partner, timeout) if partner is not None else None
-        if answer is not None:
-            self.shuffles += 1
-            # a shuffle takes a few of the partner's entries (its own first), not all of them
-            rest = answer[1:]
-            taken = answer[:1] + self.rng.sample(rest, min(SHUFFLE_LENGTH, len(rest)))
-            self.view = merge(self.view, taken, self.own_id, self.capacity, self.rng)
-            self.hear((e.id, e.addrs) for e in answer)
-        # heard of, not taken in: views of peers drawn from the history sample spread the
-        # swarm's IDs faster than the view's neighbourhood does (see `hear`); more of them
-        # while they still teach the node many new IDs (`views_to_hear`)
+        return oldest({p: e for p, e in self.view.items() if self.askable(p)}, self.rng)
+
+    def shuffle(self, partner: str, answer: list[ViewEntry] | None) -> None:
+        """Take in a few of the partner's entries (None: it did not answer, forgotten)."""
+        if answer is None:
+            return
+        self.shuffles += 1
+        # a shuffle takes a few of the partner's entries (its own first), not all of them
+        rest = answer[1:]
+        taken = answer[:1] + self.rng.sample(rest, min(SHUFFLE_LENGTH, len(rest)))
+        self.hear((e.id, e.addrs) for e in answer)
+        taken = [e for e in taken if not self.excluded(e.id) and self._may_hear(e.id)]
+        self.view = merge(self.view, taken, self.own_id, self.capacity, self.rng)
+
+    def to_hear(self, exclude: str | None = None) -> list[str]:
+        """Peers drawn from the history sample whose views to hear this refresh (not banned
+        nor suspended; with `vouching` also peers not yet vouched for: hearing them is how
+        they are probed, off the round)."""
+        allowed = self._may_probe if self.vouching else self.askable
+        return [p for p in self.history.sample(self.hearing, allowed) if p != exclude]
+
+    def heard_views(self, answers: Sequence[list[ViewEntry] | None]) -> None:
+        """Views heard of, not taken in (None: that peer did not answer, forgotten): views of
+        peers drawn from the history sample spread the swarm's IDs faster than the view's
+        neighbourhood does (see `hear`); more of them while they still teach the node many
+        new IDs (`views_to_hear`)."""
         before, entries = self.history.heard.estimate(), 0
-        for peer in self.history.sample(self.hearing):
-            if peer != partner and (answer := self._fetch_view(peer, timeout)) is not None:
-                self.hear((e.id, e.addrs) for e in answer)
-                entries += len(answer)
+        for heard in answers:
+            if heard is not None:
+                self.hear((e.id, e.addrs) for e in heard)
+                entries += len(heard)
         novel = (self.history.heard.estimate() - before) / max(entries, 1)
         self.hearing = views_to_hear(
             self.hearing, novel, self.sampled_views, self.most_sampled_views
@@ -179,23 +243,54 @@ class PeerView:
 
     def _fetch_view(self, peer: str, timeout: float) -> list[ViewEntry] | None:
         """`peer`'s view; None if it does not answer (then it leaves ours and the sample)."""
+        began = time.monotonic()
         try:
             limits = FetchLimits(check=SizeCap(VIEW_MAX_BYTES))
-            return decode_view(self.transport.fetch_blob(peer, VIEW_KEY, timeout, limits))
+            data = self.transport.fetch_blob(peer, VIEW_KEY, timeout, limits)
+        except FetchTooSlow:
+            return self.take_view(peer, None, slow=True)
+        except (TransportError, RejectedMessage):
+            data = None
+        return self.take_view(peer, data, slow=time.monotonic() - began >= SLOW_S)
+
+    def take_view(self, peer: str, data: bytes | None, slow: bool) -> list[ViewEntry] | None:
+        """A fetched view's entries; None (and `peer` forgotten, suspended if it cost the
+        round time) if it did not answer or answered with something that is not a view."""
+        try:
+            if data is None:
+                raise TransportError("no answer")
+            entries = decode_view(data)
         except (TransportError, RejectedMessage):
             self.failed_fetches += 1
-            self.forget(peer)  # unreachable: make room for peers that answer
+            self.forget(peer, slow)  # unreachable: make room for peers that answer
             return None
+        self.backoff.answered(peer)
+        return entries
+
+    def _drop_unaskable(self) -> None:
+        """Banned peers leave the view and the sample (they are not passed on either)."""
+        for peer in [p for p in self.view if self.excluded(p)]:
+            self.view.pop(peer, None)
+            self.history.drop(peer)
 
     def hear(self, peers: Iterable[tuple[str, Sequence[str]]]) -> None:
         """Peers heard of (the entries of a fetched view):
         into the history sample, and their addresses learned where they may be asked (in
         the view or a sketch). An ID without addresses could not be asked: it is not fed."""
         known = [(p, tuple(a)) for p, a in peers if p and p != self.own_id and a]
+        for peer, _ in known:
+            self.backoff.heard(peer)
+        known = [(p, a) for p, a in known if not self.excluded(p) and self._may_hear(p)]
         self.history.feed(p for p, _ in known)
         for peer, addrs in known:
             if peer in self.view or self.history.holds(peer):
                 self.transport.learn_peer(peer, addrs)
+
+    def _may_hear(self, peer: str) -> bool:
+        return not self.backoff.suspended(peer, self.refreshes)
+
+    def _may_probe(self, peer: str) -> bool:
+        return not self.excluded(peer) and self._may_hear(peer)
 
     def entries(self) -> list[ViewEntry]:
         own = [ViewEntry(self.own_id, tuple(self._own_addrs()), 0)]

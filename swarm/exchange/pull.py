@@ -25,7 +25,15 @@ on J of them. Here a node's cost per round depends on its own settings only
   leaves the view, and past `unserved_ban_after` such pulls in a row each is a hard
   rejection (`not_served`), towards a ban;
 - an admitted group passes `Verifier.admit` like a gossiped group, and the caller verifies
-  it fully (task rebuilt, rewards re-scored) before training, as always.
+  it fully (task rebuilt, rewards re-scored) before training, as always;
+- a round never waits twice on a peer that is gone or slow: a peer that failed to answer is
+  suspended until its backoff has passed and it is heard of anew
+  (`swarm.exchange.peer_backoff`); over libp2p the round asks only peers seen alive (vouched
+  for), and hears the views of the others off the round (probes, `Fetcher.later`), so
+  addresses learned from a view are never dialled in the round before they answered; a
+  banned peer is neither asked nor passed on; a sender that takes a group fetch and sends
+  nothing is refused hard (`fetch_too_slow`, towards a ban, like one that serves other
+  bytes) and suspended.
 
 Why this is a fair sample of the swarm: the peers asked are a uniform sample of a view that
 is itself a random subset of the swarm, so every sender is equally likely to be asked, and
@@ -48,6 +56,7 @@ from dataclasses import asdict, dataclass
 from swarm.core.errors import RejectedMessage, TransportError
 from swarm.core.reasons import Reason
 from swarm.exchange.history_sample import DEFAULT_SKETCH
+from swarm.exchange.peer_backoff import PeerBackoff
 from swarm.exchange.peer_view import (
     DEFAULT_CAPACITY,
     DEFAULT_SAMPLED_VIEWS,
@@ -56,6 +65,7 @@ from swarm.exchange.peer_view import (
 )
 from swarm.exchange.pull_choice import Attempt, choose_pulls
 from swarm.exchange.pull_fetch import Fetcher, Outcome, Request
+from swarm.exchange.pull_later import OffRound
 from swarm.p2p.transport import Transport
 from swarm.verify.announcements import AnnouncementGate, check_matches, check_served
 from swarm.verify.gate import Verifier
@@ -80,6 +90,7 @@ from swarm.wire import (
 from swarm.wire.signing import sign_announcement
 
 GROUP_KEY_PREFIX = group_key("")
+HOLDER_TIMEOUT_S = 1.0  # a hinted holder not vouched for: the time it gets before the next
 HINT_MEMORY = 4096  # blob hashes whose holder hints a node remembers (and senders' misses)
 
 
@@ -97,6 +108,7 @@ class PullSettings:
     candidate_rounds: int = 1  # announcements stay candidates this many rounds
     max_age_s: float = 600.0  # older announcements are not pulled
     fetch_timeout_s: float = 5.0  # one fetch at most
+    list_wait_s: float = 0.25  # over libp2p: a round waits this long, once, for lists asked
     round_budget_s: float = 15.0  # every fetch of a round (view, lists by half of it, groups)
     parallel_fetches: int = 8  # fetches side by side (over libp2p; in memory one at a time)
     unserved_ban_after: int = 8  # announced groups a sender did not serve in a row, then hard
@@ -128,7 +140,11 @@ class PullCounters:
     pulls_with_holders: int = 0  # pulls for which a holder besides the sender was known
     holder_misses: int = 0  # a hinted holder did not serve the group
     bad_holders: int = 0  # a source served bytes that are not the announced group
+    stalled: int = 0  # a sender took a group fetch and sent nothing in time (refused hard)
     served: int = 0  # own or held groups peers fetched in full from this node
+    probes: int = 0  # views fetched off the round (peers not vouched for, or only heard)
+    probes_failed: int = 0
+    suspended: int = 0  # peers not asked now: they failed to answer (`PeerBackoff`)
 
 
 class PullExchange:
@@ -178,6 +194,16 @@ class PullExchange:
             sketch=settings.view_sketch,
             sampled_views=settings.sampled_views,
             most_sampled_views=settings.most_sampled_views,
+            backoff=PeerBackoff(),
+            excluded=lambda peer: peer in verifier.banned,
+        )
+        # over libp2p views and lists are fetched off the round, lists only from peers seen
+        # alive (vouched for); the others are heard (probed) first
+        self.view.vouching = self.fetcher.threaded
+        self.later = (
+            OffRound(self.fetcher, self.view, settings.most_sampled_views)
+            if self.fetcher.threaded
+            else None
         )
         self.round = 0
         # blob hash -> (announcement, round it was learned)
@@ -202,7 +228,9 @@ class PullExchange:
 
     def start(self) -> None:
         self.transport.serve_blob(ANNOUNCEMENTS_KEY, pack_announcements([]))
-        self.view.refresh(self.settings.fetch_timeout_s)
+        s = self.settings
+        self.view.refresh(s.fetch_timeout_s)
+        self._ask_later(s.lists_per_round if s.pull_groups else 0, s.fetch_timeout_s)
 
     def close(self) -> None:
         """Stop the fetch workers (the transport is the caller's)."""
@@ -298,17 +326,28 @@ class PullExchange:
 
     def collect(self) -> tuple[list[Accepted], list[Rejection]]:
         """Ask sampled peers for announcements, choose, pull and admit, all within the
-        round's time budget (lists by half of it); then a new round."""
+        round's time budget (lists by half of it); then a new round. Over libp2p the view
+        and the lists are fetched off the round (`swarm.exchange.pull_later`): this round
+        takes the lists that arrived since the last one, and starts the next ones."""
         self._serve_list()
         s = self.settings
         started = self.monotonic()
-        self.view.refresh(min(s.fetch_timeout_s, s.round_budget_s / 4))
+        view_timeout = min(s.fetch_timeout_s, s.round_budget_s / 4)
         # a node that pulls nothing (training.shared_groups = 0) asks for no lists either
-        asked = self.last_asked = self.view.sample(s.lists_per_round if s.pull_groups else 0)
-        self.counters.lists_asked += len(asked)
-        requests = [Request(p, ANNOUNCEMENTS_KEY, MAX_ANNOUNCEMENTS_MESSAGE_BYTES) for p in asked]
+        lists = s.lists_per_round if s.pull_groups else 0
         rejected: list[Rejection] = []
-        for outcome in self.fetcher.fetch_all(requests, started + s.round_budget_s / 2):
+        if self.later is not None:
+            self.later.take_views()
+            outcomes = self.later.take_lists(s.list_wait_s)
+        else:  # in memory: one after another, as the simulation charges them
+            self.view.refresh(view_timeout)
+            asked = self.last_asked = self.view.sample(lists)
+            self.counters.lists_asked += len(asked)
+            requests = [
+                Request(p, ANNOUNCEMENTS_KEY, MAX_ANNOUNCEMENTS_MESSAGE_BYTES) for p in asked
+            ]
+            outcomes = self.fetcher.fetch_all(requests, started + s.round_budget_s / 2)
+        for outcome in outcomes:
             rejected += self._take_list(outcome)
         accepted, refused = self._pull_all(self._choose(), started + s.round_budget_s)
         rejected += refused
@@ -319,15 +358,29 @@ class PullExchange:
         for digest, (_, learned) in list(self.candidates.items()):
             if learned <= self.round - s.candidate_rounds:
                 del self.candidates[digest]
+        self._ask_later(lists, view_timeout)
+        self.counters.suspended = self.view.backoff.count(self.view.refreshes)
         return accepted, rejected
+
+    def _ask_later(self, lists: int, view_timeout: float) -> None:
+        """Over libp2p: start the next round's view refresh and lists off the round."""
+        if self.later is None:
+            return
+        probes, failed = self.later.probes, self.later.probes_failed
+        asked = self.last_asked = self.later.start(lists, view_timeout)
+        self.counters.lists_asked += len(asked)
+        self.counters.probes += self.later.probes - probes
+        self.counters.probes_failed += self.later.probes_failed - failed
+        self.later.probes = self.later.probes_failed = 0
 
     def _take_list(self, outcome: Outcome) -> list[Rejection]:
         """One peer's announcements: keep the fresh ones as candidates."""
         peer = outcome.request.peer
         if isinstance(outcome.error, TransportError) or outcome.data is None:
             self.counters.lists_failed += 1
-            self.view.forget(peer)
+            self.view.forget(peer, outcome.slow)  # if slow, not asked until heard of anew
             return []
+        self.view.backoff.answered(peer)
         data = outcome.data
         try:
             if outcome.error is not None:
@@ -384,7 +437,11 @@ class PullExchange:
         holders, all in one random order. The load of a popular group spreads over everyone
         who holds it instead of falling on its sender first."""
         hinted = self.holders.get(announcement.blob_hash, {})
-        holders = [p for p in hinted if p not in (announcement.sender, self.own_id)]
+        holders = [
+            p
+            for p in hinted
+            if p not in (announcement.sender, self.own_id) and self._may_ask_holder(p)
+        ]
         rng = random.Random(f"{self.own_id}:{announcement.blob_hash}")
         rng.shuffle(holders)
         sources = [announcement.sender] + holders[: self.settings.max_holders]
@@ -394,6 +451,13 @@ class PullExchange:
             if hinted.get(peer):
                 self.transport.learn_peer(peer, hinted[peer])
         return sources
+
+    def _may_ask_holder(self, peer: str) -> bool:
+        """A hinted holder may be asked unless banned or suspended (one not vouched for is
+        asked within `HOLDER_TIMEOUT_S`)."""
+        return not self.view.excluded(peer) and not self.view.backoff.suspended(
+            peer, self.view.refreshes
+        )
 
     def _pull_all(
         self, chosen: list[GroupAnnouncement], deadline: float
@@ -407,7 +471,13 @@ class PullExchange:
         while pending and self.monotonic() < deadline:
             wave = [(attempt, attempt.sources.pop(0)) for attempt in pending]
             requests = [
-                Request(source, group_key(a.announcement.blob_hash), a.announcement.size, True)
+                Request(
+                    source,
+                    group_key(a.announcement.blob_hash),
+                    a.announcement.size,
+                    True,
+                    self._source_timeout(a.announcement, source),
+                )
                 for a, source in wave
             ]
             for (attempt, source), outcome in zip(
@@ -422,6 +492,13 @@ class PullExchange:
             rejected += self._outcome(attempt)
         return accepted, rejected
 
+    def _source_timeout(self, announcement: GroupAnnouncement, source: str) -> float | None:
+        """The sender answered its list this round; a holder not vouched for (its address
+        comes from the sender's hints) gets a small budget before the next source."""
+        if source == announcement.sender or not self.fetcher.threaded:
+            return None
+        return None if self.view.backoff.vouched(source) else HOLDER_TIMEOUT_S
+
     def _take_group(self, attempt: Attempt, source: str, outcome: Outcome) -> None:
         """One source's answer for one group. Bytes that are not the announced ones (size
         or hash) are the serving peer's fault alone; the announced bytes are the sender's
@@ -432,6 +509,10 @@ class PullExchange:
         if isinstance(outcome.error, TransportError):
             self.counters.holder_misses += source != sender
             attempt.sender_missed |= source == sender
+            if outcome.stalled and source == sender:
+                self._stalled(attempt, outcome)
+            elif outcome.slow:
+                self.view.forget(source)  # suspended: the round does not wait on it again
             return
         data = outcome.data or b""
         try:
@@ -455,6 +536,22 @@ class PullExchange:
         ok, bad = self._admit(signed, group, data, digest)
         attempt.accepted, attempt.refused = ok, attempt.refused + bad
 
+    def _stalled(self, attempt: Attempt, outcome: Outcome) -> None:
+        """The sender, which answered its list this round, took the fetch of a group it
+        announced and sent nothing: refused hard (towards a ban, like serving other bytes),
+        suspended, and its other announcements dropped (the round waits on it no more); a holder
+        may still serve this one."""
+        sender = attempt.announcement.sender
+        self.counters.stalled += 1
+        attempt.stalled = True
+        detail = f"took the fetch and sent nothing ({outcome.error})"
+        digest = attempt.announcement.blob_hash
+        attempt.refused.append(Rejection(Reason.FETCH_TOO_SLOW, detail, sender, digest, sender))
+        self.view.forget(sender, stalled=True)
+        for key, (a, _) in list(self.candidates.items()):
+            if a.sender == sender:
+                del self.candidates[key]
+
     def _outcome(self, attempt: Attempt) -> list[Rejection]:
         """The rejections of a pull; a sender that announced a group and did not serve it
         leaves the view, and past `unserved_ban_after` such pulls in a row each one is a
@@ -462,13 +559,13 @@ class PullExchange:
         if attempt.accepted:
             return attempt.refused
         self.counters.pulls_failed += 1
-        if attempt.done:  # the announced bytes came, and were refused
-            self.counters.pulls_refused += 1
+        if attempt.done or attempt.stalled:  # the announced bytes came, and were refused
+            self.counters.pulls_refused += attempt.done
             return attempt.refused
         sender, digest = attempt.announcement.sender, attempt.announcement.blob_hash
         reason = Reason.PULL_FAILED
         if attempt.sender_missed:
-            self.view.forget(sender)
+            self.view.forget(sender, slow=False)  # (suspended already if it cost time)
             misses = self._unserved.pop(sender, 0) + 1
             self._unserved[sender] = misses
             while len(self._unserved) > HINT_MEMORY:

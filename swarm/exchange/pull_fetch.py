@@ -35,16 +35,25 @@ from swarm.core.reasons import Reason
 from swarm.p2p.transport import FetchLimits, MemoryTransport, Transport
 from swarm.wire.streams import FETCHES_PER_PEER
 
+PROBES = 32  # fetches off the round at once (views and lists, `swarm.exchange.pull_later`)
+
+
+STALL_S = 2.0  # a fetch given this long that got no answer at all is a stall, not a slow link
+SLOW_S = 0.5  # a fetch that took this long to fail cost the round time (a refusal is quick)
+
 
 class SizeCap:
     """A `BlobCheck` that refuses a blob by its announced length: above `max_bytes`, or, when
-    `exact`, other than `max_bytes` (a group must be exactly the announced size)."""
+    `exact`, other than `max_bytes` (a group must be exactly the announced size). It also
+    notes whether the peer answered at all (`answered`: its response header arrived)."""
 
     def __init__(self, max_bytes: int, exact: bool = False):
         self.max_bytes = max_bytes
         self.exact = exact
+        self.answered = False
 
     def size(self, nbytes: int) -> None:
+        self.answered = True
         if self.exact and nbytes != self.max_bytes:
             raise RejectedMessage(
                 Reason.ANNOUNCEMENT_MISMATCH,
@@ -59,12 +68,14 @@ class SizeCap:
 
 @dataclass(frozen=True)
 class Request:
-    """One blob to fetch: from whom, which, at most (or, `exact`, exactly) how many bytes."""
+    """One blob to fetch: from whom, which, at most (or, `exact`, exactly) how many bytes,
+    within how long (None: the fetcher's `fetch_timeout_s`)."""
 
     peer: str
     key: str
     max_bytes: int
     exact: bool = False
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,10 @@ class Outcome:
     request: Request
     data: bytes | None = None
     error: TransportError | RejectedMessage | None = None
+    # the peer took the fetch and sent nothing (not even a header) in `STALL_S` or more
+    stalled: bool = False
+    # it failed slowly (timed out, or took `SLOW_S` or more to fail): the round waited on it
+    slow: bool = False
 
 
 class Fetcher:
@@ -94,11 +109,25 @@ class Fetcher:
         inner = getattr(transport, "inner", transport)  # a `TopicTap` wraps the real one
         threaded = parallel > 1 and not isinstance(inner, MemoryTransport)
         self._pool = ThreadPoolExecutor(parallel, "pull-fetch") if threaded else None
+        # fetches off the round (probes of peers not vouched for, views only heard)
+        self._later = ThreadPoolExecutor(PROBES, "pull-probe") if threaded else None
         self.per_peer = FETCHES_PER_PEER
 
+    @property
+    def threaded(self) -> bool:
+        """Whether fetches run side by side (and off the round) rather than in turn."""
+        return self._pool is not None
+
+    def later(self, request: Request) -> Future:
+        """Start `request` off the round (threaded only); its `Outcome` when done."""
+        assert self._later is not None, "in-memory transports fetch in turn"
+        timeout = request.timeout or self.fetch_timeout_s
+        return self._later.submit(self._one, request, self.monotonic() + timeout)
+
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._pool, self._later):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
     def fetch_all(self, requests: Sequence[Request], deadline: float) -> list[Outcome]:
         """One `Outcome` per request, in order, all by `deadline` (a `monotonic` time)."""
@@ -127,17 +156,21 @@ class Fetcher:
             slot.release()
 
     def _one(self, request: Request, deadline: float) -> Outcome:
-        left = min(self.fetch_timeout_s, deadline - self.monotonic())
+        left = min(request.timeout or self.fetch_timeout_s, deadline - self.monotonic())
         if left <= 0:
             return Outcome(request, error=FetchTooSlow("the round's time budget is spent"))
         cap = SizeCap(request.max_bytes, request.exact)
+        began = self.monotonic()
         try:
             data = self.transport.fetch_blob(
                 request.peer, request.key, left, FetchLimits(check=cap)
             )
             cap.size(len(data))  # the bytes themselves, whatever the transport checked
         except (TransportError, RejectedMessage) as e:
-            return Outcome(request, error=e)
+            too_slow = isinstance(e, FetchTooSlow)
+            stalled = too_slow and not cap.answered and left >= STALL_S
+            slow = too_slow or self.monotonic() - began >= SLOW_S
+            return Outcome(request, error=e, stalled=stalled, slow=slow)
         return Outcome(request, data=data)
 
 

@@ -246,7 +246,8 @@ class Libp2pTransport(Transport):
         return self._max_connections
 
     def close(self) -> None:
-        """Stop the host and its thread: graceful for up to CLOSE_GRACE_S, then cancelled."""
+        """Stop the host and its thread: graceful for up to CLOSE_GRACE_S (published messages
+        leave, then every connection is closed), then cancelled."""
         self._thread.stop()
 
     # ------------------------------------------------------------------ the trio side
@@ -280,6 +281,7 @@ class Libp2pTransport(Transport):
                 await self._thread.wait_for_stop()
                 # Let what was already published leave before the connections close.
                 await self._outbox.flush(net.gossip, CLOSE_GRACE_S / 2)
+                await self._close_connections(net)
                 nursery.cancel_scope.cancel()
 
     def _build_network(self) -> _Network:
@@ -368,6 +370,15 @@ class Libp2pTransport(Transport):
             holepunch=holepunch,
             busy=busy,
         )
+
+    async def _close_connections(self, net: _Network) -> None:
+        """Close every connection (the host's own shutdown leaves their sockets open, and a
+        peer would keep waiting on us until its timeouts): side by side, within a second."""
+        network = net.host.get_network()
+        with trio.move_on_after(CLOSE_GRACE_S / 3):
+            async with trio.open_nursery() as closing:
+                for peer_id in hosting.connected_peers(net.host):
+                    closing.start_soon(abort_peer_connections, network, peer_id)
 
     def _start_background_tasks(self, net: _Network, nursery: trio.Nursery) -> None:
         self._nursery = nursery

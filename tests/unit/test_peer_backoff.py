@@ -1,0 +1,74 @@
+"""Peers that failed to answer are not asked again until their backoff has passed and they
+are heard of anew; banned peers are neither asked nor passed on (pure and in memory)."""
+
+from __future__ import annotations
+
+from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
+from swarm.core.identity import create_identity, peer_id_of
+from swarm.exchange.peer_backoff import MOST_BACKOFF, PeerBackoff
+from swarm.exchange.pull import PullSettings
+from swarm.p2p.transport import MemoryHub, MemoryTransport
+from swarm.wire import ANNOUNCEMENTS_KEY
+
+
+def test_a_failed_peer_waits_for_its_backoff_and_to_be_heard_of_anew():
+    b = PeerBackoff(first_s=2, most_s=16)
+    b.vouch("p")
+    b.failed("p", now=10)
+    assert b.suspended("p", 10) and not b.vouched("p")
+    assert b.suspended("p", 100)  # its backoff passed, but nobody spoke of it since
+    b.heard("p")
+    assert b.suspended("p", 11) and not b.suspended("p", 12)
+    b.failed("p", now=12)  # failed again: twice as long
+    b.heard("p")
+    assert b.suspended("p", 15) and not b.suspended("p", 16)
+    b.answered("p")
+    assert not b.suspended("p", 16) and b.vouched("p")
+
+
+def test_a_peer_that_stalled_waits_the_longest_backoff_at_once():
+    b = PeerBackoff()
+    b.failed("p", now=0, stalled=True)
+    b.heard("p")
+    assert b.suspended("p", MOST_BACKOFF - 1) and not b.suspended("p", MOST_BACKOFF)
+
+
+def test_the_backoff_is_bounded():
+    b = PeerBackoff(capacity=8)
+    for i in range(100):
+        b.failed(f"p{i}", now=0)
+        b.vouch(f"q{i}")
+    assert len(b._suspended) == 8 and len(b._vouched) == 8
+
+
+def pull_nodes(n: int) -> list[NetworkNode]:
+    hub = MemoryHub()
+    keys = [create_identity(bytes([60 + i]) * 32) for i in range(n)]
+    settings = NetworkNodeSettings(
+        exchange=ExchangeKind.PULL,
+        groups_per_round=2,
+        shared_groups=2,
+        pull=PullSettings(lists_per_round=n, pull_groups=4),
+    )
+    nodes = [NetworkNode(settings, MemoryTransport(peer_id_of(k), hub), k) for k in keys]
+    for node in nodes:
+        node.start()
+    return nodes
+
+
+def test_a_banned_peers_announcements_are_not_fetched_and_it_is_not_passed_on():
+    nodes = pull_nodes(4)
+    node, banned = nodes[0], nodes[1]
+    for member in nodes:
+        member.run_round()
+    banned.transport.served_blobs(ANNOUNCEMENTS_KEY)  # forget who fetched so far
+    node.verifier.set_bans([banned.peer_id])
+    for _ in range(3):
+        for member in nodes:
+            member.run_round()
+    fetchers = {f.peer_id for f in banned.transport.served_blobs(ANNOUNCEMENTS_KEY)}
+    assert node.peer_id not in fetchers  # its list was never fetched by the node that bans it
+    assert fetchers  # (the others still fetch it)
+    assert banned.peer_id not in node.exchange.view.view
+    assert banned.peer_id not in {e.id for e in node.exchange.view.entries()}
+    assert banned.peer_id not in node.exchange.last_asked
