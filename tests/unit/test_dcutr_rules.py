@@ -7,15 +7,22 @@ from types import SimpleNamespace
 
 import multiaddr
 import pytest
-import trio
 from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.pb.dcutr_pb2 import HolePunch
 
 from swarm.core.identity import create_identity
-from swarm.p2p.libp2p import holepunch
-from swarm.p2p.libp2p.dcutr import MAX_ADDRS, MAX_MESSAGE, ObservedIps, dialable, message, predicted
+from swarm.p2p.libp2p.dcutr import (
+    MAX_ADDRS,
+    MAX_MESSAGE,
+    ExchangeBudget,
+    ObservedIps,
+    dialable,
+    leads,
+    message,
+    predicted,
+)
 from swarm.p2p.libp2p.framing import StreamProtocolError
-from swarm.p2p.libp2p.holepunch import HolePunching, Outcome
+from swarm.p2p.libp2p.holepunch import Outcome
 
 
 def raw(*addrs: str) -> list[bytes]:
@@ -104,32 +111,16 @@ def test_outcomes_are_stable_names():
     }
 
 
-def service(me: ID) -> HolePunching:
-    host = SimpleNamespace(get_id=lambda: me)
-    return HolePunching(host, None, None, ObservedIps(), relays=[], announce=[])  # type: ignore[arg-type]
+def test_a_peer_may_start_a_few_exchanges_a_minute():
+    budget, peer = ExchangeBudget(4), a_peer()
+    assert [budget.allow(peer, 1000.0 + i) for i in range(5)] == [True] * 4 + [False]
+    assert budget.allow(a_peer(), 1005.0)  # another peer has its own allowance
+    assert not budget.allow(peer, 1059.0)
+    assert budget.allow(peer, 1061.0)  # the first of the four is a minute old
 
 
-def test_a_peer_may_start_a_few_exchanges_a_minute(monkeypatch):
-    now = [1000.0]
-    monkeypatch.setattr(holepunch.time, "monotonic", lambda: now[0])
-    punching, peer = service(a_peer()), a_peer()
-    assert [punching._may_start(peer) for _ in range(5)] == [True] * 4 + [False]
-    assert punching._may_start(a_peer())  # another peer has its own allowance
-    now[0] += 61.0
-    assert punching._may_start(peer)
-
-
-def test_when_both_ends_punch_at_once_the_lower_peer_id_leads():
-    low, high = sorted((a_peer(), a_peer()), key=lambda p: p.to_bytes())
-    at_low, at_high = service(low), service(high)
-
-    async def both_punching() -> None:
-        scope_low, scope_high = trio.CancelScope(), trio.CancelScope()
-        at_low._sessions[high] = scope_low
-        at_high._sessions[low] = scope_high
-        assert not at_low._yield_to(high)  # the low one refuses the high one's exchange...
-        assert at_high._yield_to(low) and scope_high.cancel_called  # ...which yields to it
-        assert not scope_low.cancel_called
-
-    trio.run(both_punching)
-    assert service(low)._yield_to(high)  # no exchange of ours running: answer
+def test_when_both_ends_punch_at_once_exactly_one_leads():
+    one, other = a_peer(), a_peer()
+    assert leads(one, other) != leads(other, one)
+    low = min(one, other, key=lambda p: p.to_bytes())
+    assert leads(low, other if low == one else one)

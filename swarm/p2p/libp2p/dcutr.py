@@ -197,3 +197,29 @@ def unspecified_or_loopback(addr: multiaddr.Multiaddr) -> bool:
     except ValueError:
         return True
     return ip.is_unspecified or ip.is_loopback
+
+
+def leads(me: ID, peer: ID) -> bool:
+    """When both ends of a relayed connection start an upgrade at once, the one with the
+    lower peer ID (by its bytes) leads and the other yields."""
+    return me.to_bytes() < peer.to_bytes()
+
+
+class ExchangeBudget:
+    """At most `per_minute` exchanges a peer may start with us a minute (each makes us dial
+    addresses the peer chose); at most `MAX_TRACKED` peers remembered."""
+
+    MAX_TRACKED = 1024
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._started: dict[ID, list[float]] = {}
+
+    def allow(self, peer_id: ID, now: float) -> bool:
+        recent = [t for t in self._started.get(peer_id, []) if now - t < 60.0]
+        if len(recent) >= self.per_minute:
+            return False
+        if len(self._started) > self.MAX_TRACKED:
+            self._started = {p: ts for p, ts in self._started.items() if now - ts[-1] < 60.0}
+        self._started[peer_id] = [*recent, now]
+        return True

@@ -46,10 +46,12 @@ from swarm.core.errors import TransportError
 from swarm.p2p.libp2p.dcutr import (
     DCUTR_PROTOCOL,
     MAX_ADDRS,
+    ExchangeBudget,
     InboundRelayed,
     ObservedIps,
     dialable,
     direct_connections,
+    leads,
     message,
     predicted,
     read_message,
@@ -117,7 +119,7 @@ class HolePunching:
         self._refuse: Refuse | None = None
         self._nursery: trio.Nursery | None = None
         self._sessions: dict[ID, trio.CancelScope] = {}  # our upgrades running, by peer
-        self._started: dict[ID, list[float]] = {}
+        self._budget = ExchangeBudget(SESSIONS_PER_MINUTE)
         self._warned_no_port = False
 
     def register(self, refuse: Refuse) -> None:
@@ -242,7 +244,9 @@ class HolePunching:
         peer_id = stream.muxed_conn.peer_id
         self._policy.charge(peer_id, Cost.STREAM)
         try:
-            if not self._policy.allows(peer_id) or not self._may_start(peer_id):
+            if not self._policy.allows(peer_id) or not self._budget.allow(
+                peer_id, time.monotonic()
+            ):
                 return
             relayed = stream.muxed_conn.get_connection_type() == ConnectionType.RELAYED
             if not relayed or direct_connections(self._host, peer_id):
@@ -275,21 +279,9 @@ class HolePunching:
         mine = self._sessions.get(peer_id)
         if mine is None:
             return True
-        if self._host.get_id().to_bytes() < peer_id.to_bytes():
+        if leads(self._host.get_id(), peer_id):
             return False
         mine.cancel()
-        return True
-
-    def _may_start(self, peer_id: ID) -> bool:
-        """At most `SESSIONS_PER_MINUTE` exchanges per peer a minute: each makes us dial
-        addresses the peer chose."""
-        now = time.monotonic()
-        recent = [t for t in self._started.get(peer_id, []) if now - t < 60.0]
-        if len(recent) >= SESSIONS_PER_MINUTE:
-            return False
-        if len(self._started) > 1024:
-            self._started = {p: ts for p, ts in self._started.items() if now - ts[-1] < 60.0}
-        self._started[peer_id] = [*recent, now]
         return True
 
     # -------------------------------------------------------------- both
