@@ -7,4 +7,14 @@
   (latency, loss, adversaries) or as real processes;
 - `delta_sim`: delta sync at scale;
 - `footprint`: resident memory and traffic measurements.
+
+Each script under `scripts/` is its options and one call into a module here:
+- the SAPO studies' checks: `positive_control`, `drift`, `calibrate`, `libp2p_check`,
+  `ship_models` (the testbed models shipped under models/);
+- a node's costs: `round_time`, `prefix_memory`, `node_footprint`, `verify_cost`,
+  `delta_measure` and `delta_bench`, `trl_arms` and `trl_bench` (beside TRL), `gpu_smoke`;
+- the swarm's: `scale_runs` and `scale_report`; `gossip_worker`, `gossip_driver`,
+  `gossip_bench`;
+- attacks and crashes: `flood_attacker`, `flood_victim`, `flood_bench`; `kill_node`,
+  `kill_checks`, `kill_loop`.
 """
