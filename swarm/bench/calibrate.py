@@ -19,6 +19,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -79,7 +80,7 @@ def measure(name: str, path: str, families: dict, known: tuple[str, ...], args) 
     tok = policy.tokenizer
     generator = TransformersGenerator(policy.model, tok, policy.stop_token_ids, batch_size=256)
     params = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    variants = {
+    variants: dict[str, dict[str, Any]] = {
         "exact": dict(rule=AnswerRule.TAGGED, partial_credit=False),
         "partial": dict(rule=AnswerRule.TAGGED, partial_credit=True),
         "lenient": dict(rule=AnswerRule.LENIENT, partial_credit=False),
@@ -90,7 +91,7 @@ def measure(name: str, path: str, families: dict, known: tuple[str, ...], args) 
         prompts = [build_prompt(tok, t.question) for t in tasks]
         torch.manual_seed(args.seed * 100 + f_index)
         groups = generator.generate(prompts, args.completions, params)
-        rewards = {key: [] for key in variants}
+        rewards: dict[str, list] = {key: [] for key in variants}
         tagged = []
         for task, group in zip(tasks, groups, strict=True):
             for key, how in variants.items():

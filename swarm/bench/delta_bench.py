@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ from swarm.bench.delta_measure import (
 from swarm.policy.delta import encode_delta
 
 
-def print_table(rows: list[dict], anchors: list[dict] = ()) -> None:
+def print_table(rows: list[dict], anchors: Sequence[dict] = ()) -> None:
     """Delta rows (and anchor rows) as a fixed-width table.
 
     MB/s are dense-bf16 MB per wall second; enc/cpu and app/cpu per CPU second summed over

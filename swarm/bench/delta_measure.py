@@ -307,7 +307,8 @@ def tiny_training_pairs(steps: int, lr: float, seed: int = 0) -> list[tuple[dict
         key = create_identity()
         node = Node(config, transport=MemoryTransport(peer_id_of(key)), key_pair=key)
         node.start()
-        pairs, before = [], bf16_state_dict(node.policy.model)
+        pairs: list[tuple[dict, dict]] = []
+        before = bf16_state_dict(node.policy.model)
         while len(pairs) < steps:
             report = node.run_round()
             if report.skipped:

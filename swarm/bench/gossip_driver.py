@@ -48,13 +48,15 @@ class Worker:
             text=True,
             bufsize=1,
         )
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both piped
+        self._in, self._out = self.proc.stdin, self.proc.stdout
         self._lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         self._next_id = 0
         self.addrs: list[str] = []
 
     def _pump(self) -> None:
-        for line in self.proc.stdout:
+        for line in self._out:
             self._lines.put(json.loads(line))
         self._lines.put(None)
 
@@ -74,8 +76,8 @@ class Worker:
 
     def send(self, cmd: dict) -> int:
         self._next_id += 1
-        self.proc.stdin.write(json.dumps({**cmd, "id": self._next_id}) + "\n")
-        self.proc.stdin.flush()
+        self._in.write(json.dumps({**cmd, "id": self._next_id}) + "\n")
+        self._in.flush()
         return self._next_id
 
     def reply(self, request_id: int, timeout: float = 120.0) -> dict:

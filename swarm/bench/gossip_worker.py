@@ -15,6 +15,7 @@ import queue
 import sys
 import threading
 import time
+from typing import Any
 
 TOPIC = "bench"
 
@@ -115,6 +116,7 @@ def worker_main(args: argparse.Namespace) -> int:
             name = cmd["cmd"]
             if name == "exit":
                 break
+            reply: dict[str, Any]
             try:
                 if name == "wait_mesh":
                     reply = {

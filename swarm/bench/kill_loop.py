@@ -47,22 +47,24 @@ class Launcher:
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
         )
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both piped
+        self._in, self._out = self.proc.stdin, self.proc.stdout
         ready = self._read()
         assert ready["ready"] and ready["threads"] == 1, ready  # nothing running to fork mid-way
 
     def _read(self) -> dict:
-        line = self.proc.stdout.readline()
+        line = self._out.readline()
         if not line:
             raise RuntimeError("the launcher died")
         return json.loads(line)
 
     def send(self, **command) -> dict:
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
+        self._in.write(json.dumps(command) + "\n")
+        self._in.flush()
         return self._read()
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        self._in.close()
         self.proc.wait(timeout=30)
 
 

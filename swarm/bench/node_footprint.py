@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("imports", "tiny", "network")
@@ -212,7 +213,7 @@ def run(args) -> int:
     """Each measurement (`args.only`, else all) in its own process; tables, then the JSON.
 
     `args` holds only, config, sets, rounds and out (the options of scripts/bench_footprint.py)."""
-    results = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
+    results: dict[str, Any] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
     for kind in args.only or KINDS:
         results[kind] = run_child(kind, args)
         show(kind, results[kind])

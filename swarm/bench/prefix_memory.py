@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from typing import Any
 
 import torch
 
@@ -36,7 +37,7 @@ from swarm.policy.prefix import (
 )
 from swarm.policy.trainer import TrainSample, enable_gradient_checkpointing, pack_batch
 
-SHAPES = {
+SHAPES: dict[str, dict[str, Any]] = {
     "small": dict(
         vocab_size=8192,
         hidden_size=256,
@@ -62,7 +63,9 @@ def build_model(shape: str, device: str):
 
     torch.manual_seed(0)
     config = Qwen2Config(**SHAPES[shape], max_position_embeddings=4096, tie_word_embeddings=True)
-    return Qwen2ForCausalLM(config).to(device)
+    model = Qwen2ForCausalLM(config)
+    torch.nn.Module.to(model, device)  # in place
+    return model
 
 
 def build_samples(vocab: int, args) -> list[TrainSample]:

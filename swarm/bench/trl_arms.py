@@ -32,6 +32,7 @@ import random
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import Any
 
 ARMS = ("shared", "plain", "trl")
 CLOCK = {"now": time.perf_counter}  # --cpu-time: time.process_time, with one torch thread
@@ -97,8 +98,8 @@ SHAPES = {
 class Setup:
     """A model, its tokenizer, and per repeat the prompts and a reward over completion texts."""
 
-    model: object
-    tokenizer: object
+    model: Any
+    tokenizer: Any
     stop_ids: set[int]
     prompts: list[list[str]]  # per repeat
     rewards: list  # per repeat: fn(prompt index, completion text) -> float
