@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from swarm.bench.scale_report import report, row, write
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def progress(label: str) -> Callable[[str], None]:
+    """A progress callback: each message on its own line after `label`."""
+    return lambda message: print(f"{label} {message}", flush=True)
 
 
 def cmd_sim(args) -> None:
@@ -41,7 +47,7 @@ def cmd_sim(args) -> None:
             churn=args.churn,
         )
         label = f"  [{n} {args.exchange}]"
-        result = simulate(settings, lambda m, label=label: print(f"{label} {m}", flush=True))
+        result = simulate(settings, progress(label))
         attack = f"-hostile{args.hostile:g}-greedy{args.greedy}" if result["adversary"] else ""
         attack += f"-sketch{args.sketch}" if args.sketch != 128 else ""
         attack += f"-views{args.view_rounds}" if args.view_rounds != 20 else ""
