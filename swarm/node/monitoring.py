@@ -104,5 +104,5 @@ def swarm_sample(
         delta_applied=delta_applied,
         bytes_in={"gossip": t.gossip_bytes_in, "blob": t.blob_bytes_in},
         bytes_out={"gossip": t.gossip_bytes_out, "blob": t.blob_bytes_out},
-        refused=dict(getattr(t, "peer_rejections", None) or {}),
+        refused=dict(getattr(t, "peer_refusals", None) or {}),
     )

@@ -15,7 +15,7 @@ renew a quota.
 Refusals by the transport itself (`swarm.p2p.transport.Refusal`) are counted apart
 (`refused`): they are not groups, so they do not enter the node's group totals.
 
-Thread-safe: the gossip validator and the transport's rejection hook note from the network
+Thread-safe: the gossip validator and the transport's refusal hook note from the network
 thread, the round loop takes from its own.
 """
 

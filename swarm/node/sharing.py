@@ -1,7 +1,7 @@
 """Sharing: receiving peers' groups and recording what became of them.
 
 The gossip validator (`validate`, on the transport's thread) runs the verifier's cheap
-checks and notes the rejections; the transport's rejection hook (`refused`) counts what the
+checks and notes the rejections; the transport's refusal hook (`refused`) counts what the
 transport refused by itself (`swarm.node.refusals`). Once a round, `receive`:
 
 1. drains the inbox (`Verifier.recheck`: bans set since admission), or, with an exchange
@@ -126,12 +126,10 @@ class Sharing:
             self.rejections.note(r, now)
         return rejected[0].reason
 
-    def refused(self, rejection: Refusal) -> None:
-        """The transport's rejection hook (its thread): what it refused from a peer by itself,
+    def refused(self, refusal: Refusal) -> None:
+        """The transport's refusal hook (its thread): what it refused from a peer by itself,
         counted against the peer like a rejected group (`swarm.node.refusals`)."""
-        self.rejections.refused(
-            rejection.peer_id, transport_reason(rejection.reason), rejection.count
-        )
+        self.rejections.refused(refusal.peer_id, transport_reason(refusal.reason), refusal.count)
 
     def publish(self, groups: list[LocalGroup]) -> None:
         """Sign this round's groups and publish them (`swarm.node.publishing`), counted."""

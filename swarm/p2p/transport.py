@@ -314,7 +314,7 @@ class Transport(ABC):
         an exception in it is counted and otherwise ignored. A transport that never
         refuses anything on its own (MemoryTransport) never calls it.
         """
-        self._rejection_hook = hook
+        self._refusal_hook = hook
 
     def __enter__(self) -> Transport:
         self.start()

@@ -29,7 +29,7 @@ def refuse_forged(message: InboundMessage) -> str | None:
 def handled(victim: Libp2pTransport) -> int:
     """Forged messages the victim refused: by its validator, or unvalidated for a low score."""
     stats = victim.stats()
-    return stats.rejected.get("forged", 0) + stats.peer_rejections.get("below_publish_score", 0)
+    return stats.rejected.get("forged", 0) + stats.peer_refusals.get("below_publish_score", 0)
 
 
 @pytest.mark.timeout(120)

@@ -58,7 +58,7 @@ def test_a_fetcher_writing_past_the_window_is_cut_off(attacked: Scene) -> None:
     print(f"flow-control attack: victim RSS +{grown:.0f} MB")
     assert grown < 48
     assert stats["stats"]["flow_control_violations"] >= 1
-    recorded = [r for r in stats["rejections"] if r["reason"] == "flow_control_violation"]
+    recorded = [r for r in stats["refusals"] if r["reason"] == "flow_control_violation"]
     assert recorded and recorded[0]["peer"] == s.attacker.peer_id
 
 
@@ -84,6 +84,6 @@ def test_many_unread_fetches_are_refused_beyond_the_per_peer_limit(attacked: Sce
     assert wait_until(lambda: s.victim.delivered("legit") == LEGIT, 20)
     stats = s.victim.stats()
     assert stats["stats"]["blob_streams_refused"] >= 30
-    recorded = [r for r in stats["rejections"] if r["reason"] == "blob_fetch_limit"]
+    recorded = [r for r in stats["refusals"] if r["reason"] == "blob_fetch_limit"]
     assert recorded and recorded[0]["peer"] == s.attacker.peer_id
     assert stats["scores"][s.attacker.peer_id] < 0

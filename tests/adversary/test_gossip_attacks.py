@@ -74,8 +74,8 @@ def test_oversize_messages_are_refused_one_by_one_and_the_peer_is_kept(attacked:
     assert wait_until(lambda: s.victim.delivered("legit") == LEGIT, 20)
 
     stats = s.victim.stats()
-    assert stats["stats"]["peer_rejections"].get("oversize_message", 0) == 11
-    recorded = [r for r in stats["rejections"] if r["reason"] == "oversize_message"]
+    assert stats["stats"]["peer_refusals"].get("oversize_message", 0) == 11
+    recorded = [r for r in stats["refusals"] if r["reason"] == "oversize_message"]
     assert recorded and {r["peer"] for r in recorded} == {s.attacker.peer_id}
     assert sum(r["count"] for r in recorded) >= 1
     assert stats["scores"][s.attacker.peer_id] < 0  # penalised
@@ -96,12 +96,12 @@ def test_unsigned_and_badly_signed_messages_are_counted_and_recorded(attacked: S
     assert wait_until(lambda: s.victim.delivered("legit") == LEGIT, 20)
 
     def recorded(reason: str) -> int:
-        return s.victim.stats()["stats"]["peer_rejections"].get(reason, 0)
+        return s.victim.stats()["stats"]["peer_refusals"].get(reason, 0)
 
     assert wait_until(lambda: recorded("unsigned_message") == 5, 10)
     assert recorded("bad_message_signature") == 5
-    rejections = s.victim.stats()["rejections"]
-    unsigned_records = [r for r in rejections if r["reason"] == "unsigned_message"]
+    refusals = s.victim.stats()["refusals"]
+    unsigned_records = [r for r in refusals if r["reason"] == "unsigned_message"]
     assert unsigned_records and unsigned_records[0]["peer"] == s.attacker.peer_id
     assert unsigned_records[0]["source"] == s.attacker.peer_id
     assert s.victim.delivered("nosig") == 0 and s.victim.delivered("forged") == 0
@@ -144,7 +144,7 @@ def test_an_iwant_flood_is_answered_within_a_small_budget(attacked: Scene) -> No
     served = stats["stats"]["iwant_served_bytes"]
     assert 0 < served <= 3 * sum(m.ByteSize() for m in cached)  # each at most 3 times
     assert stats["stats"]["iwant_refused"] > 0
-    assert any(r["reason"] == "gossip_control_flood" for r in stats["rejections"])
+    assert any(r["reason"] == "gossip_control_flood" for r in stats["refusals"])
     assert stats["scores"][s.attacker.peer_id] < 0
 
 
@@ -178,7 +178,7 @@ def test_an_ihave_flood_does_not_stall_delivery(attacked: Scene) -> None:
     assert delivered_after < LEGIT * 0.02 + 5.0
     assert ratio < 0.1  # at most 5000 IDs asked for per heartbeat
     assert stats["stats"]["ihave_ignored"] > 0
-    assert any(r["reason"] == "gossip_control_flood" for r in stats["rejections"])
+    assert any(r["reason"] == "gossip_control_flood" for r in stats["refusals"])
     assert stats["scores"][s.attacker.peer_id] < 0
 
 
@@ -206,9 +206,9 @@ def test_ihave_for_unknown_topics_is_bounded_per_rpc_and_penalised(attacked: Sce
     assert any(
         (r["reason"] == "gossip_control_flood" and "control entries in one RPC" in r["detail"])
         or (r["reason"] == "over_cost_budget" and "dropped unparsed" in r["detail"])
-        for r in stats["rejections"]
+        for r in stats["refusals"]
     )
-    assert any("topic we are not in" in r["detail"] for r in stats["rejections"])
+    assert any("topic we are not in" in r["detail"] for r in stats["refusals"])
     assert stats["scores"][s.attacker.peer_id] < -10
 
 
@@ -240,7 +240,7 @@ def test_graft_and_prune_floods_and_backoff_violations_are_penalised(attacked: S
     written = stats["bytes_written"] - written_before
     print(f"GRAFT/PRUNE flood: {sent} bytes in, victim wrote {written} bytes")
     assert written < sent / 20  # no PRUNE answer per GRAFT
-    reasons = {r["reason"] for r in stats["rejections"]}
+    reasons = {r["reason"] for r in stats["refusals"]}
     assert {"gossip_backoff_violation", "gossip_control_flood"} <= reasons
     assert stats["scores"][s.attacker.peer_id] < 0
 
@@ -297,7 +297,7 @@ def test_a_peer_past_its_cost_budget_is_graylisted_then_banned_and_stays_out(
     )
     bans = [
         r
-        for r in stats["rejections"]
+        for r in stats["refusals"]
         if r["reason"] == "over_cost_budget" and "banned" in r["detail"]
     ]
     assert bans and bans[0]["peer"] == s.attacker.peer_id

@@ -59,8 +59,8 @@ class Victim:
     def delivered(self, prefix: str) -> int:
         return self.call(cmd="received")["counts"].get(prefix, 0)
 
-    def rejections(self, reason: str) -> list[dict]:
-        return [r for r in self.stats()["rejections"] if r["reason"] == reason]
+    def refusals(self, reason: str) -> list[dict]:
+        return [r for r in self.stats()["refusals"] if r["reason"] == reason]
 
     def close(self) -> None:
         try:

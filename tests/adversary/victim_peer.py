@@ -2,9 +2,9 @@
 
 Its own process, so that its memory (RSS) is its own and an attack that pins memory shows.
 It accepts every message on the topic (the attacks here are below the node's validator),
-records every `Refusal` its rejection hook receives, and answers JSON commands
+records every `Refusal` its refusal hook receives, and answers JSON commands
 like tests/integration/libp2p_peer.py, plus:
-    {"cmd": "stats"}     -> {"stats": {...}, "rss_mb": float, "rejections": [...]} (all so far)
+    {"cmd": "stats"}     -> {"stats": {...}, "rss_mb": float, "refusals": [...]} (all so far)
     {"cmd": "publish", ...}, {"cmd": "received"}, {"cmd": "serve_blob", ...}, {"cmd": "peers"}
 It exits when stdin closes or after --max-lifetime seconds.
 """
@@ -59,21 +59,21 @@ def rss_mb() -> float:
     return 0.0
 
 
-class Rejections:
+class Refusals:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.items: list[dict] = []
 
-    def hook(self, rejection: Refusal) -> None:
+    def hook(self, refusal: Refusal) -> None:
         with self._lock:
             if len(self.items) < 10_000:
                 self.items.append(
                     {
-                        "peer": rejection.peer_id,
-                        "reason": rejection.reason.value,
-                        "count": rejection.count,
-                        "detail": rejection.detail,
-                        "source": rejection.source,
+                        "peer": refusal.peer_id,
+                        "reason": refusal.reason.value,
+                        "count": refusal.count,
+                        "detail": refusal.detail,
+                        "source": refusal.source,
                     }
                 )
 
@@ -89,8 +89,8 @@ def main() -> int:
     args = parser.parse_args()
 
     transport = Libp2pTransport(listen_addr="/ip4/127.0.0.1/tcp/0")
-    rejections = Rejections()
-    transport.set_refusal_hook(rejections.hook)
+    refusals = Refusals()
+    transport.set_refusal_hook(refusals.hook)
     transport.start()
     transport.subscribe(args.topic, None)
     recorder = Recorder(transport)
@@ -112,7 +112,7 @@ def main() -> int:
                         "stats": transport.stats().as_dict(),
                         "rss_mb": rss_mb(),
                         "bytes_written": bytes_written(),
-                        "rejections": rejections.all(),
+                        "refusals": refusals.all(),
                         "scores": transport.peer_scores(),
                         "costs": transport.peer_costs(),
                     }

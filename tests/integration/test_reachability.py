@@ -80,7 +80,7 @@ def test_gossip_between_two_peers_survives_their_dial_backs(
             break
     assert got and got[0].startswith(b"after")
     assert first.stats().dial_backs == 1 and second.stats().dial_backs == 1
-    assert first.stats().peer_rejections == {}
+    assert first.stats().peer_refusals == {}
 
 
 @pytest.mark.timeout(60)
@@ -110,7 +110,7 @@ def test_a_malformed_request_is_refused_and_recorded(
     wait_until(
         lambda: any(r.reason == RefusalReason.BAD_AUTONAT_REQUEST for r in refused), timeout=10
     )
-    assert server.stats().peer_rejections.get(RefusalReason.BAD_AUTONAT_REQUEST.value, 0) >= 1
+    assert server.stats().peer_refusals.get(RefusalReason.BAD_AUTONAT_REQUEST.value, 0) >= 1
 
 
 @pytest.mark.timeout(60)

@@ -172,7 +172,7 @@ def test_a_malformed_hole_punch_message_is_refused_and_recorded(
     assert wait_until(
         lambda: any(r.reason == RefusalReason.BAD_HOLE_PUNCH for r in refused), timeout=10
     )
-    assert hidden.stats().peer_rejections.get(RefusalReason.BAD_HOLE_PUNCH.value) == 1
+    assert hidden.stats().peer_refusals.get(RefusalReason.BAD_HOLE_PUNCH.value) == 1
     # the hidden node listens on nothing: it could not punch, and says so once
     assert wait_until(lambda: hidden.stats().hole_punches.get("no_listen_port") == 1, 10)
 

@@ -60,7 +60,7 @@ def test_refusals_are_all_counted_and_reported_once_a_second_with_a_count() -> N
     for _ in range(100):
         recorder.note("p", RefusalReason.CONTROL_FLOOD, "IHAVE over budget")
     recorder.note("q", RefusalReason.OVERSIZE, "big", source="s", topic="t")
-    assert counters.snapshot(0).peer_rejections == {
+    assert counters.snapshot(0).peer_refusals == {
         "gossip_control_flood": 100,
         "oversize_message": 1,
     }
@@ -83,8 +83,8 @@ def test_a_hook_that_raises_is_counted_not_fatal() -> None:
     recorder.set_hook(broken)
     recorder.note("p", RefusalReason.UNSIGNED)
     stats = counters.snapshot(0)
-    assert stats.peer_rejections["unsigned_message"] == 1
-    assert stats.handler_errors["rejection_hook:RuntimeError"] == 1
+    assert stats.peer_refusals["unsigned_message"] == 1
+    assert stats.handler_errors["refusal_hook:RuntimeError"] == 1
 
 
 def test_the_inbound_budget_holds_a_peer_back_and_only_that_peer() -> None:

@@ -1,8 +1,8 @@
 """What the transport refuses from peers: counted always, reported to the node's hook, summarised.
 
 Every refusal (an oversize or unsigned message, a control flood, a blob fetch over the
-per-peer limit, ...) is counted in `Libp2pStats.peer_rejections` by reason and handed to
-the rejection hook the node set (`Transport.set_refusal_hook`) as a `Refusal`.
+per-peer limit, ...) is counted in `Libp2pStats.peer_refusals` by reason and handed to
+the refusal hook the node set (`Transport.set_refusal_hook`) as a `Refusal`.
 A flood must not become a flood of ledger rows, so each (peer, reason) is reported at
 most once per REPORT_INTERVAL_S; the events in between are summed into the next report's
 `count`, and `flush()` (called every second from the network thread) sends what waited.
@@ -58,24 +58,24 @@ class RefusalRecorder:
         """One refusal from `peer_id`: counted now, reported now or with the next summary
         (`at_once`: reported now whatever, on its own; for rare events such as a ban)."""
         with self._counters.locked() as stats:
-            stats.peer_rejections[reason.value] += 1
+            stats.peer_refusals[reason.value] += 1
         now = self._clock()
-        rejection = Refusal(peer_id, reason, detail, 1, source, topic)
+        refusal = Refusal(peer_id, reason, detail, 1, source, topic)
         if at_once:
-            self._report(rejection)
+            self._report(refusal)
             return
         key = (peer_id, reason)
         pending = self._pending.get(key)
         if pending is None or now - pending.last_report >= REPORT_INTERVAL_S:
             if pending is not None and pending.count:
-                rejection = _summed(rejection, pending.count + 1)
+                refusal = _summed(refusal, pending.count + 1)
             if len(self._pending) >= MAX_TRACKED and key not in self._pending:
                 self._evict_oldest()
             self._pending[key] = _Pending(last_report=now)
-            self._report(rejection)
+            self._report(refusal)
             return
         pending.count += 1
-        pending.latest = rejection
+        pending.latest = refusal
 
     def flush(self) -> None:
         """Report every summary whose interval has passed, and forget quiet pairs."""
@@ -95,22 +95,22 @@ class RefusalRecorder:
         if pending.count and pending.latest is not None:
             self._report(_summed(pending.latest, pending.count))
 
-    def _report(self, rejection: Refusal) -> None:
+    def _report(self, refusal: Refusal) -> None:
         hook = self._hook
         if hook is None:
             return
         try:
-            hook(rejection)
+            hook(refusal)
         except Exception as exc:  # noqa: BLE001 - the node's hook must never stop the host
-            self._counters.handler_error("rejection_hook", exc)
+            self._counters.handler_error("refusal_hook", exc)
 
 
-def _summed(rejection: Refusal, count: int) -> Refusal:
+def _summed(refusal: Refusal, count: int) -> Refusal:
     return Refusal(
-        rejection.peer_id,
-        rejection.reason,
-        rejection.detail,
+        refusal.peer_id,
+        refusal.reason,
+        refusal.detail,
         count,
-        rejection.source,
-        rejection.topic,
+        refusal.source,
+        refusal.topic,
     )

@@ -29,7 +29,7 @@ class Libp2pStats(TransportStats):
     stalled_peers: int = 0  # connections torn down because their outbound queue was stuck
     handler_errors: collections.Counter = field(default_factory=collections.Counter)  # where -> n
     # What the transport refused from peers by itself, by RefusalReason value.
-    peer_rejections: collections.Counter = field(default_factory=collections.Counter)
+    peer_refusals: collections.Counter = field(default_factory=collections.Counter)
     iwant_served_bytes: int = 0  # message bytes sent in answer to peers' IWANTs
     iwant_refused: int = 0  # IWANT message IDs not answered (repeat or over budget)
     ihave_ignored: int = 0  # IHAVE message IDs ignored (over budget, unknown topic, low score)
@@ -57,7 +57,7 @@ class Libp2pStats(TransportStats):
             refused_peers=self.refused_peers,
             stalled_peers=self.stalled_peers,
             handler_errors=dict(self.handler_errors),
-            peer_rejections=dict(self.peer_rejections),
+            peer_refusals=dict(self.peer_refusals),
             iwant_served_bytes=self.iwant_served_bytes,
             iwant_refused=self.iwant_refused,
             ihave_ignored=self.ihave_ignored,
@@ -100,7 +100,7 @@ class Counters:
             snapshot = dataclasses.replace(self._stats)
             snapshot.rejected = collections.Counter(self._stats.rejected)
             snapshot.handler_errors = collections.Counter(self._stats.handler_errors)
-            snapshot.peer_rejections = collections.Counter(self._stats.peer_rejections)
+            snapshot.peer_refusals = collections.Counter(self._stats.peer_refusals)
             snapshot.hole_punches = collections.Counter(self._stats.hole_punches)
         snapshot.inbox_dropped = inbox_dropped
         return snapshot
