@@ -8,7 +8,7 @@
 - `delta_sim`: delta sync at scale;
 - `footprint`: resident memory and traffic measurements.
 
-Each script under `scripts/` is its options and one call into a module here:
+Scripts under `scripts/` that are their options and one call into a module here:
 - the SAPO studies' checks: `positive_control`, `drift`, `calibrate`, `libp2p_check`,
   `ship_models` (the testbed models shipped under models/);
 - a node's costs: `round_time`, `prefix_memory`, `node_footprint`, `verify_cost`,
