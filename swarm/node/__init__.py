@@ -30,7 +30,7 @@ One module per concern; `Node` is their composition:
 - `rounds`: one round: generate and score, choose the batch, train, report;
 - `sharing`: publishing this node's groups; receiving peers' (validator, inbox, storing,
   spot check);
-- `following`: a generator's following of its trainer, a trainer's delta publishing;
+- `delta_sync`: `DeltaSync`, a generator following its trainer, a trainer publishing its deltas;
 - `records`: the ledger rows of rounds, updates, groups, deltas and evaluations;
 - `sync`: the rules of following (manifest checks, catch-up plans, payload checks,
   back-off); `delta_publisher` and `delta_follower` over a transport (no ledger, no

@@ -325,7 +325,7 @@ def make_follower(
 def make_publisher(
     config: Config, transport: Transport, key_pair, peer_id: str, policy: Policy
 ) -> DeltaPublisher:
-    """A trainer's publisher of its updates' deltas (started by `Following.publish_base`)."""
+    """A trainer's publisher of its updates' deltas (started by `DeltaSync.publish_base`)."""
     sync = config.sync
     return DeltaPublisher(
         transport,

@@ -83,12 +83,12 @@ class Node:
     @property
     def publisher(self) -> DeltaPublisher | None:
         """The trainer's delta publisher (with sync.publish_deltas)."""
-        return self.following.publisher
+        return self.delta_sync.publisher
 
     @property
     def follower(self) -> DeltaFollower | None:
         """The generator role's follower of its trainer."""
-        return self.following.follower
+        return self.delta_sync.follower
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -117,7 +117,7 @@ class Node:
             self.sharing.exchange.start()
         else:
             self.transport.subscribe(self.topic, self.sharing.validate)
-        self.following.start()
+        self.delta_sync.start()
         self.monitoring.start()
         self._started = True
 
@@ -173,7 +173,7 @@ class Node:
         """Stop (if not stopped yet), release the generator and the ledger, then the run folder."""
         try:
             self.stop()
-            self.following.close()  # fetches of the trainer's deltas since the last update
+            self.delta_sync.close()  # fetches of the trainer's deltas since the last update
             self.generator.close()
             self.verifier.close()
             self.ledger.close()
@@ -201,7 +201,7 @@ class Node:
 
     def swarm_sample(self) -> SwarmSample:
         """What this node exchanged with the swarm so far (this process), and where it stands."""
-        publisher, follower = self.following.publisher, self.following.follower
+        publisher, follower = self.delta_sync.publisher, self.delta_sync.follower
         return swarm_sample(
             self.config.node.role,
             self.state,

@@ -4,7 +4,7 @@ Every kind (trainer, generator, observer) has the same network half: an identity
 transport, the rollout topic, a verifier, a ledger with its records, the exchange and the
 intake (`Sharing`). A node with a model adds its model half: the policy (resumed from the
 newest checkpoint), generator, trainer, spot checks, evaluation questions, delta sync
-(`Following`) and the round loop. An observer adds its record of delta manifests, and takes
+(`DeltaSync`) and the round loop. An observer adds its record of delta manifests, and takes
 delta-topic messages off the rollout inbox (`TopicTap`). The parts are built in a fixed
 order, the seed set before the policy is loaded, so a node's start is reproducible.
 
@@ -39,7 +39,7 @@ from swarm.node.assembly import (
     sampling_params,
     task_stream_seed,
 )
-from swarm.node.following import Following
+from swarm.node.delta_sync import DeltaSync
 from swarm.node.intake import Intake, SpotCheck
 from swarm.node.monitoring import Monitoring
 from swarm.node.publishing import Publishing
@@ -74,7 +74,7 @@ class ModelParts:
     eval_tasks: list[Task]
     mix: object
     sampling: SamplingParams
-    following: Following
+    delta_sync: DeltaSync
     rounds: RoundLoop
 
 
@@ -142,7 +142,7 @@ def _with_model(config: Config, key_pair, peer_id: str, transport, monitoring) -
     publisher, follower, transport = make_sync(
         config, transport, key_pair, peer_id, policy, state.policy_version
     )
-    following = Following(
+    delta_sync = DeltaSync(
         transport=transport,
         policy=policy,
         generator=generator,
@@ -182,7 +182,7 @@ def _with_model(config: Config, key_pair, peer_id: str, transport, monitoring) -
         publishing=publishing,
     )
     sharing.restore_memory()
-    following.publish_base()
+    delta_sync.publish_base()
     rounds = RoundLoop(
         config=config,
         state=state,
@@ -194,7 +194,7 @@ def _with_model(config: Config, key_pair, peer_id: str, transport, monitoring) -
         pool=pool,
         transport=transport,
         sharing=sharing,
-        following=following,
+        delta_sync=delta_sync,
         records=records,
         reporter=reporter,
         task_seed=task_stream_seed(config, peer_id),
@@ -207,7 +207,7 @@ def _with_model(config: Config, key_pair, peer_id: str, transport, monitoring) -
         eval_tasks=eval_tasks,
         mix=mix,
         sampling=sampling,
-        following=following,
+        delta_sync=delta_sync,
         rounds=rounds,
     )
     return Parts(

@@ -25,7 +25,7 @@ from swarm.batch_choice import (
 from swarm.config import Config
 from swarm.experience import ExperiencePool, SharedGroup
 from swarm.monitor.display import Reporter, RoundReport
-from swarm.node.following import Following
+from swarm.node.delta_sync import DeltaSync
 from swarm.node.records import Records
 from swarm.node.shared_samples import SharedPart, generate_for, own_samples, shared_part, weighted
 from swarm.node.sharing import Sharing
@@ -55,7 +55,7 @@ class RoundLoop:
         pool: ExperiencePool,
         transport: Transport,
         sharing: Sharing,
-        following: Following,
+        delta_sync: DeltaSync,
         records: Records,
         reporter: Reporter,
         task_seed: int | None = None,
@@ -72,7 +72,7 @@ class RoundLoop:
         self.pool = pool
         self.transport = transport
         self.sharing = sharing
-        self.following = following
+        self.delta_sync = delta_sync
         self.records = records
         self.reporter = reporter
         self.scoring = config.tasks.scoring()
@@ -86,8 +86,8 @@ class RoundLoop:
         self.sharing.new_round()
         started = time.time()
         t0 = time.perf_counter()
-        if self.following.follows:
-            self.following.follow()
+        if self.delta_sync.follows:
+            self.delta_sync.follow()
         groups = self.generate_groups(times)
         self.sharing.publish(groups)
         self.sharing.receive()
@@ -113,7 +113,7 @@ class RoundLoop:
         if not result.skipped:
             self.state.policy_version += 1
             self.generator.sync_weights(self.policy.model)
-            self.following.publish_delta()
+            self.delta_sync.publish_delta()
         times.total = time.perf_counter() - t0
         report = self.records.record_round(
             groups,

@@ -20,7 +20,7 @@ from swarm.core.identity import create_identity, peer_id_of
 from swarm.ledger import DeltaRow, Ledger, get_meta
 from swarm.monitor.display import Reporter
 from swarm.node import Node
-from swarm.node.following import REFUSED_KEY
+from swarm.node.delta_sync import REFUSED_KEY
 from swarm.p2p import MemoryHub, MemoryTransport
 from swarm.policy.delta import bf16_state_dict, weights_hash
 from swarm.policy.model import load_policy

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from swarm.core.identity import create_identity, peer_id_of
-from swarm.node.following import load_into
+from swarm.node.delta_sync import load_into
 from swarm.p2p.topic_tap import TopicTap
 from swarm.p2p.transport import InboundMessage, MemoryHub, MemoryTransport
 from swarm.policy.delta import bf16_state_dict, weights_hash

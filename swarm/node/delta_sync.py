@@ -1,4 +1,5 @@
-"""Following a trainer's policy, and publishing one's own to followers.
+"""Delta sync in the node: following a trainer's policy (generator role), and publishing
+one's own updates as deltas to followers (trainer).
 
 A generator-role node follows the trainer named in `sync.follow`: before each round it
 applies what that trainer published since the last one, loads the changed tensors into
@@ -39,7 +40,7 @@ MAX_REMEMBERED = 1024
 PROBE_TEXT = "Question: 12 + 30 = ? Answer: <answer>42</answer>"
 
 
-class Following:
+class DeltaSync:
     """The node's delta publisher (trainer) or follower (generator role), either or none."""
 
     def __init__(
