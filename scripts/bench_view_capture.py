@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from swarm.bench.view_capture import CaptureSettings, capture  # noqa: E402
+from swarm.bench.view_capture import run  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -48,30 +48,7 @@ def main(argv=None) -> int:
         "--no-view-only", action="store_true", help="skip the case drawing from the view"
     )
     parser.add_argument("--seed", type=int, default=2, help="which identities collude")
-    args = parser.parse_args(argv)
-    cases = [(args.sketch, most) for most in args.most_sampled_views]
-    cases += [] if args.no_view_only else [(0, 1)]
-    for share in args.shares:
-        for sketch, most in cases:
-            settings = CaptureSettings(
-                nodes=args.nodes,
-                capacity=args.capacity,
-                sketch=sketch,
-                share=share,
-                rounds=args.rounds,
-                counted=args.counted,
-                seed=args.seed,
-                most_sampled_views=most,
-            )
-            r = capture(settings)
-            print(
-                f"sketch {sketch:3d}, up to {most:2d} sampled views: colluders {r['colluders']}/{args.nodes}"
-                f" ({r['hostile_share']:.1%}), in honest views {r['in_views']:.1%},"
-                f" among those asked {r['in_samples']:.1%} ({r['ratio']:.2f}x);"
-                f" greedy viewer asked {r['greedy_ratio']:.2f}x an honest peer",
-                flush=True,
-            )
-    return 0
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -114,3 +114,32 @@ def capture(s: CaptureSettings) -> dict:
         "ratio": in_samples / hostile_share,
         "greedy_ratio": asked[greedy.own_id] / per_honest,
     }
+
+
+def run(args) -> int:
+    """Every colluding share against every case (history sample size, most sampled views; and
+    the view alone unless `no_view_only`), one line each. `args` holds the options of
+    `scripts/bench_view_capture.py`."""
+    cases = [(args.sketch, most) for most in args.most_sampled_views]
+    cases += [] if args.no_view_only else [(0, 1)]
+    for share in args.shares:
+        for sketch, most in cases:
+            settings = CaptureSettings(
+                nodes=args.nodes,
+                capacity=args.capacity,
+                sketch=sketch,
+                share=share,
+                rounds=args.rounds,
+                counted=args.counted,
+                seed=args.seed,
+                most_sampled_views=most,
+            )
+            r = capture(settings)
+            print(
+                f"sketch {sketch:3d}, up to {most:2d} sampled views: colluders {r['colluders']}/{args.nodes}"
+                f" ({r['hostile_share']:.1%}), in honest views {r['in_views']:.1%},"
+                f" among those asked {r['in_samples']:.1%} ({r['ratio']:.2f}x);"
+                f" greedy viewer asked {r['greedy_ratio']:.2f}x an honest peer",
+                flush=True,
+            )
+    return 0
