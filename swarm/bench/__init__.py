@@ -17,4 +17,5 @@ Scripts under `scripts/` that are their options and one call into a module here:
   `gossip_bench`;
 - attacks and crashes: `flood_attacker`, `flood_victim`, `flood_bench`; `kill_node`,
   `kill_checks`, `kill_loop`.
+- the ledger: `ledger_week` (a week of accepted groups, with and without retention).
 """
