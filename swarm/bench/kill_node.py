@@ -64,7 +64,7 @@ def build_node(config_path: str, mark):
     from swarm.config.load import load_config
     from swarm.monitor.display import LineReporter
     from swarm.node import Node, make_transport
-    from swarm.node.assembly import node_identity
+    from swarm.node.makers import node_identity
 
     mark(b"B")  # born: everything until "S" is starting (loading, resuming)
     event.listen(Session, "before_flush", lambda *_: mark(b"L"))

@@ -147,7 +147,7 @@ def _target_reached(cfg) -> bool:
 
 def _run_node(cfg, display: str) -> None:
     from swarm.monitor.logs import NodeLog
-    from swarm.node.assembly import make_run_folder
+    from swarm.node.makers import make_run_folder
 
     make_run_folder(cfg)
     log = NodeLog.for_config(cfg)  # first: library noise while loading goes there too

@@ -25,7 +25,8 @@ verifies and records every group and delta manifest it hears, pass after pass.
 One module per concern; `Node` is their composition:
 
 - `lifecycle`: `Node`: start, run, stop, close; resuming from a checkpoint; node.json;
-- `assembly`: building the parts from the config (transport, generator, trainer,
+- `assembler`: `assemble`, one `Parts` for every node kind, built by the makers;
+- `makers`: one plain function per part, from the config (transport, generator, trainer,
   verifier, spot checker, the sync parts);
 - `rounds`: one round: generate and score, choose the batch, train, report;
 - `sharing`: publishing this node's groups; receiving peers' (validator, inbox, storing,
@@ -57,11 +58,11 @@ _EXPORTS = {
     "RoundTimes": "swarm.node.state",
     "SharingStats": "swarm.node.state",
     "evaluate_policy": "swarm.node.rounds",
-    "make_generator": "swarm.node.assembly",
+    "make_generator": "swarm.node.makers",
     "make_node": "swarm.node.kinds",
-    "make_transport": "swarm.node.assembly",
-    "read_psk": "swarm.node.assembly",
-    "trainer_settings": "swarm.node.assembly",
+    "make_transport": "swarm.node.makers",
+    "read_psk": "swarm.node.makers",
+    "trainer_settings": "swarm.node.makers",
 }
 
 __all__ = sorted(_EXPORTS)

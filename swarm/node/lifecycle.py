@@ -1,6 +1,6 @@
 """The node's life: built from its parts, started, run round after round, stopped, closed.
 
-`Node` runs over its parts (`swarm.node.parts.assemble` builds them from the config, resumed
+`Node` runs over its parts (`swarm.node.assembler.assemble` builds them from the config, resumed
 from the newest checkpoint) and owns what spans rounds: node.json in the run folder,
 evaluating and checkpointing when due, and stopping cleanly. Stopping (Ctrl-C or
 `request_stop`) takes effect at the next round boundary and always leaves a checkpoint.
@@ -29,10 +29,10 @@ from swarm.monitor.display import (
     shown_model,
 )
 from swarm.monitor.logs import NodeLog
-from swarm.node.assembly import claim_run_folder, write_node_info
+from swarm.node.assembler import assemble, checkpoint_dir, part_of
 from swarm.node.heap import release_free_memory
+from swarm.node.makers import claim_run_folder, write_node_info
 from swarm.node.monitoring import swarm_sample
-from swarm.node.parts import assemble, checkpoint_dir, part_of
 from swarm.node.rounds import evaluate_by_family
 from swarm.node.state import LocalGroup, NodeState
 from swarm.p2p.transport import Transport
@@ -77,7 +77,7 @@ class Node:
 
     def __getattr__(self, name: str):
         """A part read as the node's own attribute: `node.transport` is `node.parts.transport`,
-        `node.policy` is `node.parts.model.policy` (`swarm.node.parts`)."""
+        `node.policy` is `node.parts.model.policy` (`swarm.node.assembler`)."""
         return part_of(self.__dict__.get("parts"), name, self)
 
     @property

@@ -36,9 +36,9 @@ from swarm.core.errors import ConfigError
 from swarm.ledger import touch_peer
 from swarm.monitor.display import Reporter, RunInfo, SwarmSample
 from swarm.monitor.logs import NodeLog
-from swarm.node.assembly import claim_run_folder, write_node_info
+from swarm.node.assembler import assemble, part_of
+from swarm.node.makers import claim_run_folder, write_node_info
 from swarm.node.monitoring import OBSERVER, swarm_sample
-from swarm.node.parts import assemble, part_of
 from swarm.node.state import NodeState
 from swarm.p2p.transport import Transport
 
@@ -74,7 +74,7 @@ class Observer:
 
     def __getattr__(self, name: str):
         """A part read as the observer's own attribute: `observer.manifests` is
-        `observer.parts.manifests` (`swarm.node.parts`)."""
+        `observer.parts.manifests` (`swarm.node.assembler`)."""
         return part_of(self.__dict__.get("parts"), name, self)
 
     # -- lifecycle ------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ class RoundLoop:
         reporter: Reporter,
         task_seed: int | None = None,
     ):
-        # the seed of this node's task stream (`assembly.task_stream_seed`)
+        # the seed of this node's task stream (`makers.task_stream_seed`)
         self.task_seed = config.task_seed if task_seed is None else task_seed
         self.config = config
         self.state = state

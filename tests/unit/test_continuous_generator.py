@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from swarm.core.errors import GeneratorError
-from swarm.node.assembly import make_generator
+from swarm.node.makers import make_generator
 from swarm.policy.continuous import ContinuousGenerator
 from swarm.policy.generator import SamplingParams, TransformersGenerator
 from swarm.policy.prompts import build_prompt

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from swarm.node.assembly import trainer_settings
+from swarm.node.makers import trainer_settings
 from swarm.node.shared_samples import own_samples
 from swarm.policy.backends import (
     Backend,

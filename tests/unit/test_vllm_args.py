@@ -12,7 +12,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from swarm.core.errors import GeneratorError
-from swarm.node.assembly import make_generator
+from swarm.node.makers import make_generator
 from swarm.node.shared_samples import own_samples
 from swarm.policy.generator import SamplingParams
 from swarm.policy.model import Policy

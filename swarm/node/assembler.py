@@ -10,7 +10,7 @@ order, the seed set before the policy is loaded, so a node's start is reproducib
 
 `Node` and `Observer` (swarm.node.lifecycle, swarm.node.observer) are the behaviour over
 these parts: starting, the rounds or passes, stopping. The part makers themselves, one
-plain function per part, are `swarm.node.assembly`.
+plain function per part, are `swarm.node.makers`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from swarm.experience import ExperiencePool
 from swarm.ledger import Ledger, get_meta, set_meta, supersede_after
 from swarm.ledger.retention import Retention
 from swarm.monitor.display import Reporter
-from swarm.node.assembly import (
+from swarm.node.delta_sync import DeltaSync
+from swarm.node.intake import Intake, SpotCheck
+from swarm.node.makers import (
     identity_and_transport,
     make_eval_tasks,
     make_exchange,
@@ -39,8 +41,6 @@ from swarm.node.assembly import (
     sampling_params,
     task_stream_seed,
 )
-from swarm.node.delta_sync import DeltaSync
-from swarm.node.intake import Intake, SpotCheck
 from swarm.node.monitoring import Monitoring
 from swarm.node.publishing import Publishing
 from swarm.node.records import Records

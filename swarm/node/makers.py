@@ -1,11 +1,11 @@
-"""Building a node's parts from its config.
+"""The part makers: each of a node's parts built from its config.
 
-Plain functions, one per part: the run folder, node.json and identity, the transport, the generator,
-the trainer (none for the generator role), the verifier and the spot checker, the sampling
-settings, the evaluation questions, and the sync parts (a trainer's delta publisher or a
-generator's follower).
-`Node` calls them in a fixed order; the seed is set before the policy is loaded, so a
-node's start is reproducible. Nothing here runs a round or touches the ledger.
+Plain functions, one per part: the run folder, node.json and identity, the transport, the
+generator, the trainer (none for the generator role), the verifier and the spot checker,
+the sampling settings, the evaluation questions, and the sync parts (a trainer's delta
+publisher or a generator's follower). `swarm.node.assembler.assemble` calls them in a
+fixed order; the seed is set before the policy is loaded, so a node's start is
+reproducible. Nothing here runs a round or touches the ledger.
 """
 
 from __future__ import annotations
