@@ -47,6 +47,7 @@ Deliberately not here: full verification, pooling, ledgers (the caller's), or th
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import random
 import time
@@ -90,6 +91,7 @@ from swarm.wire import (
 from swarm.wire.signing import sign_announcement
 
 GROUP_KEY_PREFIX = group_key("")
+REFETCH_TIMEOUT_S = 1.0  # a list asked again in the round, of a peer that answered just before
 HOLDER_TIMEOUT_S = 1.0  # a hinted holder not vouched for: the time it gets before the next
 HINT_MEMORY = 4096  # blob hashes whose holder hints a node remembers (and senders' misses)
 
@@ -109,6 +111,7 @@ class PullSettings:
     max_age_s: float = 600.0  # older announcements are not pulled
     fetch_timeout_s: float = 5.0  # one fetch at most
     list_wait_s: float = 0.25  # over libp2p: a round waits this long, once, for lists asked
+    fresh_list_s: float = 2.0  # ... and asks again, in the round, lists older than this
     round_budget_s: float = 15.0  # every fetch of a round (view, lists by half of it, groups)
     parallel_fetches: int = 8  # fetches side by side (over libp2p; in memory one at a time)
     unserved_ban_after: int = 8  # announced groups a sender did not serve in a row, then hard
@@ -130,6 +133,7 @@ class PullCounters:
     cheap_checked: int = 0  # announcements checked, plus pulled groups admitted or refused
     lists_asked: int = 0
     lists_failed: int = 0
+    lists_refreshed: int = 0  # lists asked off the round, asked again in it (too old)
     announcements_refused: int = 0
     candidates: int = 0
     other_family: int = 0  # announcements skipped: another model family (same_family)
@@ -338,7 +342,7 @@ class PullExchange:
         rejected: list[Rejection] = []
         if self.later is not None:
             self.later.take_views()
-            outcomes = self.later.take_lists(s.list_wait_s)
+            outcomes = self._fresh_lists(started)
         else:  # in memory: one after another, as the simulation charges them
             self.view.refresh(view_timeout)
             asked = self.last_asked = self.view.sample(lists)
@@ -361,6 +365,21 @@ class PullExchange:
         self._ask_later(lists, view_timeout)
         self.counters.suspended = self.view.backoff.count(self.view.refreshes)
         return accepted, rejected
+
+    def _fresh_lists(self, started: float) -> list[Outcome]:
+        """The lists fetched off the round; those older than `fresh_list_s` asked again
+        now, of the peers that sent them (alive a moment ago)."""
+        s = self.settings
+        assert self.later is not None
+        taken = self.later.take_lists(s.list_wait_s)
+        stale = [
+            dataclasses.replace(o.request, timeout=min(s.fetch_timeout_s, REFETCH_TIMEOUT_S))
+            for o, age in taken
+            if o.data is not None and age > s.fresh_list_s
+        ]
+        outcomes = [o for o, age in taken if not (o.data is not None and age > s.fresh_list_s)]
+        self.counters.lists_refreshed += len(stale)
+        return outcomes + self.fetcher.fetch_all(stale, started + s.round_budget_s / 2)
 
     def _ask_later(self, lists: int, view_timeout: float) -> None:
         """Over libp2p: start the next round's view refresh and lists off the round."""

@@ -6,7 +6,9 @@ shuffle, the views it only hears (and so the probes of peers not vouched for yet
 lists of the peers asked are started at the end of one round's collection and taken at the
 next one: whatever has arrived by then (the first time, after at most `wait_s`; a fetch is
 never waited for twice, and not at all once one list has come), the rest when it arrives
-or fails. A peer has at most one such
+or fails. A list older than `PullSettings.fresh_list_s` by then (a round longer than that)
+is asked again in the round, of that peer only: it answered a moment ago, and its groups of
+that moment may no longer be served. A peer has at most one such
 fetch of each kind running. A peer that vanishes, a view of addresses that drop SYNs, or a
 view request never answered then cost a round nothing; each fails in the background and the
 peer is suspended (`swarm.exchange.peer_backoff`).
@@ -17,6 +19,7 @@ fetches in turn, as the simulation charges them.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_any
 from dataclasses import dataclass
@@ -33,6 +36,7 @@ class _Pending:
     future: Future
     partner: bool = False  # the view's shuffle partner (its entries are merged in)
     waited: bool = False  # a round already waited for it once
+    started: float = 0.0  # (monotonic)
 
 
 class OffRound:
@@ -66,7 +70,8 @@ class OffRound:
         asked = self.view.sample(lists, busy=asking)
         for peer in asked:
             request = Request(peer, ANNOUNCEMENTS_KEY, MAX_ANNOUNCEMENTS_MESSAGE_BYTES)
-            self._lists.append(_Pending(peer, self.fetcher.later(request)))
+            started = time.monotonic()
+            self._lists.append(_Pending(peer, self.fetcher.later(request), started=started))
         return asked
 
     def take_views(self) -> None:
@@ -85,9 +90,10 @@ class OffRound:
         if heard:
             self.view.heard_views(heard)
 
-    def take_lists(self, wait_s: float) -> list[Outcome]:
-        """The lists that arrived (or failed) since; if none of those never waited for
-        before has, the first of them is waited for up to `wait_s` (once)."""
+    def take_lists(self, wait_s: float) -> list[tuple[Outcome, float]]:
+        """The lists that arrived (or failed) since, each with its age (seconds since it
+        was asked); if none of those never waited for before has, the first of them is
+        waited for up to `wait_s` (once)."""
         fresh = [p.future for p in self._lists if not p.waited]
         if fresh and wait_s > 0 and not any(f.done() for f in fresh):
             wait_any(fresh, timeout=wait_s, return_when=FIRST_COMPLETED)
@@ -95,4 +101,5 @@ class OffRound:
             pending.waited = True
         done = [p for p in self._lists if p.future.done()]
         self._lists = [p for p in self._lists if not p.future.done()]
-        return [p.future.result() for p in done]
+        now = time.monotonic()
+        return [(p.future.result(), now - p.started) for p in done]

@@ -1,7 +1,7 @@
 """A round never waits on a peer that is gone or slow: real processes on 127.0.0.1.
 
 A network-only pull node (`swarm.bench.network_node`, its rounds back to back) and an honest
-peer run as processes; `tests/integration/unresponsive_peer.py` brings peers that vanish
+peer run as processes; `swarm.bench.unresponsive_peer` brings peers that vanish
 with their TCP connections open (1, 4 and 16), a view of 64 unreachable addresses that drop
 SYNs, a view request never answered, and announcements whose fetches stall. Before the node
 suspended peers that failed to answer (and probed peers it had only heard of off the round),
@@ -75,11 +75,11 @@ class Member:
 
 
 class Attack:
-    """`unresponsive_peer.py` in one mode, against `node`."""
+    """`swarm.bench.unresponsive_peer` in one mode, against `node`."""
 
     def __init__(self, mode: str, node: str, *extra: str):
         self.proc = spawn(
-            "tests.integration.unresponsive_peer", ["--mode", mode, "--bootstrap", node, *extra]
+            "swarm.bench.unresponsive_peer", ["--mode", mode, "--bootstrap", node, *extra]
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()

@@ -1,4 +1,5 @@
-"""Peers that vanish, stall or lie about others, in their own process, against a pull node.
+"""Peers that vanish, stall or lie about others, in their own process, against a pull node
+(for `tests/integration/test_unresponsive_peers.py` and `scripts/bench_unresponsive.py`).
 
 Each mode starts real `Libp2pTransport`s on 127.0.0.1 that dial the node (`--bootstrap`),
 fetch its announcement list and view (so the node hears of them as fetchers, as it hears of
@@ -22,6 +23,7 @@ stdin closes or after --max-lifetime seconds.
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 import sys
 import threading
@@ -35,9 +37,15 @@ from swarm.p2p.libp2p import blobs as blob_module
 from swarm.p2p.libp2p.framing import read_frame
 from swarm.wire import ANNOUNCEMENTS_KEY, pack_announcements
 from swarm.wire.streams import VIEW_KEY, ViewEntry, encode_view
-from tests.integration.libp2p_peer import emit
 
 LISTEN = "/ip4/127.0.0.1/tcp/0"
+
+
+def emit(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
 STALLED: list[str] = []  # key prefixes this process takes and never answers
 
 
