@@ -53,6 +53,12 @@ def parse_args(argv=None):
     sim.add_argument("--loss", type=float, default=0.0, help="share of fetches lost")
     sim.add_argument("--latency", type=float, default=0.0, help="seconds per fetch")
     sim.add_argument("--churn", type=float, default=0.0, help="share replaced each round")
+    sim.add_argument(
+        "--vanished",
+        type=float,
+        default=1.0,
+        help="share of leavers that vanish: fetches from them wait their timeout (else refused)",
+    )
     real = sub.add_parser("real", help="node processes over libp2p on 127.0.0.1")
     real.add_argument("--exchange", choices=("pull", "gossip"), default="pull")
     real.add_argument("--network", type=int, default=32, help="network-only processes")

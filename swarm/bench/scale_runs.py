@@ -45,6 +45,7 @@ def cmd_sim(args) -> None:
             loss=args.loss,
             latency_s=args.latency,
             churn=args.churn,
+            vanished=args.vanished,
         )
         label = f"  [{n} {args.exchange}]"
         result = simulate(settings, progress(label))
@@ -55,11 +56,17 @@ def cmd_sim(args) -> None:
         attack += f"-most{args.most_sampled_views}" if args.most_sampled_views != 16 else ""
         for name, value in (("loss", args.loss), ("latency", args.latency), ("churn", args.churn)):
             attack += f"-{name}{value:g}" if value else ""
+        attack += f"-vanished{args.vanished:g}" if args.churn and args.vanished != 1 else ""
         write(Path(args.out) / f"sim-{args.exchange}-{n}{attack}.json", result)
         print(row(f"sim {args.exchange}", n, result["per_node"], result), flush=True)
         if result["adversary"]:
             print(f"  adversary: {json.dumps(result['adversary'])}", flush=True)
         print(f"  replaced {result['replaced_nodes']}, lost {result['lost_fetches']}", flush=True)
+        wait = result["per_node"]["wait_s"]
+        print(
+            f"  waited per node and round: mean {wait['mean']:.2f} s, p95 {wait['p95']:.2f} s, max {wait['max']:.2f} s, delivered {100 * result['delivery']['delivered']:.1f} %",
+            flush=True,
+        )
 
 
 def cmd_real(args) -> None:

@@ -49,7 +49,16 @@ from swarm.exchange.peer_view import DEFAULT_SAMPLED_VIEWS, MOST_SAMPLED_VIEWS
 from swarm.exchange.pull import PullSettings
 from swarm.p2p.transport import MemoryHub, MemoryTransport
 
-METRICS = ("bytes_in", "bytes_out", "cpu_s", "verified", "cheap_checked", "ledger_rows", "peers")
+METRICS = (
+    "bytes_in",
+    "bytes_out",
+    "cpu_s",
+    "wait_s",  # simulated time its fetches waited (round trips, dials, timeouts)
+    "verified",
+    "cheap_checked",
+    "ledger_rows",
+    "peers",
+)
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ class SimSettings:
     loss: float = 0.0  # share of fetches lost
     latency_s: float = 0.0  # each fetch's time, charged to the node's round budget
     churn: float = 0.0  # share of (honest) nodes replaced by newcomers after each round
+    vanished: float = 1.0  # share of leavers that vanish (fetches from them time out)
 
 
 class SimClock:
@@ -122,6 +132,7 @@ def make_node(
             latency_s=settings.latency_s,
             rng=random.Random(rng.random()),
             clock=steps,
+            vanished=settings.vanished,
         )
     else:
         transport = MemoryTransport(peer_id, hub, inbox_capacity=1 << 20)
@@ -188,6 +199,7 @@ def simulate(settings: SimSettings, progress: Callable[[str], None] = lambda s: 
     for r in range(settings.rounds):
         t = time.perf_counter()
         before = [node.byte_meter() for node in nodes]
+        waited = [node.monotonic() for node in nodes]
         rng.shuffle(order)  # who runs first in a round changes from round to round
         costs: list[RoundCost | None] = [None] * len(nodes)
         for position, i in enumerate(order):
@@ -198,18 +210,20 @@ def simulate(settings: SimSettings, progress: Callable[[str], None] = lambda s: 
             if r >= settings.warmup:
                 adversary.measure()
         after = [node.byte_meter() for node in nodes]
+        waits = [node.monotonic() - w for node, w in zip(nodes, waited, strict=True)]
         if settings.churn:  # after the round is measured: newcomers start the next one
             replaced += churn(settings, nodes, clock, hub, hostile, rng)
         progress(f"round {r}: {time.perf_counter() - t:.0f}s")
         if r < settings.warmup:
             continue
-        for cost, (bi, bo), (ai, ao) in zip(costs, before, after, strict=True):
+        for cost, (bi, bo), (ai, ao), wait in zip(costs, before, after, waits, strict=True):
             assert cost is not None
             per_node.append(
                 {
                     "bytes_in": ai - bi,
                     "bytes_out": ao - bo,
                     "cpu_s": cost.work_cpu_s,
+                    "wait_s": wait,
                     "verified": cost.verified,
                     "cheap_checked": cost.cheap_checked,
                     "ledger_rows": cost.ledger_rows,

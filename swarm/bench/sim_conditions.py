@@ -4,9 +4,15 @@ identities, lossy and slow links, churn.
 - `Adversary`: colluding identities that serve views listing only each other, and greedy
   viewers that fetch every node's view every round;
 - `ImpairedTransport`: a `LinkedMemoryTransport` whose fetches are lost with probability
-  `loss` and each take `latency_s` of the node's round budget (`StepClock`: the monotonic
-  clock the node's pull exchange reads; in memory fetches run one after another, so this
-  overstates what parallel fetches over libp2p cost).
+  `loss` and are charged to the node's round budget (`StepClock`: the monotonic clock the
+  node's pull exchange reads) what they would wait: a round trip (`latency_s`) each, three
+  more to set up a connection to a peer not linked yet (TCP, Noise, stream negotiation), and
+  for a peer that has left, its whole timeout if it vanished (`vanished` of the leavers: its
+  machine asleep or off the network, its connection left open or its address dropping
+  SYNs) or a round trip if it closed its connections. In memory fetches run one after
+  another, so this overstates what parallel fetches over libp2p cost; and over libp2p the
+  views and lists are fetched off the round (`swarm.exchange.pull_later`), which the
+  simulation does not model: it charges them to the round.
 
 Churn (nodes leaving and joining every round) is `scale_sim.simulate`'s, since it builds
 nodes.
@@ -23,6 +29,8 @@ from swarm.core.errors import TransportError
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import FetchLimits, MemoryHub
 from swarm.wire.streams import VIEW_KEY, VIEW_MAX_ENTRIES, ViewEntry, encode_view
+
+DIAL_TRIPS = 3  # round trips to set up a connection (TCP, Noise, stream negotiation)
 
 
 class StepClock:
@@ -49,16 +57,27 @@ class ImpairedTransport(LinkedMemoryTransport):
         latency_s: float,
         rng: random.Random,
         clock: StepClock,
+        vanished: float = 1.0,
     ):
         super().__init__(peer_id, hub, bootstrap=bootstrap, max_links=max_links, addressed=True)
         self.loss, self.latency_s, self.rng, self.clock = loss, latency_s, rng, clock
+        self.vanished = vanished
         self.lost = 0
+        self.waited_on_gone = 0.0  # seconds charged for peers that had left
 
     def fetch_blob(
         self, peer_id: str, key: str, timeout: float = 30.0, limits: FetchLimits | None = None
     ) -> bytes:
-        self.clock.now += min(self.latency_s, timeout)
-        if self.latency_s > timeout:
+        member = self._hub.member(peer_id)
+        if member is None and peer_id in self.known:  # it left: gone, or vanished
+            vanished = self.rng.random() < self.vanished
+            wait = timeout if vanished else min(self.latency_s, timeout)
+            self.clock.now += wait
+            self.waited_on_gone += wait
+            raise TransportError(f"{key} from {peer_id}: no answer in {wait} s")
+        trips = 1 if peer_id in self.links else 1 + DIAL_TRIPS
+        self.clock.now += min(trips * self.latency_s, timeout)
+        if trips * self.latency_s > timeout:
             raise TransportError(f"{key} from {peer_id}: no answer in {timeout} s")
         if self.loss and self.rng.random() < self.loss:
             self.lost += 1
