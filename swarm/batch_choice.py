@@ -1,13 +1,13 @@
-"""Choosing what to train on each round: the SAPO mix of local and shared groups.
+"""Choosing what to train on each round: the SAPO mix of own and shared groups.
 
-Pure functions over plain data. A round's batch is up to I local groups plus up to J shared
+Pure functions over plain data. A round's batch is up to I own groups plus up to J shared
 groups from the experience pool:
 
 1. shared groups that are too stale are dropped: by policy-version gap when the sender runs
    the same model as we do (its version numbers mean something to us), and by age always;
    optionally also every group older than its sender's freshest round(s) (`fresh_rounds`;
    the paper samples the current round only);
-2. groups whose rewards are all equal carry zero advantage and are dropped: local and
+2. groups whose rewards are all equal carry zero advantage and are dropped: own and
    shared ones (`SignalFilter.ALL`), or shared ones only (`SignalFilter.SHARED`, the paper's
    protocol: a node trains on all of its own groups);
 3. the rest are sampled deterministically under a seed, with at most `per_peer_cap` shared
@@ -15,7 +15,7 @@ groups from the experience pool:
    node's recent success per task family, `need`) preferring shared groups of the families
    the node does worst on (`need_weight`).
 
-If fewer useful shared groups exist than J, the batch is simply smaller: local groups never
+If fewer useful shared groups exist than J, the batch is simply smaller: own groups never
 stand in for missing shared ones (that would change the mix being measured).
 
 Deliberately not here: where groups come from, verification, re-scoring or tokenization.
@@ -49,8 +49,8 @@ class DropReason(StrEnum):
 class SignalFilter(StrEnum):
     """Which groups the zero-advantage filter drops."""
 
-    ALL = "all"  # local and shared groups
-    SHARED = "shared"  # shared groups only; every local group is kept (the paper's protocol)
+    ALL = "all"  # own and shared groups
+    SHARED = "shared"  # shared groups only; every own group is kept (the paper's protocol)
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class Candidate(Generic[G]):
 
     group: G
     rewards: tuple[float, ...]
-    sender: str = ""  # "" for local groups
+    sender: str = ""  # "" for own groups
     same_model: bool = True  # the sender runs our model, so version gaps are comparable
     policy_version: int = 0  # the sender's policy version when it generated the group
     received_at: float = 0.0  # local clock, seconds
@@ -79,7 +79,7 @@ class Staleness:
 class BatchChoice(Generic[G]):
     """The groups chosen for one update, and how many were passed over and why."""
 
-    local: list[G]
+    own: list[G]
     shared: list[G]
     dropped: Counter = field(default_factory=Counter)  # reason -> count
     not_sampled: int = 0
@@ -142,9 +142,9 @@ def need_weight(success: float, floor: float) -> float:
 
 
 def choose_batch(
-    local: Sequence[Candidate[G]],
+    own: Sequence[Candidate[G]],
     shared: Sequence[Candidate[G]],
-    local_groups: int,
+    own_groups: int,
     shared_groups: int,
     seed: int | str,
     *,
@@ -158,7 +158,7 @@ def choose_batch(
     need_floor: float = 0.05,
     baselines: Mapping[str, float] | None = None,
 ) -> BatchChoice[G]:
-    """Pick up to `local_groups` local and `shared_groups` shared groups with learning signal.
+    """Pick up to `own_groups` own and `shared_groups` shared groups with learning signal.
 
     `fresh_rounds`: keep only shared groups from each sender's newest rounds (None: any).
     `need`: the node's recent success per family (`family_success`); when given, shared
@@ -175,26 +175,26 @@ def choose_batch(
     dropped: Counter = Counter()
     fresh_shared = _recent_enough(shared, local_version, now, staleness, fresh_rounds, dropped)
     if signal_filter == SignalFilter.SHARED:
-        useful_local = list(local)
+        useful_own = list(own)
     else:
-        useful_local = [c for c in local if has_signal(c.rewards)]
+        useful_own = [c for c in own if has_signal(c.rewards)]
     if baselines is None:
         useful_shared = [c for c in fresh_shared if has_signal(c.rewards)]
     else:
         useful_shared = [
             c for c in fresh_shared if has_signal_against(c.rewards, baselines.get(c.family))
         ]
-    filtered = len(local) - len(useful_local) + len(fresh_shared) - len(useful_shared)
+    filtered = len(own) - len(useful_own) + len(fresh_shared) - len(useful_shared)
     dropped[DropReason.ZERO_ADVANTAGE] += filtered
-    chosen_local = _uniform(useful_local, local_groups, rng)
+    chosen_own = _uniform(useful_own, own_groups, rng)
     if need is None:
         chosen_shared = _uniform_capped(useful_shared, shared_groups, rng, per_peer_cap)
     else:
         weights = [need_weight(need.get(c.family, 0.0), need_floor) for c in useful_shared]
         chosen_shared = _weighted_capped(useful_shared, weights, shared_groups, rng, per_peer_cap)
-    not_sampled = len(useful_local) + len(useful_shared) - len(chosen_local) - len(chosen_shared)
+    not_sampled = len(useful_own) + len(useful_shared) - len(chosen_own) - len(chosen_shared)
     return BatchChoice(
-        local=[c.group for c in chosen_local],
+        own=[c.group for c in chosen_own],
         shared=[c.group for c in chosen_shared],
         dropped=dropped,
         not_sampled=not_sampled,

@@ -2,7 +2,7 @@
 
 SAPO trains a node on its peers' completions as if they were its own (ratio 1). That is
 only sound while the peers' policies stay close to the receiver's. Two tiny-model nodes share
-rollouts (4 local + 4 shared groups an update, in one process over the in-memory transport)
+rollouts (4 own + 4 shared groups an update, in one process over the in-memory transport)
 and, every few rounds, node B samples fresh groups and each completion is measured:
 
 - the largest gap between B's own sampling log-probs and the log-probs B's shared-group

@@ -62,7 +62,7 @@ class Arm:
     """One swarm configuration: I own groups and J shared groups per update, the sampler,
     and the sharing channels added to plain GRPO ("4/4-joint+shape")."""
 
-    local: int
+    own: int
     shared: int
     sampler: str = "uniform"  # or "need" (training.shared_sampling)
     channels: tuple[str, ...] = ()  # keys of CHANNELS
@@ -70,13 +70,13 @@ class Arm:
     @property
     def name(self) -> str:
         parts = ([] if self.sampler == "uniform" else [self.sampler]) + list(self.channels)
-        return f"{self.local}/{self.shared}" + (f"-{'+'.join(parts)}" if parts else "")
+        return f"{self.own}/{self.shared}" + (f"-{'+'.join(parts)}" if parts else "")
 
     @property
     def generated_questions(self) -> int:
         """Questions a node generates completions for a round: its own I, plus the J shared
         tasks under the joint baseline (so 8/0 is a joint 4/4's equal-cost rival)."""
-        return self.local + (self.shared if "joint" in self.channels else 0)
+        return self.own + (self.shared if "joint" in self.channels else 0)
 
     def training(self) -> dict:
         """The `[training]` settings of this arm's channels."""
@@ -93,7 +93,7 @@ class Arm:
     @property
     def questions(self) -> int:
         """Questions a node generates a round: I (the paper's code: one per own group)."""
-        return self.local
+        return self.own
 
 
 ARMS: dict[str, Arm] = {
@@ -167,14 +167,14 @@ def parse_arm(text: str) -> Arm:
     """An arm from its name ("4/4", "4/4-need", "4/4-joint+shape"); one-line errors otherwise."""
     try:
         counts, _, rest = text.strip().partition("-")
-        local, shared = (int(x) for x in counts.split("/"))
+        own, shared = (int(x) for x in counts.split("/"))
     except ValueError:
         raise ConfigError(
             f"bad arm {text!r}: write I/J[-option+option], e.g. 4/4 or 4/4-recv"
         ) from None
     options = [o for o in rest.split("+") if o] if rest else []
     unknown = [o for o in options if o not in CHANNELS and o not in ("need", "uniform")]
-    if local < 1 or shared < 0 or unknown:
+    if own < 1 or shared < 0 or unknown:
         raise ConfigError(
             f"bad arm {text!r}: I >= 1, J >= 0, options from need, {', '.join(CHANNELS)}"
         )
@@ -184,7 +184,7 @@ def parse_arm(text: str) -> Arm:
         raise ConfigError(f"bad arm {text!r}: its options need shared groups (J > 0)")
     if "joint" in channels and "recv" in channels:
         raise ConfigError(f"bad arm {text!r}: joint and recv are two baselines: pick one")
-    return Arm(local, shared, sampler, channels)
+    return Arm(own, shared, sampler, channels)
 
 
 def protocol_training(protocol: Protocol) -> dict:
@@ -252,7 +252,7 @@ def node_config(
     training = {
         **protocol_training(protocol),
         "lr": lr,
-        "local_groups": arm.local,
+        "local_groups": arm.own,
         "shared_groups": arm.shared,
         "shared_sampling": arm.sampler,
         "micro_batch_size": 256,

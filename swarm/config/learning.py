@@ -179,8 +179,8 @@ class TrainingSection:
     )
     signal_filter: str = opt(
         "all",
-        "Which groups lose their place when all their rewards are equal: all (local and shared) "
-        "or shared (shared only; every local group is trained on, as in the SAPO paper).",
+        "Which groups lose their place when all their rewards are equal: all (own and shared) "
+        "or shared (shared only; every own group is trained on, as in the SAPO paper).",
         choices=("all", "shared"),
     )
     fresh_rounds: int = opt(

@@ -5,7 +5,7 @@ One round (no global barrier; peers never wait for each other):
 1. draw Q task specs from this node's task stream and rebuild the tasks;
 2. generate G completions per question and score them with the local verifier;
 3. (with peers) publish the groups and drain the inbox into the experience pool;
-4. choose the batch (I local + J shared groups with learning signal) and apply one GRPO
+4. choose the batch (I own + J shared groups with learning signal) and apply one GRPO
    update, which bumps the policy version unless it was skipped;
 5. record the round and the update in the ledger in one transaction; evaluate and
    checkpoint when due.
@@ -51,7 +51,7 @@ import importlib
 # Imported on first use (PEP 562), so that `swarm.node.runlock` (which `swarm-node join`
 # needs before it loads anything) does not pull in torch and libp2p with the package.
 _EXPORTS = {
-    "LocalGroup": "swarm.node.state",
+    "OwnGroup": "swarm.node.state",
     "Node": "swarm.node.lifecycle",
     "Observer": "swarm.node.observer",
     "NodeState": "swarm.node.state",

@@ -34,7 +34,7 @@ from swarm.node.heap import release_free_memory
 from swarm.node.makers import claim_run_folder, write_node_info
 from swarm.node.monitoring import swarm_sample
 from swarm.node.rounds import evaluate_by_family
-from swarm.node.state import LocalGroup, NodeState
+from swarm.node.state import NodeState, OwnGroup
 from swarm.p2p.transport import Transport
 from swarm.policy.checkpoint import (
     CheckpointState,
@@ -211,7 +211,7 @@ class Node:
             delta_applied=follower.version if follower else -1,
         )
 
-    def generate_groups(self) -> list[LocalGroup]:
+    def generate_groups(self) -> list[OwnGroup]:
         """This round's groups, generated and scored, without sharing or training on them."""
         return self.rounds.generate_groups()
 

@@ -16,7 +16,7 @@ from swarm.config import Config
 from swarm.core.errors import TransportError
 from swarm.exchange.base import Exchange
 from swarm.monitor.display import Reporter
-from swarm.node.state import LocalGroup, NodeState
+from swarm.node.state import NodeState, OwnGroup
 from swarm.p2p.transport import Transport
 from swarm.policy.model import Policy
 from swarm.verify.gate import Verifier
@@ -62,7 +62,7 @@ class Publishing:
         self.reporter = reporter
         self.exchange = exchange  # None: gossip on `topic`
 
-    def publish(self, groups: list[LocalGroup]) -> Published:
+    def publish(self, groups: list[OwnGroup]) -> Published:
         """Sign the round's groups and publish them in batches; failures are counted, not fatal."""
         signed, pairs = [], []
         for group in groups:
@@ -83,8 +83,8 @@ class Publishing:
                 self.reporter.message(f"publish failed: {e}")
         return Published(len(groups), failures)
 
-    def _wire_group(self, group: LocalGroup) -> RolloutGroup:
-        """A local group as the wire struct this node signs."""
+    def _wire_group(self, group: OwnGroup) -> RolloutGroup:
+        """An own group as the wire struct this node signs."""
         policy = self.policy
         return RolloutGroup(
             swarm_id=self.config.p2p.swarm_id,

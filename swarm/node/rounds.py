@@ -4,7 +4,7 @@
 2. draw Q task specs from this node's task stream, rebuild the tasks, generate G
    completions per question and score them with the local verifier;
 3. publish the groups and receive peers' into the experience pool;
-4. choose the batch (I local + J shared groups with learning signal) and apply one GRPO
+4. choose the batch (I own + J shared groups with learning signal) and apply one GRPO
    update, which bumps the policy version unless it was skipped (a generator skips this);
 5. record the round and the update in the ledger in one transaction, and report it.
 """
@@ -29,7 +29,7 @@ from swarm.node.delta_sync import DeltaSync
 from swarm.node.records import Records
 from swarm.node.shared_samples import SharedPart, generate_for, own_samples, shared_part, weighted
 from swarm.node.sharing import Sharing
-from swarm.node.state import LocalGroup, NodeState, RoundTimes
+from swarm.node.state import NodeState, OwnGroup, RoundTimes
 from swarm.p2p.transport import Transport
 from swarm.policy.generator import Generator, SamplingParams
 from swarm.policy.grpo import group_advantages
@@ -92,18 +92,18 @@ class RoundLoop:
         self.sharing.publish(groups)
         self.sharing.receive()
         if self.trainer is None:  # generator role: nothing to train, the followed trainer does it
-            batch: BatchChoice = BatchChoice(local=[], shared=[])
+            batch: BatchChoice = BatchChoice(own=[], shared=[])
             shared_advantages: list[list[float]] = []
             result = UpdateResult(skipped=True, skip_reason="generator role: follows a trainer")
         else:
             batch = self._choose_batch(groups)
-            local_samples = self._train_samples(batch.local)
+            own_group_samples = self._train_samples(batch.own)
             t = time.perf_counter()
             shared = self._shared_part(batch.shared)
             times.generate += time.perf_counter() - t if shared.generated else 0.0
             shared_advantages = shared.advantages
             samples = weighted(
-                local_samples + shared.own_samples, shared.samples, self.config.training
+                own_group_samples + shared.own_samples, shared.samples, self.config.training
             )
             t = time.perf_counter()
             result = self.trainer.update(samples)
@@ -117,7 +117,7 @@ class RoundLoop:
         times.total = time.perf_counter() - t0
         report = self.records.record_round(
             groups,
-            batch.local,
+            batch.own,
             result,
             version_before,
             started,
@@ -131,7 +131,7 @@ class RoundLoop:
         self.reporter.round(report)
         return report
 
-    def generate_groups(self, times: RoundTimes | None = None) -> list[LocalGroup]:
+    def generate_groups(self, times: RoundTimes | None = None) -> list[OwnGroup]:
         """This round's questions, G completions each, scored; `times` gets the time spent."""
         times = times if times is not None else RoundTimes()
         specs = sample_specs(
@@ -151,11 +151,11 @@ class RoundLoop:
         groups = []
         for task, group in zip(tasks, completions, strict=True):
             rewards = tuple(self.scoring.reward(task, c.text) for c in group)
-            groups.append(LocalGroup(task, group, rewards))
+            groups.append(OwnGroup(task, group, rewards))
         times.score = time.perf_counter() - t
         return groups
 
-    def _choose_batch(self, groups: list[LocalGroup]):
+    def _choose_batch(self, groups: list[OwnGroup]):
         """The round's batch (`swarm.batch_choice.choose_batch` under the training settings)."""
         t = self.config.training
         staleness = Staleness(
@@ -213,7 +213,7 @@ class RoundLoop:
             seed=f"{self.config.node.seed}:shuffle:{self.state.round}",
         )
 
-    def _train_samples(self, groups: list[LocalGroup]) -> list[TrainSample]:
+    def _train_samples(self, groups: list[OwnGroup]) -> list[TrainSample]:
         """Turn groups into per-completion samples; the stop token is trained when it was produced."""
         eos = self.policy.tokenizer.eos_token_id
         samples = []

@@ -47,7 +47,7 @@ from swarm.node.publishing import Publishing
 from swarm.node.records import Records
 from swarm.node.refusals import transport_reason
 from swarm.node.rejection_log import RejectionLog, Taken
-from swarm.node.state import LocalGroup, SharingStats
+from swarm.node.state import OwnGroup, SharingStats
 from swarm.p2p.transport import InboundMessage, Refusal, Transport
 from swarm.verify.gate import Verifier
 from swarm.verify.message import Accepted
@@ -131,7 +131,7 @@ class Sharing:
         counted against the peer like a rejected group (`swarm.node.refusals`)."""
         self.rejections.refused(refusal.peer_id, transport_reason(refusal.reason), refusal.count)
 
-    def publish(self, groups: list[LocalGroup]) -> None:
+    def publish(self, groups: list[OwnGroup]) -> None:
         """Sign this round's groups and publish them (`swarm.node.publishing`), counted."""
         if self.publishing is None:
             raise SwarmError("a node without a model has no groups to publish")

@@ -15,7 +15,7 @@ from swarm.wire import RolloutGroup, SignedGroup
 
 
 @dataclass
-class LocalGroup:
+class OwnGroup:
     """One question's group as this node generated and scored it."""
 
     task: Task

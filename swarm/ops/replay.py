@@ -13,7 +13,7 @@ What passes can be exported (one JSON line per completion: the prompt formatted 
 `policy.model`, the completion, ground truth, reward and advantage, flat columns that
 `datasets` and TRL read as they are) or used to train a fresh model
 with the node's own GRPO path: one update per recorded round, its batch chosen from that
-round's sent (local) and accepted (shared) groups by `swarm.batch_choice.choose_batch` with the
+round's sent (own) and accepted (shared) groups by `swarm.batch_choice.choose_batch` with the
 config's I, J and per-peer cap (groups without learning signal dropped), advantages from the
 locally re-scored rewards, completions re-tokenized with the model's own tokenizer, and
 `swarm.policy.trainer.GRPOTrainer` for the step. Replaying a node's own ledger with its own
@@ -389,18 +389,18 @@ class TrainReport:
 def plan_updates(
     groups: list[StoredGroup],
 ) -> list[tuple[int, list[StoredGroup], list[StoredGroup]]]:
-    """The recorded rounds to replay, in order: (round, local candidates, shared candidates).
+    """The recorded rounds to replay, in order: (round, own candidates, shared candidates).
 
-    A round's local candidates are the groups the node sent in it, its shared candidates the
+    A round's own candidates are the groups the node sent in it, its shared candidates the
     peers' groups it accepted in it. Groups accepted after the node's last round (its final
     drain) were never trained on, so rounds without sent groups are not replayed. A ledger
-    with no sent groups at all (an observer's) replays the accepted groups as local ones.
+    with no sent groups at all (an observer's) replays the accepted groups as own ones.
     """
-    own = any(g.direction == Direction.SENT for g in groups)
+    sent_any = any(g.direction == Direction.SENT for g in groups)
     rounds: dict[int, tuple[list, list]] = {}
     for g in groups:
-        local, shared = rounds.setdefault(g.local_round, ([], []))
-        (local if g.direction == Direction.SENT or not own else shared).append(g)
+        own, shared = rounds.setdefault(g.local_round, ([], []))
+        (own if g.direction == Direction.SENT or not sent_any else shared).append(g)
     return [(r, *rounds[r]) for r in sorted(rounds) if rounds[r][0]]
 
 
@@ -430,7 +430,7 @@ def train_offline(
     evaluate it before and after on the config's held-out questions.
 
     Each update offers the round's groups to `choose_batch` exactly as the node does
-    (training.local_groups local + training.shared_groups shared, per_peer_cap, same seed
+    (training.local_groups own + training.shared_groups shared, per_peer_cap, same seed
     scheme; no staleness bound: the replayed model is not the one that sampled them).
     """
     import torch
@@ -462,16 +462,16 @@ def train_offline(
         updates = skipped = trained = 0
         max_tokens = 4 * config.generation.max_new_tokens
         for _ in range(passes):
-            for round_index, local, shared in plan_updates(groups):
+            for round_index, own, shared in plan_updates(groups):
                 batch = choose_batch(
-                    [Candidate(g, g.rewards) for g in local],
+                    [Candidate(g, g.rewards) for g in own],
                     [Candidate(g, g.rewards, sender=g.rollout.sender) for g in shared],
                     t.local_groups,
                     t.shared_groups,
                     seed=f"{config.node.seed}:batch:{round_index}",
                     per_peer_cap=t.per_peer_cap or None,
                 )
-                chosen = batch.local + batch.shared
+                chosen = batch.own + batch.shared
                 samples = [
                     s
                     for g in chosen

@@ -1,7 +1,7 @@
 """The GRPO trainer: one optimizer update from a batch of scored completions.
 
 Takes `TrainSample`s (prompt tokens, completion tokens, advantage) that the node built from
-its local and shared groups, computes log-probs under the current policy, and applies the
+its own and shared groups, computes log-probs under the current policy, and applies the
 clipped loss from `swarm.policy.grpo` with gradient accumulation over micro-batches,
 optional gradient clipping, optional KL to a frozen reference and optional bf16 autocast.
 The optimizer always updates fp32 weights: a model loaded in bf16 or fp16 is cast to fp32

@@ -34,7 +34,7 @@ shared_groups = st.lists(
 )
 
 
-def _local(groups):
+def _own(groups):
     return [Candidate(("L", i), tuple(r)) for i, r in enumerate(groups)]
 
 
@@ -60,8 +60,8 @@ def _signal(c):
     st.none() | st.integers(0, 10),
     st.none() | st.floats(0, 1000),
 )
-def test_batch_choice_properties(local, shared, i, j, seed, cap, version, gap, age):
-    lc, sc = _local(local), _shared(shared)
+def test_batch_choice_properties(own, shared, i, j, seed, cap, version, gap, age):
+    lc, sc = _own(own), _shared(shared)
     staleness = Staleness(max_version_gap=gap, max_age_s=age)
     now = 1000.0
     choice = choose_batch(
@@ -69,18 +69,18 @@ def test_batch_choice_properties(local, shared, i, j, seed, cap, version, gap, a
     )
     by_id = {c.group: c for c in lc + sc}
     fresh = [c for c in sc if is_stale(c, version, now, staleness) is None]
-    useful_local = [c for c in lc if _signal(c)]
+    useful_own = [c for c in lc if _signal(c)]
     useful_shared = [c for c in fresh if _signal(c)]
     # sizes: as many as asked for, as far as useful groups (and the cap) allow
-    assert len(choice.local) == min(i, len(useful_local))
+    assert len(choice.own) == min(i, len(useful_own))
     per_sender = Counter(c.sender for c in useful_shared)
     available = (
         sum(per_sender.values()) if cap is None else sum(min(cap, n) for n in per_sender.values())
     )
     assert len(choice.shared) == min(j, available)
     # zero-advantage filter and origin
-    assert all(_signal(by_id[g]) for g in choice.local + choice.shared)
-    assert all(g[0] == "L" for g in choice.local) and all(g[0] == "S" for g in choice.shared)
+    assert all(_signal(by_id[g]) for g in choice.own + choice.shared)
+    assert all(g[0] == "L" for g in choice.own) and all(g[0] == "S" for g in choice.shared)
     # staleness: nothing too old or too far behind
     for g in choice.shared:
         c = by_id[g]
@@ -90,18 +90,16 @@ def test_batch_choice_properties(local, shared, i, j, seed, cap, version, gap, a
     if cap is not None:
         assert max(Counter(by_id[g].sender for g in choice.shared).values(), default=0) <= cap
     # accounting and determinism
-    assert sum(choice.dropped.values()) == len(lc) + len(sc) - len(useful_local) - len(
-        useful_shared
-    )
+    assert sum(choice.dropped.values()) == len(lc) + len(sc) - len(useful_own) - len(useful_shared)
     assert choice == choose_batch(
         lc, sc, i, j, seed, local_version=version, now=now, staleness=staleness, per_peer_cap=cap
     )
 
 
-def test_missing_shared_groups_are_not_replaced_by_local_ones():
-    local = _local([[0, 1]] * 6)
-    choice = choose_batch(local, [], 4, 4, seed=1)
-    assert len(choice.local) == 4 and choice.shared == []
+def test_missing_shared_groups_are_not_replaced_by_own_ones():
+    own = _own([[0, 1]] * 6)
+    choice = choose_batch(own, [], 4, 4, seed=1)
+    assert len(choice.own) == 4 and choice.shared == []
     assert choice.not_sampled == 2
 
 
@@ -134,20 +132,20 @@ def test_one_peer_cannot_fill_the_batch():
 
 
 @given(reward_groups, st.integers(0, 25), st.integers(0, 1000))
-def test_shared_only_filter_keeps_every_local_group(local, i, seed):
-    lc = _local(local)
+def test_shared_only_filter_keeps_every_own_group(own, i, seed):
+    lc = _own(own)
     choice = choose_batch(lc, [], i, 0, seed, signal_filter=SignalFilter.SHARED)
-    assert len(choice.local) == min(i, len(lc))  # zero-advantage local groups count too
+    assert len(choice.own) == min(i, len(lc))  # zero-advantage own groups count too
     assert choice.dropped[DropReason.ZERO_ADVANTAGE] == 0
-    assert len(set(choice.local)) == len(choice.local)
+    assert len(set(choice.own)) == len(choice.own)
 
 
 def test_shared_only_filter_still_drops_flat_shared_groups():
     flat = Candidate("flat", (1.0, 1.0), sender="p")
     mixed = Candidate("mixed", (0.0, 1.0), sender="p")
-    local = [Candidate("own-flat", (0.0, 0.0))]
-    choice = choose_batch(local, [flat, mixed], 4, 4, 0, signal_filter=SignalFilter.SHARED)
-    assert choice.local == ["own-flat"] and choice.shared == ["mixed"]
+    own = [Candidate("own-flat", (0.0, 0.0))]
+    choice = choose_batch(own, [flat, mixed], 4, 4, 0, signal_filter=SignalFilter.SHARED)
+    assert choice.own == ["own-flat"] and choice.shared == ["mixed"]
     assert choice.dropped_zero_advantage == 1
 
 
