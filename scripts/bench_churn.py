@@ -1,0 +1,71 @@
+"""Churn in a real swarm: 12 pull node processes, one leaving and one joining every 10 s,
+against the same swarm without churn (`swarm.bench.churn_real`).
+
+    python scripts/bench_churn.py [--processes 12] [--duration 300] [--every 10] [--period 5]
+                                  [--out results/churn/bench.json]
+
+Prints a table (per process and round: its round's own time, pulls delivered, groups
+verified, bytes in) and writes JSON. Run it with the machine otherwise quiet: 12 processes
+share its cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from swarm.bench.churn_real import ChurnSettings, run_churn
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def row(name: str, r: dict) -> str:
+    w = r["round_s"]
+    return (
+        f"| {name} | {r['rounds']} | {w['median']:.3f} / {w['p95']:.3f} / {w['max']:.2f} s |"
+        f" {w['over_1s']} | {100 * r['delivered']:.1f} % ({r['pulls']}) |"
+        f" {r['verified_per_round']:.1f} | {r['bytes_in_per_round'] / 1000:.0f} kB |"
+        f" {r['left']} / {r['joined']} |"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=12)
+    parser.add_argument("--duration", type=float, default=300.0)
+    parser.add_argument("--every", type=float, default=10.0, help="seconds between leave+join")
+    parser.add_argument("--period", type=float, default=5.0, help="a process's round period")
+    parser.add_argument("--nice", type=int, default=5)
+    parser.add_argument("--out", default=str(ROOT / "results" / "churn" / "bench.json"))
+    args = parser.parse_args(argv)
+    results = {}
+    for name, every in (("no churn", 0.0), ("churn", args.every)):
+        s = ChurnSettings(
+            processes=args.processes,
+            duration_s=args.duration,
+            every_s=every,
+            period_s=args.period,
+            nice=args.nice,
+        )
+        with tempfile.TemporaryDirectory(prefix="churn-") as tmp:
+            results[name] = run_churn(s, Path(tmp), lambda m, n=name: print(f"  [{n}] {m}"))
+        print(json.dumps({name: {k: v for k, v in results[name].items() if k != "settings"}}))
+    print(
+        "| run | rounds | round median / p95 / max | rounds over 1 s | pulls delivered |"
+        " verified a round | bytes in a round | left / joined |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, r in results.items():
+        print(row(name, r))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "results": results}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
