@@ -61,14 +61,23 @@ def test_a_banned_peers_announcements_are_not_fetched_and_it_is_not_passed_on():
     node, banned = nodes[0], nodes[1]
     for member in nodes:
         member.run_round()
-    banned.transport.served_blobs(ANNOUNCEMENTS_KEY)  # forget who fetched so far
+    fetched: list[tuple[str, str]] = []
+    fetch = node.transport.fetch_blob
+
+    def recording(peer, key, *args, **kwargs):
+        fetched.append((peer, key))
+        return fetch(peer, key, *args, **kwargs)
+
+    node.transport.fetch_blob = recording  # type: ignore[method-assign]
     node.verifier.set_bans([banned.peer_id])
+    asked = []
     for _ in range(3):
         for member in nodes:
             member.run_round()
-    fetchers = {f.peer_id for f in banned.transport.served_blobs(ANNOUNCEMENTS_KEY)}
-    assert node.peer_id not in fetchers  # its list was never fetched by the node that bans it
-    assert fetchers  # (the others still fetch it)
+        asked += node.exchange.last_asked
+    assert (banned.peer_id, ANNOUNCEMENTS_KEY) not in fetched  # its list never fetched
+    assert not [key for peer, key in fetched if peer == banned.peer_id]  # nor anything else
+    assert {p for p, k in fetched if k == ANNOUNCEMENTS_KEY} == {nodes[2].peer_id, nodes[3].peer_id}
+    assert banned.peer_id not in asked
     assert banned.peer_id not in node.exchange.view.view
     assert banned.peer_id not in {e.id for e in node.exchange.view.entries()}
-    assert banned.peer_id not in node.exchange.last_asked
