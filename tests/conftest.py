@@ -6,10 +6,6 @@ The tiny model is built once per machine into the normal cache (`$SWARM_NODE_CAC
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -27,16 +23,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def sapo_experiment():
-    """`scripts/sapo_experiment.py` as a module, with scripts/ importable (it loads sapo_report)."""
-    scripts = Path(__file__).resolve().parents[1] / "scripts"
-    spec = importlib.util.spec_from_file_location("sapo_experiment", scripts / "sapo_experiment.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(scripts))
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(scripts))
+    """The SAPO experiment's command line (`scripts/sapo_experiment.py` calls its `main`)."""
+    from swarm.bench import sapo_cli
+
+    return sapo_cli
 
 
 @pytest.fixture(scope="session")

@@ -1,35 +1,17 @@
-"""Tables, verdict, JSON and PNG from the units `scripts/sapo_experiment.py` wrote.
-
-    python scripts/sapo_experiment.py report [--protocol paper --testbed skills]
-
-Reads <results>/<protocol>-<testbed>/units/*.json; writes report.json and cumulative.png
-beside them. The acceptance rule is `swarm.bench.experiment.compare`, pre-registered in
-docs/SAPO.md before the verdict run. The default study (`--study default`) is judged across
-both testbeds by `swarm.bench.default_study` (`report_default`): default-decision.json.
+"""The SAPO experiment's report tables, one function each (`swarm.bench.sapo_report` calls them):
+each prints a table and returns what it showed, for report.json; `plot` draws the curves.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
-from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from swarm.bench.experiment import (
-    CHANNELS_ONLY,
-    STUDIES,
-    TUNING_SEED,
-    Arm,
-    Study,
-    best_channel,
-    best_lr,
-    compare,
-)
-from swarm.core.errors import ConfigError
+from swarm.bench.experiment import TUNING_SEED, Study, best_lr
 from swarm.policy.skills import GAP_SWARM, SKILL_SWARM, family_of
 
 # Families a model knows without a systematic error on every example ("strong").
@@ -38,135 +20,22 @@ BARE = {p.name for p in SKILL_SWARM + GAP_SWARM if p.answer_format == "bare"}
 WEAK = {p.name: set(p.weak) for p in GAP_SWARM}
 
 
-def load_units(folder: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((folder / "units").glob("*.json"))]
-
-
-def model_sets(units: list[dict]) -> dict[tuple[str, ...], list[str]]:
-    """Units by the model digests they ran (() where a unit recorded none): names per set."""
-    sets: dict[tuple[str, ...], list[str]] = defaultdict(list)
-    for u in units:
-        sets[tuple(u.get("model_digests") or ())].append(f"{u['arm']} s{u['seed']} lr{u['lr']:g}")
-    return sets
-
-
-def refuse_mixed_models(units: list[dict]) -> str:
-    """'' if every unit ran the same model bytes, else a one-line reason to compare nothing."""
-    sets = model_sets(units)
-    if len(sets) <= 1:
-        return ""
-    described = "; ".join(
-        f"{(d[0][:12] + '...') if d else 'unrecorded'}: {len(names)} units (e.g. {names[0]})"
-        for d, names in sets.items()
-    )
-    return f"units ran different model bytes, so their seeds are not paired: {described}"
-
-
-def chosen_lrs(
-    folder: Path,
-    arms: list[Arm],
-    learning_rates: tuple[float, ...] = STUDIES["sharing"].learning_rates,
-) -> dict[str, float]:
-    """Each arm's learning rate: the best on the tuning seed (every rate must have run)."""
-    scores = _tuning_scores([u for u in load_units(folder) if u["seed"] == TUNING_SEED])
-    missing = [a.name for a in arms if len(scores[a.name]) < len(learning_rates)]
-    if missing:
-        raise SystemExit(
-            f"error: tuning is not finished for {', '.join(missing)}: run the tune command first"
-        )
-    return {a.name: best_lr(scores[a.name]) for a in arms}
-
-
-def verdict_cumulative(folder: Path) -> dict[str, dict[int, float]]:
-    """Cumulative own reward per arm and verdict seed, each arm at its tuned rate."""
-    cumulative: dict[str, dict[int, float]] = defaultdict(dict)
-    for u in _at_tuned_rates(load_units(folder)):
-        cumulative[u["arm"]][u["seed"]] = u["cumulative_own_reward"]
-    return cumulative
-
-
-def _at_tuned_rates(units: list[dict]) -> list[dict]:
-    """The verdict units (not the tuning seed) that ran their arm's tuned rate; an arm never
-    tuned (a control) counts at any rate."""
-    tuning = _tuning_scores([u for u in units if u["seed"] == TUNING_SEED])
-    lrs = {arm: best_lr(scores) for arm, scores in tuning.items() if scores}
-    return [u for u in units if u["seed"] != TUNING_SEED and lrs.get(u["arm"]) in (None, u["lr"])]
-
-
-def _tuning_scores(units: list[dict]) -> dict[str, dict[float, float]]:
+def tuning_scores(units: list[dict]) -> dict[str, dict[float, float]]:
+    """Cumulative own reward per arm and learning rate, of the tuning units given."""
     scores: dict[str, dict[float, float]] = defaultdict(dict)
     for u in units:
         scores[u["arm"]][u["lr"]] = u["cumulative_own_reward"]
     return scores
 
 
-def report(folder: Path, console: Console, study: Study = STUDIES["sharing"]) -> int:
-    units = load_units(folder)
-    if not units:
-        console.print(f"no units in {folder / 'units'}")
-        return 1
-    mixed = refuse_mixed_models(units)
-    if mixed:
-        console.print(f"error: {mixed}")
-        return 2
-    tuning = [u for u in units if u["seed"] == TUNING_SEED]
-    payload: dict = {
-        "folder": str(folder),
-        "study": study.name,
-        "model_digests": next(iter(model_sets(units))),
-        "tuning": _tuning_table(tuning, console, study.learning_rates),
-    }
-    chosen = _at_tuned_rates(units)
-    cumulative = defaultdict(dict)
-    batch = defaultdict(dict)
-    held_out = defaultdict(dict)
-    for u in chosen:
-        cumulative[u["arm"]][u["seed"]] = u["cumulative_own_reward"]
-        batch[u["arm"]][u["seed"]] = u["cumulative_batch_reward"]
-        held_out[u["arm"]][u["seed"]] = _swarm_by_family(u["held_out_end"])
-    payload["per_seed"] = _seed_table(cumulative, batch, console)
-    payload["comparisons"] = []
-    for cand, base in study.comparisons:
-        if cumulative.get(cand) and cumulative.get(base):
-            payload["comparisons"].append(asdict(compare(cand, base, cumulative, held_out)))
-    _comparison_table(payload["comparisons"], console)
-    payload["controls"] = [
-        asdict(compare(control, base, cumulative, held_out))
-        for control, base in study.controls
-        if cumulative.get(control) and cumulative.get(base)
-    ]
-    _comparison_table(payload["controls"], console, "negative control (no gain expected)")
-    channels = [a for a in CHANNELS_ONLY if a in cumulative]
-    if study.name == "channels" and channels:
-        try:
-            payload["best_channel"] = best_channel(cumulative, channels)
-            console.print(
-                f"best channel (highest mean cumulative own reward): {payload['best_channel']}"
-            )
-        except ConfigError as exc:
-            console.print(f"best channel: not yet ({exc})")
-    payload["held_out"] = _held_out_table(chosen, console)
-    payload["format"] = _format_table(chosen, console)
-    payload["warmed"] = _warmed_table(chosen, console)
-    payload["weak_by_node"] = _weak_table(chosen, console)
-    payload["tagged_nodes"] = _tagged_nodes_table(chosen, study, console)
-    (folder / "report.json").write_text(json.dumps(payload, indent=1))
-    if chosen:
-        _plot(chosen, folder / "cumulative.png")
-    console.print(
-        f"wrote {folder / 'report.json'}" + (f" and {folder / 'cumulative.png'}" if chosen else "")
-    )
-    return 0
-
-
-def _swarm_by_family(evals: list[dict]) -> dict[str, float]:
+def swarm_by_family(evals: list[dict]) -> dict[str, float]:
     """Mean over the swarm's nodes of held-out accuracy per family."""
     families = sorted({f for e in evals for f in e["by_family"]})
     return {f: statistics.fmean(e["by_family"].get(f, 0.0) for e in evals) for f in families}
 
 
-def _tuning_table(units: list[dict], console: Console, learning_rates: tuple[float, ...]) -> dict:
-    scores = _tuning_scores(units)
+def tuning_table(units: list[dict], console: Console, learning_rates: tuple[float, ...]) -> dict:
+    scores = tuning_scores(units)
     if not scores:
         return {}
     table = Table(
@@ -188,7 +57,7 @@ def _tuning_table(units: list[dict], console: Console, learning_rates: tuple[flo
     return {arm: dict(by_lr) for arm, by_lr in scores.items()}
 
 
-def _seed_table(cumulative: dict, batch: dict, console: Console) -> dict:
+def seed_table(cumulative: dict, batch: dict, console: Console) -> dict:
     seeds = sorted({s for by_seed in cumulative.values() for s in by_seed})
     if not seeds:
         return {}
@@ -212,7 +81,7 @@ def _seed_table(cumulative: dict, batch: dict, console: Console) -> dict:
     return out
 
 
-def _comparison_table(
+def comparison_table(
     comparisons: list[dict],
     console: Console,
     title: str = "pre-registered comparisons (cumulative own-rollout reward, paired seeds)",
@@ -241,12 +110,12 @@ def _comparison_table(
     console.print(table)
 
 
-def _held_out_table(units: list[dict], console: Console) -> dict:
+def held_out_table(units: list[dict], console: Console) -> dict:
     per_arm: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for u in units:
-        start, end = _swarm_by_family(u["held_out_start"]), _swarm_by_family(u["held_out_end"])
+        start, end = swarm_by_family(u["held_out_start"]), swarm_by_family(u["held_out_end"])
         for f in end:
             per_arm[u["arm"]][f].append((start.get(f, 0.0), end[f]))
     if not per_arm:
@@ -270,7 +139,7 @@ def _held_out_table(units: list[dict], console: Console) -> dict:
     return out
 
 
-def _warmed_cells(unit: dict) -> dict[bool, list[tuple[float, float]]]:
+def warmed_cells(unit: dict) -> dict[bool, list[tuple[float, float]]]:
     """Held-out accuracy (start, end) per node and family, split by whether the node's model
     knows the family (warmed on it without a systematic error on every example; only nodes
     running a skill- or gap-swarm model count)."""
@@ -287,13 +156,13 @@ def _warmed_cells(unit: dict) -> dict[bool, list[tuple[float, float]]]:
     return cells
 
 
-def _warmed_table(units: list[dict], console: Console) -> dict:
+def warmed_table(units: list[dict], console: Console) -> dict:
     """Did a node learn a family it was not warmed on (where only peers' groups carry signal)?"""
     per_arm: dict[str, dict[bool, list[tuple[float, float]]]] = defaultdict(
         lambda: {True: [], False: []}
     )
     for u in units:
-        for warmed, cells in _warmed_cells(u).items():
+        for warmed, cells in warmed_cells(u).items():
             per_arm[u["arm"]][warmed] += cells
     per_arm = {a: c for a, c in per_arm.items() if c[True] or c[False]}
     if not per_arm:
@@ -326,7 +195,7 @@ def _warmed_table(units: list[dict], console: Console) -> dict:
     return out
 
 
-def _tagged_nodes_table(units: list[dict], study: Study, console: Console) -> dict:
+def tagged_nodes_table(units: list[dict], study: Study, console: Console) -> dict:
     """The comparisons and warmed-family gains over the tagged nodes only (a bare node's own
     groups carry almost no signal under the tagged rule, so it can dominate a swarm's sums)."""
     if not any(m in BARE for u in units for m in u["models"]):
@@ -354,7 +223,7 @@ def _tagged_nodes_table(units: list[dict], study: Study, console: Console) -> di
         if not seeds:
             continue
         ratios = [cumulative[cand][s] / cumulative[base][s] for s in seeds]
-        cg, bg = (_mean_se(gains[cand]), _mean_se(gains[base]))
+        cg, bg = (mean_se(gains[cand]), mean_se(gains[base]))
         table.add_row(
             f"{cand} vs {base}",
             " ".join(f"{r:.3f}" for r in ratios),
@@ -371,7 +240,7 @@ def _tagged_nodes_table(units: list[dict], study: Study, console: Console) -> di
     return out
 
 
-def _mean_se(values: list[float]) -> tuple[float, float]:
+def mean_se(values: list[float]) -> tuple[float, float]:
     """(mean, standard error) of `values` ((0, 0) if empty)."""
     if not values:
         return 0.0, 0.0
@@ -379,7 +248,7 @@ def _mean_se(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), se
 
 
-def _weak_table(units: list[dict], console: Console) -> dict:
+def weak_table(units: list[dict], console: Console) -> dict:
     """Each gap-swarm node's held-out accuracy on its weak families (mean over seeds): where
     only peers' groups carry signal, so where a sharing channel should show."""
     per_arm: dict[str, dict[int, list[tuple[float, float]]]] = defaultdict(
@@ -415,7 +284,7 @@ def _weak_table(units: list[dict], console: Console) -> dict:
     return out
 
 
-def _format_table(units: list[dict], console: Console, window: int = 10) -> dict:
+def format_table(units: list[dict], console: Console, window: int = 10) -> dict:
     """Share of completions that tag their answer, first vs last `window` rounds, per node."""
     per_arm: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
     for u in units:
@@ -444,7 +313,7 @@ def _format_table(units: list[dict], console: Console, window: int = 10) -> dict
     return out
 
 
-def _plot(units: list[dict], path: Path) -> None:
+def plot(units: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -472,55 +341,7 @@ def _plot(units: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def report_default(results: Path, console: Console, protocol: str = "paper") -> int:
-    """Each testbed's tables, then the default study's rule over both, the cost of each arm,
-    and the decision (once every verdict unit of both testbeds is in): default-decision.json."""
-    from swarm.bench.default_study import CANDIDATES, TESTBEDS, cost_rows, decide, judge
-
-    study = STUDIES["default"]
-    by_testbed, payload = {}, {"study": "default", "testbeds": {}}
-    for testbed in TESTBEDS:
-        folder = results / study.folder(protocol, testbed)
-        if not load_units(folder):
-            console.print(f"{testbed}: no units yet in {folder / 'units'}")
-            continue
-        if report(folder, console, study):
-            return 2
-        chosen = _at_tuned_rates(load_units(folder))
-        cumulative, held_out = defaultdict(dict), defaultdict(dict)
-        for u in chosen:
-            cumulative[u["arm"]][u["seed"]] = u["cumulative_own_reward"]
-            held_out[u["arm"]][u["seed"]] = _swarm_by_family(u["held_out_end"])
-        by_testbed[testbed] = (cumulative, held_out)
-        missing = [
-            f"{a} seed {s}"
-            for a in study.arms
-            for s in study.seeds
-            if s not in cumulative.get(a, {})
-        ]
-        cost = cost_rows(chosen)
-        _cost_table(testbed, cost, console)
-        payload["testbeds"][testbed] = {"missing": missing, "cost": cost}
-    if len(by_testbed) < len(TESTBEDS) or any(t["missing"] for t in payload["testbeds"].values()):
-        console.print("decision: not yet (every arm needs every verdict seed on both testbeds)")
-    else:
-        judgements = [judge(name, by_testbed) for name in CANDIDATES]
-        payload["judgements"] = [asdict(j) | {"mean_vs_8_0": j.mean_vs_8_0} for j in judgements]
-        payload["default"] = decide(judgements)
-        for j in judgements:
-            verdict = "PASS" if j.passed else "fail: " + "; ".join(j.why)
-            ratios = ", ".join(
-                f"{r.testbed} {r.mean:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]" for r in j.equal_cost
-            )
-            console.print(f"{j.name} ({j.arm}) vs {j.equal_cost[0].baseline}: {ratios}; {verdict}")
-        console.print(f"decision: {payload['default'] or 'neither passes: shared_groups stays 0'}")
-    path = results / "default-decision.json"
-    path.write_text(json.dumps(payload, indent=1))
-    console.print(f"wrote {path}")
-    return 0
-
-
-def _cost_table(testbed: str, cost: dict, console: Console) -> None:
+def cost_table(testbed: str, cost: dict, console: Console) -> None:
     table = Table(title=f"{testbed}: what each arm costs a node (per node and round)")
     for col in (
         "arm",
