@@ -52,7 +52,7 @@ def header(tensors: list[tuple[str, tuple[int, ...]]], dtype: torch.dtype) -> by
     return len(text).to_bytes(8, "little") + text
 
 
-def _to_host(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def to_host(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """One tensor, cast and in CPU memory, contiguous: the only copy alive while writing."""
     return tensor.to("cpu", dtype).contiguous()
 
@@ -71,7 +71,7 @@ def write_weights(model: torch.nn.Module, path: Path, dtype: torch.dtype) -> int
         with open(partial, "wb") as f:
             written += f.write(header([(n, tuple(t.shape)) for n, t in tensors], dtype))
             for _, tensor in tensors:
-                host = _to_host(tensor, dtype)
+                host = to_host(tensor, dtype)
                 written += f.write(host.reshape(-1).view(torch.uint8).numpy().data)
                 del host
         os.replace(partial, path)

@@ -78,11 +78,14 @@ def test_the_stop_token_is_kept_apart(tiny_policy, model):
 
 def test_the_trainers_module_is_used_in_place(tiny_policy, model):
     generator = ContinuousGenerator(model, tiny_policy.tokenizer, set(), 4)
-    attention = model.config._attn_implementation
+    probe = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        logits = model(probe).logits
     prompts = _prompts(tiny_policy, 2)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=4)
     before = generator.generate(prompts, 1, greedy)
-    assert model.config._attn_implementation == attention  # paged attention only during a call
+    with torch.no_grad():  # paged attention only during a call: the trainer's forward unchanged
+        assert torch.equal(model(probe).logits, logits)
     held = [v for v in vars(generator).values() if isinstance(v, torch.nn.Module)]
     assert len(held) == 1 and held[0] is model  # the trainer's module, no copy of it
     head = model.get_output_embeddings().weight

@@ -121,7 +121,7 @@ def test_the_weights_file_is_written_one_tensor_at_a_time(policy, tmp_path, monk
         live.append(weakref.ref(out))
         return out
 
-    monkeypatch.setattr(weights_file, "_to_host", lambda t, dtype: to(t, "cpu", dtype))
+    monkeypatch.setattr(weights_file, "to_host", lambda t, dtype: to(t, "cpu", dtype))
     path = tmp_path / "model.safetensors"
     weights_file.write_weights(policy.model, path, torch.bfloat16)
     read = load_file(path)
