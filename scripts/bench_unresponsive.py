@@ -122,17 +122,20 @@ class Node:
         self.log.close()
 
 
-def attack(case: str, addr: str) -> subprocess.Popen:
+def attack(case: str, addr: str, tmp: Path) -> subprocess.Popen:
     mode, _, count = case.partition("-")
     mode = {"stall": "stall-groups"}.get(mode, mode)
     args = [sys.executable, "-m", "swarm.bench.unresponsive_peer", "--mode", mode]
     args += ["--bootstrap", addr, "--max-lifetime", "1800"]
     if count:
         args += ["--count", count]
-    proc = spawn(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    log = open(tmp / case / "attack.err", "w")  # noqa: SIM115 - the process's own
+    proc = spawn(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
     assert proc.stdout is not None
     if not proc.stdout.readline():
-        raise SystemExit(f"the {case} attack did not start")
+        raise SystemExit(
+            f"the {case} attack did not start: {(tmp / case / 'attack.err').read_text()[-2000:]}"
+        )
     return proc
 
 
@@ -156,7 +159,7 @@ def run_case(case: str, before: int, after: int, tmp: Path) -> dict:
     proc = None
     try:
         node.wait_rounds(before)
-        proc = attack(case, node.addr)
+        proc = attack(case, node.addr, tmp)
         if case.startswith("vanish"):
             proc.send_signal(signal.SIGSTOP)
         event = time.time()
@@ -240,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
             (Path(tmp) / case).mkdir()
             results.append(run_case(case, args.before, args.after, Path(tmp)))
             print(json.dumps({k: v for k, v in results[-1].items() if k != "rounds_after_s"}))
+            out = Path(args.out)  # after each case: a later failure loses nothing
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(
+                json.dumps({"command": " ".join(sys.argv), "results": results}, indent=1)
+            )
     print(table(results))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ import json
 import socket
 import sys
 import threading
+import time
 
 import trio
 
@@ -82,6 +83,19 @@ def blackhole() -> tuple[socket.socket, list[socket.socket], int]:
 
 def own_entry(t: Libp2pTransport) -> ViewEntry:
     return ViewEntry(t.peer_id, tuple(a.rsplit("/p2p/", 1)[0] for a in t.listen_addrs()), 0)
+
+
+def fetch_patiently(t: Libp2pTransport, node: str, key: str, within_s: float = 120.0) -> None:
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            t.fetch_blob(node, key, 10.0)
+            return
+        except TransportError as exc:
+            print(f"fetching {key} from the node: {exc}", file=sys.stderr)
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def keep_asking(peers: list[Libp2pTransport], node: str, stop: threading.Event) -> None:
@@ -141,9 +155,9 @@ def main() -> int:
     elif args.mode != "stall-groups":
         for t, entry in zip(peers, entries, strict=True):
             t.serve_blob(VIEW_KEY, encode_view([entry]))
-    for t in peers:  # the node hears of each as a fetcher
+    for t in peers:  # the node hears of each as a fetcher (a busy node may be slow to answer)
         for key in (ANNOUNCEMENTS_KEY, VIEW_KEY):
-            t.fetch_blob(node, key, 30.0)
+            fetch_patiently(t, node, key)
     stop = threading.Event()
     asker = threading.Thread(target=keep_asking, args=(peers, node, stop), daemon=True)
     asker.start()
