@@ -14,6 +14,7 @@ import json
 from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -116,9 +117,9 @@ def report(folder: Path, console: Console, study: Study = STUDIES["sharing"]) ->
         "tuning": tuning_table(tuning, console, study.learning_rates),
     }
     chosen = _at_tuned_rates(units)
-    cumulative = defaultdict(dict)
-    batch = defaultdict(dict)
-    held_out = defaultdict(dict)
+    cumulative: dict[str, dict[int, float]] = defaultdict(dict)
+    batch: dict[str, dict[int, float]] = defaultdict(dict)
+    held_out: dict[str, dict[int, dict[str, float]]] = defaultdict(dict)
     for u in chosen:
         cumulative[u["arm"]][u["seed"]] = u["cumulative_own_reward"]
         batch[u["arm"]][u["seed"]] = u["cumulative_batch_reward"]
@@ -164,7 +165,9 @@ def report_default(results: Path, console: Console, protocol: str = "paper") -> 
     from swarm.bench.default_study import CANDIDATES, TESTBEDS, cost_rows, decide, judge
 
     study = STUDIES["default"]
-    by_testbed, payload = {}, {"study": "default", "testbeds": {}}
+    by_testbed: dict[str, tuple] = {}
+    testbeds: dict[str, dict] = {}
+    payload: dict[str, Any] = {"study": "default", "testbeds": testbeds}
     for testbed in TESTBEDS:
         folder = results / study.folder(protocol, testbed)
         if not load_units(folder):
@@ -173,7 +176,8 @@ def report_default(results: Path, console: Console, protocol: str = "paper") -> 
         if report(folder, console, study):
             return 2
         chosen = _at_tuned_rates(load_units(folder))
-        cumulative, held_out = defaultdict(dict), defaultdict(dict)
+        cumulative: dict[str, dict[int, float]] = defaultdict(dict)
+        held_out: dict[str, dict[int, dict[str, float]]] = defaultdict(dict)
         for u in chosen:
             cumulative[u["arm"]][u["seed"]] = u["cumulative_own_reward"]
             held_out[u["arm"]][u["seed"]] = swarm_by_family(u["held_out_end"])
@@ -186,8 +190,8 @@ def report_default(results: Path, console: Console, protocol: str = "paper") -> 
         ]
         cost = cost_rows(chosen)
         cost_table(testbed, cost, console)
-        payload["testbeds"][testbed] = {"missing": missing, "cost": cost}
-    if len(by_testbed) < len(TESTBEDS) or any(t["missing"] for t in payload["testbeds"].values()):
+        testbeds[testbed] = {"missing": missing, "cost": cost}
+    if len(by_testbed) < len(TESTBEDS) or any(t["missing"] for t in testbeds.values()):
         console.print("decision: not yet (every arm needs every verdict seed on both testbeds)")
     else:
         judgements = [judge(name, by_testbed) for name in CANDIDATES]

@@ -15,6 +15,7 @@ import shutil
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -257,7 +258,7 @@ def _run_rounds(args, nodes, label: str, rounds: list, log_path: Path) -> None:
 
 def _read_log(path: Path, start_round: int) -> dict:
     """The rounds already logged before `start_round` (a resumed unit), and the start evaluation."""
-    logs = {"rounds": [], "start_eval": None}
+    logs: dict[str, Any] = {"rounds": [], "start_eval": None}
     if start_round == 0 or not path.exists():
         return logs
     for line in path.read_text().splitlines():

@@ -77,7 +77,7 @@ def check_cross_field(config: Config, origin) -> None:
     if config.training.shared_from != "any" and p2p.exchange != "pull":
         raise ConfigError(
             f"{origin('training', 'shared_from', 'p2p.exchange')}: training.shared_from = "
-            f"{config.training.shared_from!r} needs p2p.exchange = \"pull\" (gossip delivers "
+            f'{config.training.shared_from!r} needs p2p.exchange = "pull" (gossip delivers '
             "every peer's groups before their family is known)"
         )
     if config.generation.temperature == 0 and config.node.role != "observer":
