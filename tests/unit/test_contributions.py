@@ -296,6 +296,7 @@ def test_refusals_are_shown_beside_rejections_in_both_tables():
     data = {
         "node_name": "n",
         "model": "swarm-tiny",
+        "model_identity": "swarm-tiny",
         "groups_in_ledger": 2,
         "window": {"since": None, "until": None},
         "peers": [peer.as_dict()],
