@@ -123,7 +123,9 @@ class Node:
 
 
 def attack(case: str, addr: str, tmp: Path) -> subprocess.Popen:
-    mode, _, count = case.partition("-")
+    mode, count = case, ""
+    if case.startswith("vanish-"):
+        mode, count = "vanish", case.split("-")[1]
     mode = {"stall": "stall-groups"}.get(mode, mode)
     args = [sys.executable, "-m", "swarm.bench.unresponsive_peer", "--mode", mode]
     args += ["--bootstrap", addr, "--max-lifetime", "1800"]
