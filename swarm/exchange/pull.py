@@ -111,7 +111,7 @@ class PullSettings:
     max_age_s: float = 600.0  # older announcements are not pulled
     fetch_timeout_s: float = 5.0  # one fetch at most
     list_wait_s: float = 0.25  # over libp2p: a round waits this long, once, for lists asked
-    fresh_list_s: float = 2.0  # ... and asks again, in the round, lists older than this
+    fresh_list_s: float = 0.5  # ... and asks again, in the round, lists older than this
     round_budget_s: float = 15.0  # every fetch of a round (view, lists by half of it, groups)
     parallel_fetches: int = 8  # fetches side by side (over libp2p; in memory one at a time)
     unserved_ban_after: int = 8  # announced groups a sender did not serve in a row, then hard
