@@ -99,6 +99,10 @@ class PeerBackoff:
     def vouched(self, peer: str) -> bool:
         return peer in self._vouched
 
+    def remembered(self) -> tuple[int, int]:
+        """(peers suspended, peers vouched for) held in memory, each at most `capacity`."""
+        return len(self._suspended), len(self._vouched)
+
     def count(self, now: float) -> int:
         """Peers suspended now."""
         return sum(self.suspended(p, now) for p in self._suspended)

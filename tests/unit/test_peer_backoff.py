@@ -38,7 +38,7 @@ def test_the_backoff_is_bounded():
     for i in range(100):
         b.failed(f"p{i}", now=0)
         b.vouch(f"q{i}")
-    assert len(b._suspended) == 8 and len(b._vouched) == 8
+    assert b.remembered() == (8, 8)
 
 
 def pull_nodes(n: int) -> list[NetworkNode]:
