@@ -143,7 +143,7 @@ def make_node(
         shared_groups=settings.shared,
         max_age_s=3 * settings.period_s,
         pull=PullSettings(
-            lists_per_round=settings.lists,
+            pull_lists=settings.lists,
             pull_groups=settings.pulls,
             keep_rounds=settings.keep_rounds,
             max_age_s=3 * settings.period_s,

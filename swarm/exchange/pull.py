@@ -12,10 +12,10 @@ on J of them. Here a node's cost per round depends on its own settings only
   in full (holders: they serve it too);
 - collecting, within one time budget a round (`round_budget_s`; fetches side by side,
   `swarm.exchange.pull_fetch`, each capped at the size it may have): it refreshes its view of
-  the swarm (`swarm.exchange.peer_view`), asks `lists_per_round` peers sampled from it for
+  the swarm (`swarm.exchange.peer_view`), asks `pull_lists` peers sampled from it for
   their lists, checks each announcement cheaply (`swarm.verify.announcements`), keeps the
   fresh ones as candidates, chooses `pull_groups` of them with the trainer's sampler
-  (uniform, at most `per_sender_cap` per sender, only groups whose claimed rewards carry
+  (uniform, at most `per_peer_cap` per sender, only groups whose claimed rewards carry
   signal) taken one sender at a time (`balanced`), and pulls them, content-addressed, from
   their sender and its known holders in a random order (the load spreads over holders);
 - exact blame: served bytes of another size or hash are the serving peer's fault alone
@@ -39,7 +39,7 @@ Why this is a fair sample of the swarm: the peers asked are a uniform sample of 
 is itself a random subset of the swarm, so every sender is equally likely to be asked, and
 each of its groups is as likely to be chosen as another's of the same sender, whoever is
 connected to whom; a sender that announces more groups gains nothing (`balanced`), and no
-sender gets more than `per_sender_cap` a round.
+sender gets more than `per_peer_cap` a round.
 
 Deliberately not here: full verification, pooling, ledgers (the caller's), or the transport.
 """
@@ -100,9 +100,9 @@ HINT_MEMORY = 4096  # blob hashes whose holder hints a node remembers (and sende
 class PullSettings:
     """How much a node asks and pulls per round (its whole cost; nothing depends on N)."""
 
-    lists_per_round: int = 8  # peers asked for their announcements each round
+    pull_lists: int = 8  # peers asked for their announcements each round
     pull_groups: int = 10  # groups pulled each round (J plus a margin for failures)
-    per_sender_cap: int = 2  # of those, at most this many from one sender
+    per_peer_cap: int = 2  # of those, at most this many from one sender
     keep_rounds: int = 3  # own and pulled groups stay served this many rounds
     # Own groups stay announced this many rounds (at most keep_rounds): a list then names the
     # holders of the previous round's groups, who fetched them after they were first announced.
@@ -234,7 +234,7 @@ class PullExchange:
         self.transport.serve_blob(ANNOUNCEMENTS_KEY, pack_announcements([]))
         s = self.settings
         self.view.refresh(s.fetch_timeout_s)
-        self._ask_later(s.lists_per_round if s.pull_groups else 0, s.fetch_timeout_s)
+        self._ask_later(s.pull_lists if s.pull_groups else 0, s.fetch_timeout_s)
 
     def close(self) -> None:
         """Stop the fetch workers (the transport is the caller's)."""
@@ -338,7 +338,7 @@ class PullExchange:
         started = self.monotonic()
         view_timeout = min(s.fetch_timeout_s, s.round_budget_s / 4)
         # a node that pulls nothing (training.shared_groups = 0) asks for no lists either
-        lists = s.lists_per_round if s.pull_groups else 0
+        lists = s.pull_lists if s.pull_groups else 0
         rejected: list[Rejection] = []
         if self.later is not None:
             self.later.take_views()
@@ -441,7 +441,7 @@ class PullExchange:
             seed=f"{self.own_id}:pull:{self.round}",
             now=self.clock(),
             max_age_s=s.max_age_s,
-            per_sender_cap=s.per_sender_cap,
+            per_peer_cap=s.per_peer_cap,
             every_group=s.every_group,
         )
         for announcement in chosen:

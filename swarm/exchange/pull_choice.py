@@ -1,7 +1,7 @@
 """Which announced groups a node pulls, and the state of one pull (pure, no I/O).
 
 `choose_pulls` is the trainer's sampler (`swarm.batch_choice.choose_batch`: uniform, only
-groups whose claimed rewards carry signal, fresh enough, at most `per_sender_cap` per
+groups whose claimed rewards carry signal, fresh enough, at most `per_peer_cap` per
 sender) over announcements, then `balanced`: one group per sender in turn, so a sender that
 announces more groups gains nothing. `Attempt` is one chosen group while its sources are
 tried (`swarm.exchange.pull`).
@@ -24,7 +24,7 @@ def choose_pulls(
     seed: str,
     now: float,
     max_age_s: float,
-    per_sender_cap: int,
+    per_peer_cap: int,
     every_group: bool = False,
 ) -> list[GroupAnnouncement]:
     """`k` announcements to pull: the trainer's draw, then one per sender in turn. With
@@ -54,7 +54,7 @@ def choose_pulls(
         seed=seed,
         now=now,
         staleness=Staleness(max_version_gap=None, max_age_s=max_age_s),
-        per_peer_cap=per_sender_cap or None,
+        per_peer_cap=per_peer_cap or None,
     ).shared
     return balanced(shuffled, k)
 

@@ -1,6 +1,6 @@
 """Many blob fetches at once, within one deadline, each refused beyond the size it may have.
 
-The pull exchange fetches a view, up to `lists_per_round` lists and up to `pull_groups`
+The pull exchange fetches a view, up to `pull_lists` lists and up to `pull_groups`
 groups a round. One after another, with a 5 s timeout each, peers that stall could cost a
 round 1 + 8 + 10 timeouts; here a round has one time budget, and the fetches of each step
 run side by side (`parallel` at a time, on worker threads that each wait on the transport:

@@ -265,9 +265,9 @@ def observer_exchange(
     """What an observer of a pull swarm pulls: what is announced, not what would train."""
     p2p = config.p2p
     settings = PullSettings(
-        lists_per_round=p2p.pull_lists,
+        pull_lists=p2p.pull_lists,
         pull_groups=p2p.pull_groups if p2p.pull_groups >= 0 else OBSERVER_PULLS,
-        per_sender_cap=0,
+        per_peer_cap=0,
         max_age_s=config.verify.max_age_s,
         view_capacity=p2p.view_size,
         every_group=True,

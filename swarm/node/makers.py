@@ -357,9 +357,9 @@ def make_exchange(
     shared = config.training.shared_groups
     pulls = p2p.pull_groups if p2p.pull_groups >= 0 else (shared + 2 if shared else 0)
     settings = PullSettings(
-        lists_per_round=p2p.pull_lists,
+        pull_lists=p2p.pull_lists,
         pull_groups=pulls,
-        per_sender_cap=config.training.per_peer_cap,
+        per_peer_cap=config.training.per_peer_cap,
         max_age_s=config.training.max_age_s or 3600.0,
         view_capacity=p2p.view_size,
         seed_salt=config.task_seed,

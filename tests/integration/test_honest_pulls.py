@@ -22,7 +22,7 @@ def test_an_observer_and_a_node_pull_every_group_of_one_sender_and_are_refused_n
     )
     sender.start()
     bootstrap = sender.transport.listen_addrs()
-    pull = PullSettings(lists_per_round=2, pull_groups=GROUPS, per_sender_cap=GROUPS)
+    pull = PullSettings(pull_lists=2, pull_groups=GROUPS, per_peer_cap=GROUPS)
     puller = NetworkNode.over_libp2p(
         NetworkNodeSettings(exchange=ExchangeKind.PULL, groups_per_round=1, pull=pull),
         listen="/ip4/127.0.0.1/tcp/0",

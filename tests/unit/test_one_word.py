@@ -35,6 +35,27 @@ class Retired:
 
 RETIRED = [
     Retired(
+        r"\blists_per_round\b",
+        "pull_lists",
+        "peers asked for their announcements a round: one name, the config key's",
+        "PullSettings(lists_per_round=8)",
+        "PullSettings(pull_lists=8)",
+    ),
+    Retired(
+        r"\bper_sender_cap\b",
+        "per_peer_cap",
+        "at most this many shared groups from one peer: one name, the config key's",
+        "choose_pulls(per_sender_cap=2)",
+        "choose_pulls(per_peer_cap=2)",
+    ),
+    Retired(
+        r"\blibp2p[./]scoring\b",
+        "peer_scores",
+        "scoring means rewards (swarm.tasks.scoring); GossipSub's peer scores are peer_scores",
+        "from swarm.p2p.libp2p.scoring import PENALTY",
+        "from swarm.p2p.libp2p.peer_scores import PENALTY",
+    ),
+    Retired(
         r"(?i)\brejection[ _]hook\b",
         "refusal hook",
         "the transport's own refusals are refusals; rejections are a validator's or the intake's",

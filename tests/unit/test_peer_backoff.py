@@ -48,7 +48,7 @@ def pull_nodes(n: int) -> list[NetworkNode]:
         exchange=ExchangeKind.PULL,
         groups_per_round=2,
         shared_groups=2,
-        pull=PullSettings(lists_per_round=n, pull_groups=4),
+        pull=PullSettings(pull_lists=n, pull_groups=4),
     )
     nodes = [NetworkNode(settings, MemoryTransport(peer_id_of(k), hub), k) for k in keys]
     for node in nodes:

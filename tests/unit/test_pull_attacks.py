@@ -38,7 +38,7 @@ def swarm_of(n: int, **pull) -> tuple[list[NetworkNode], list[MemoryTransport]]:
         groups_per_round=1,
         shared_groups=1,
         verify=verify,
-        pull=PullSettings(**{"pull_groups": 1, "lists_per_round": n, **pull}),
+        pull=PullSettings(**{"pull_groups": 1, "pull_lists": n, **pull}),
     )
     nodes = [NetworkNode(settings, t, k) for t, k in zip(transports, keys, strict=True)]
     for t in transports:
@@ -231,7 +231,7 @@ def test_last_rounds_groups_stay_announced_with_the_holders_who_fetched_them_sin
 def test_a_group_seen_but_not_pulled_is_pulled_later_from_the_holders_its_list_names():
     """A node that saw a group announced and chose another one pulls it when the sender's
     list announces it again, from the holders the list names by then."""
-    nodes, _ = swarm_of(16, per_sender_cap=1)
+    nodes, _ = swarm_of(16, per_peer_cap=1)
     senders, holders, pullers = nodes[:2], nodes[2:6], nodes[6:]
     digests = [published(sender)[0] for sender in senders]
     first = {}

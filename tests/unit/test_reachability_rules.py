@@ -5,8 +5,8 @@ from __future__ import annotations
 import multiaddr
 
 from swarm.core.reasons import Reason
+from swarm.p2p.libp2p.peer_scores import PENALTY
 from swarm.p2p.libp2p.reachability import MAX_ADDRS, dial_back_addrs, verdict
-from swarm.p2p.libp2p.scoring import PENALTY
 from swarm.p2p.transport import Reachability, RefusalReason
 
 

@@ -34,8 +34,8 @@ from libp2p.tools.anyio_service import background_trio_service
 from swarm.p2p.libp2p.host import AccessPolicy
 from swarm.p2p.libp2p.patches import SwarmGossipSub, SwarmPubsub, abort_peer_connections
 from swarm.p2p.libp2p.peer_costs import Ban, Cost
+from swarm.p2p.libp2p.peer_scores import PENALTY, build_score_params
 from swarm.p2p.libp2p.refusals import RefusalRecorder
-from swarm.p2p.libp2p.scoring import PENALTY, build_score_params
 from swarm.p2p.libp2p.stats import Counters
 from swarm.p2p.transport import (
     BoundedInbox,

@@ -231,7 +231,7 @@ class SwarmGossipSub(GossipSub):
     - PRUNE peer exchange: the library dialled PX peers at once, inside the read loop of
       the peer that sent them, from any peer (its accept threshold was -inf), and without a
       signed record from the peerstore. Now PX is taken only from peers scoring at least
-      scoring.ACCEPT_PX_THRESHOLD, only with a valid signed peer record, at most PX_MAX
+      peer_scores.ACCEPT_PX_THRESHOLD, only with a valid signed peer record, at most PX_MAX
       per PRUNE, and handed to our dialer (allow-list, peer limit, backoff), never dialled
       here.
     - Peers below the gossip threshold get no answer to IHAVE or IWANT (spec).

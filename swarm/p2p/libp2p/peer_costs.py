@@ -13,7 +13,7 @@ spent it on) recorded. A message refused by the validator costs its signer the r
 the relay that forwarded it only the handling (`RELAYED_REFUSAL`): an honest relay
 validated it as far as it could.
 
-Deliberately not here: the GossipSub score (`scoring.py`), whose graylist is the spec's;
+Deliberately not here: the GossipSub score (`peer_scores.py`), whose graylist is the spec's;
 this budget works beside it, counts what the score does not (duplicates, bytes, streams,
 graylisted RPCs themselves) and ends in a ban rather than a score that decays back.
 """
