@@ -22,6 +22,8 @@ import threading
 import time
 from pathlib import Path
 
+from swarm.bench.join_process import start_join
+
 ROOT = Path(__file__).resolve().parents[2]
 GOAL_RATIO = 1.5
 GOAL_MB = 50.0
@@ -56,21 +58,9 @@ class Victim:
             "generation.max_new_tokens=8",
             "training.local_groups=4",
         ]
-        cmd = [str(Path(sys.executable).parent / "swarm-node"), "join", "--run-dir", str(run_dir)]
-        cmd += ["--listen", "/ip4/127.0.0.1/tcp/0"]
-        for s in sets:
-            cmd += ["--set", s]
-        self.log = open(run_dir.parent / "victim.out", "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        info_path = run_dir / "node.json"
-        deadline = time.monotonic() + 300
-        while not info_path.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the victim did not start (see {run_dir.parent / 'victim.out'})")
-            time.sleep(0.5)
-        time.sleep(0.5)
-        info = json.loads(info_path.read_text())
-        self.addr = info["addrs"][0]
+        self.proc, self.log, self.addr = start_join(
+            run_dir, sets, run_dir.parent / "victim.out", name="victim"
+        )
         self.pid = self.proc.pid
 
     def rounds(self, since: float, until: float) -> list[float]:

@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from swarm.bench.join_process import start_join
+
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (its results/, on PYTHONPATH)
 CASES = ("vanish-1", "vanish-4", "vanish-16", "dead-view", "silent-view", "stall")
 
@@ -41,20 +43,10 @@ class Node:
             "generation.max_new_tokens=8",
             "training.local_groups=4",
         ]
-        cmd = [str(Path(sys.executable).parent / "swarm-node"), "join", "--run-dir", str(run_dir)]
-        cmd += ["--listen", "/ip4/127.0.0.1/tcp/0"]
-        for s in sets:
-            cmd += ["--set", s]
-        self.log = open(run_dir.parent / "node.out", "w")  # noqa: SIM115 - closed in stop()
-        self.proc = spawn(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        info = run_dir / "node.json"
-        deadline = time.monotonic() + 300
-        while not info.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the node did not start (see {run_dir.parent / 'node.out'})")
-            time.sleep(0.5)
-        time.sleep(0.5)
-        self.addr = json.loads(info.read_text())["addrs"][0]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc, self.log, self.addr = start_join(
+            run_dir, sets, run_dir.parent / "node.out", env=env
+        )
 
     def rounds(self) -> list[tuple[float, float, float]]:
         """(started_at, total_s, other_s) of every live round so far: other_s is the round
