@@ -1,14 +1,7 @@
 """The flood benchmark's run: per attack class, the victim's windows (`swarm.bench.flood_victim`),
 and the holder-hints flood measured at a follower; a table and JSON. `run` takes the options
 of `scripts/bench_flood.py` (classes, seconds, repeats, model, out).
-
-- duplicates: one valid signed group published again and again (each a new gossip message);
-- garbage: signed gossip messages of 256 KB of random bytes;
-- ihave: RPCs of 2,000 IHAVE entries under made-up topics, written on a raw stream;
-- bulk: valid, distinct groups of large completions with honest rewards (accepted);
-- hints: a trainer announcing 1 GiB as its holder hints to a follower. This one measures the
-  follower's step itself (a process reading the hints every 0.2 s; each read's time and the
-  process's RSS) against the same trainer serving 3 KB of honest hints, not a node's rounds.
+What it measures, on what and how, is said once: in `scripts/bench_flood.py`'s help.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """kill -9 loop: a trainer and a follower on 127.0.0.1, one of them killed at random moments.
 
-Two real nodes, each an ordinary `Node` in its own process: a trainer publishing a sparse
-delta after every update, and a generator-role node following it over libp2p. Again and
-again one of them is sent SIGKILL while it is in a round, fetching a delta or writing its
-ledger, and restarted on the same run folder. Each node process notes the moments it enters
-and leaves a delta fetch and a ledger write in a marks file (plain appends, visible after a
-kill), so the loop can aim at a phase, and says afterwards which phase each kill hit.
-
-After every kill it checks the killed node's ledger: `PRAGMA integrity_check` is "ok";
-every row committed before the kill is there after the restart, unchanged but for the
-columns a resume may update (`superseded`, a peer's last-seen time); no row appears twice;
-live round numbers are unique and contiguous; `swarm-node doctor` finds no problem; and the
-node resumes (commits a new round). At the end both nodes stop cleanly.
-
+What it measures, on what and how, is said once: in `scripts/kill_loop.py`'s help.
 `run` takes the options of `scripts/kill_loop.py` (kills, seed, json, work); the node
 processes are `swarm.bench.kill_node`'s, the checks `swarm.bench.kill_checks`'.
 """

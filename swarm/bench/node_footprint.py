@@ -1,18 +1,7 @@
 """What a node process costs in memory and start-up time, stage by stage.
 
-Each measurement runs in a fresh Python process (what is imported is the point):
-
-- `imports`: the node's heavy imports one after another, in the order a node makes them,
-  with the resident memory and seconds each adds;
-- `tiny`: a trainer node with the built-in tiny model on the libp2p transport (listening on
-  127.0.0.1, no peers), as `swarm-node join` runs it: build, start, evaluate, a few rounds,
-  checkpoint, close; per stage the seconds (wall and CPU), RSS after it and the peak RSS
-  during it, and at the end where the resident memory lives (heap, anonymous, files);
-- `network`: a network-only node (`swarm.bench.network_node`: no model, synthetic groups,
-  real signing and verification) over libp2p, in a swarm of three (two more such nodes
-  run in their own processes): build, start, rounds paced 2 s apart, close.
-
-`scripts/bench_footprint.py` runs it; each child is this module run as a program.
+What it measures, on what and how, is said once: in `scripts/bench_footprint.py`'s help.
+Each child is this module run as a program.
 """
 
 from __future__ import annotations

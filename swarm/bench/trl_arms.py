@@ -1,24 +1,6 @@
 """The arms of the TRL comparison: a GRPO round three ways (shared prefix, plain, TRL).
 
-Each arm makes the same round: Q questions x G completions sampled at temperature 1, scored,
-group-relative advantages, one optimizer step on the whole batch (fp32, constant lr, AdamW
-betas 0.9/0.99, gradient clipping at 1, no KL, no activation checkpointing):
-
-- `shared`: this project's generator and trainer as a node runs them (each prompt prefilled
-  once for generation and encoded once per micro-batch for training);
-- `plain`: the same with `shared_prefill` / `shared_prefix` off (every completion runs its
-  prompt again, as before the shared prefix existed);
-- `trl`: TRL's `GRPOTrainer` set up as fast as it goes: one `generate` of the whole batch,
-  no activation checkpointing, fp32, constant lr, `loss_type="dapo"` (token-level sum over
-  the batch's tokens, as here), `beta=0`.
-
-The arms alternate within each repeat (after one warm-up repeat each), so a busy machine
-slows them alike. Shapes: `tiny` is the built-in model on the project's own questions and
-reward, 32 x 8, 8 new tokens; `qwen2-reduced` is a random Qwen2-shaped model (grouped-query
-attention, q/k/v biases, untied head; reduced width and depth so it runs on a CPU) with
-300-token prompts and exactly 200-token completions (its stop token lies outside the
-model's vocabulary) and a synthetic reward (a hash of the text), 2 x 8. Needs TRL
-(`pip install -e .[bench]`).
+What it measures, on what and how, is said once: in `scripts/bench_trl.py`'s help.
 
 Each arm is a function of the repeat index that makes one round and returns its timings;
 `swarm.bench.trl_bench` runs them in turn for `scripts/bench_trl.py`.

@@ -1,20 +1,7 @@
 """What verification costs: checks per second for valid and invalid groups, and its share of a round.
 
-Runs a real solo node (the same `Node` as `swarm-node join`, default settings, the built-in
-tiny model unless overridden) for a few rounds in a temporary folder, times the rounds, and
-takes the signed groups it published as realistic input. Each group is then put through
-the verifier as a peer's would be: the gossip validator's checks (`admit`: decode, schema,
-bounds, signature, swarm, allow-list, bans, age, nonce, version, rate limit), the inbox
-re-check (`recheck`, with and without the second signature check) and the expensive checks
-(`verify_content`: copycat, task rebuild, question, every reward recomputed; in this
-process and in the bounded verification worker a node uses by default, whose round trip
-per group is reported apart) and the token
-spot check that groups declaring our model and policy version get (counted for every group:
-the worst case). Invalid groups
-are timed too (garbage, forged signature, inflated reward, a task outside the catalogue).
-
-The share of round time assumes each of P peers sends as many groups per round as this node
-generates (P = 1, 4, 8). `run` takes the options of `scripts/bench_verify.py` (config, rounds,
+What it measures, on what and how, is said once: in `scripts/bench_verify.py`'s help.
+`run` takes the options of `scripts/bench_verify.py` (config, rounds,
 sets, repeat, out), prints a table and writes JSON.
 """
 
