@@ -28,7 +28,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from swarm.bench.experiment import paired_ci
+from swarm.bench.experiment import paired_ci, parse_arm
 
 CANDIDATES: dict[str, str] = {"C1": "4/4-fam", "C2": "4/4-joint+fam"}
 EQUAL_COST: dict[str, str] = {"C1": "4/0", "C2": "8/0"}  # the baseline generating as much
@@ -154,7 +154,7 @@ def cost_rows(units: Sequence[Mapping]) -> dict[str, dict[str, float]]:
             trained.append(groups * u["completions"] / node_rounds)
             seconds.append(u["seconds"] / u["rounds"])
             # own reward: a node-round's mean over its I own questions' completions
-            own_completions = _own_questions(u) * u["completions"]
+            own_completions = parse_arm(u["arm"]).own * u["completions"]
             per_completion.append(u["cumulative_own_reward"] * own_completions / made)
         out[arm] = {
             "units": len(items),
@@ -165,7 +165,3 @@ def cost_rows(units: Sequence[Mapping]) -> dict[str, dict[str, float]]:
         }
     return out
 
-
-def _own_questions(unit: Mapping) -> int:
-    """Questions of the node's own a round (I): the arm's name's first number."""
-    return int(str(unit["arm"]).split("/")[0])
