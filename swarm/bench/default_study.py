@@ -164,4 +164,3 @@ def cost_rows(units: Sequence[Mapping]) -> dict[str, dict[str, float]]:
             "reward_per_generated": statistics.fmean(per_completion),
         }
     return out
-
