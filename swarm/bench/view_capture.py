@@ -4,7 +4,7 @@
 identities collude: each serves a view listing only colluders at age 0, and one of them
 (the greedy viewer) fetches every node's view after every refresh. Over the last `counted`
 of `rounds` refreshes, `capture` counts whom honest nodes asked (`PeerView.sample(8)`).
-`scripts/bench_view_capture.py` and `tests/unit/test_peer_view.py` run it.
+`scripts/bench_view_capture.py` and `tests/unit/exchange/test_peer_view.py` run it.
 """
 
 from __future__ import annotations

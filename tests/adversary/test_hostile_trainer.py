@@ -29,7 +29,7 @@ from swarm.sync.follower import DeltaFollower
 from swarm.sync.rules import Expectation
 from swarm.wire import DeltaManifest, index_key, pack_manifests, payload_key
 from swarm.wire.signing import sign_manifest
-from tests.unit.test_sync import base_weights, clone, same_bits, step
+from tests.unit.sync.test_sync import base_weights, clone, same_bits, step
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = "5a" * 32

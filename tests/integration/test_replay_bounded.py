@@ -16,7 +16,7 @@ from swarm.tasks import TaskSpec, build_task
 from swarm.verify.rescore import rescore
 from swarm.wire import RolloutGroup
 from swarm.wire.signing import sign_group
-from tests.unit.test_wire import KEY, make_group
+from tests.unit.wire.test_wire import KEY, make_group
 
 
 def _costly() -> RolloutGroup:

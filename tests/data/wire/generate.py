@@ -3,7 +3,7 @@
 Run from the repository root: `python tests/data/wire/generate.py [OUT_DIR]` (default: this
 folder). Keys, nonces and timestamps are fixed and Ed25519 signatures are deterministic, so
 the same code writes the same bytes. The files in the repository were written by the code
-of the commit that added them; tests/unit/test_wire_golden.py checks that today's code
+of the commit that added them; tests/unit/wire/test_wire_golden.py checks that today's code
 decodes them to the recorded field values and re-encodes them to the same bytes.
 Regenerate only on purpose (a new schema version), never to make that test pass.
 """

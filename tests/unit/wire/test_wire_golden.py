@@ -36,7 +36,7 @@ from swarm.wire.streams import (
     parse_blob_response_header,
 )
 
-DATA = Path(__file__).parent.parent / "data" / "wire"
+DATA = Path(__file__).parents[2] / "data" / "wire"
 EXPECTED = json.loads((DATA / "expected.json").read_text(encoding="utf-8"))
 GROUPS = ["group_small", "group_wide"]
 MANIFESTS = ["manifest_delta", "manifest_anchor"]

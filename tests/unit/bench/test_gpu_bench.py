@@ -16,7 +16,7 @@ import pytest
 from swarm.bench.gpu_report import goals
 from swarm.bench.gpu_shapes import SHAPES, card_of, decode_bound, training_bound
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _script():

@@ -1,11 +1,11 @@
-"""Each preset says what it holds: some keys, each commented (tests/unit/test_config.py checks
+"""Each preset says what it holds: some keys, each commented (tests/unit/config/test_config.py checks
 the comments), the others at their defaults, where to list them."""
 
 from pathlib import Path
 
 import pytest
 
-PRESETS = sorted((Path(__file__).parents[2] / "node_config").glob("*.toml"))
+PRESETS = sorted((Path(__file__).parents[3] / "node_config").glob("*.toml"))
 SAYS = "omitted keys take the defaults listed by `swarm-node config --keys`"
 
 

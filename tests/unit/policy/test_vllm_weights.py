@@ -20,7 +20,7 @@ from swarm.policy import weights_file
 from swarm.policy.generator import SamplingParams
 from swarm.policy.vllm_generator import VLLMGenerator, isolate_engines
 from tests import vllm_standin
-from tests.unit.test_vllm_args import policy, vllm  # noqa: F401 - fixtures
+from tests.unit.policy.test_vllm_args import policy, vllm  # noqa: F401 - fixtures
 from tests.vllm_standin_worker import Worker, utility_call
 
 MP = "VLLM_ENABLE_V1_MULTIPROCESSING"

@@ -20,7 +20,7 @@ from swarm.verify.rescore import rescore
 from swarm.verify.rescore_pool import InProcess
 from swarm.wire import SignedGroup, encode_group, pack_messages
 from swarm.wire.signing import SIGNING_DOMAIN, sign_group
-from tests.unit.test_wire import KEY, OTHER, make_group
+from tests.unit.wire.test_wire import KEY, OTHER, make_group
 
 ME, THEM = peer_id_of(KEY), peer_id_of(OTHER)
 NOW = 1_700_000_000.0

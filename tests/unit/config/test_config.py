@@ -8,7 +8,7 @@ from swarm.config import Config, build_config, describe_config, task_mix
 from swarm.config.load import load_config
 from swarm.core.errors import ConfigError
 
-PRESETS = sorted((Path(__file__).parents[2] / "node_config").glob("*.toml"))
+PRESETS = sorted((Path(__file__).parents[3] / "node_config").glob("*.toml"))
 
 
 def test_there_are_presets():

@@ -14,7 +14,7 @@ from swarm.core.errors import ConfigError
 from swarm.monitor.display import EvalReport, RoundReport, SwarmSample
 from swarm.monitor.metrics import METRICS, MetricsReporter, parse_metrics_address
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
+DASHBOARD = Path(__file__).resolve().parents[3] / "docs" / "grafana-dashboard.json"
 
 
 def _exposed(reporter: MetricsReporter) -> dict[str, list]:

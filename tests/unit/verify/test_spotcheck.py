@@ -15,7 +15,7 @@ from swarm.policy.prompts import build_prompt
 from swarm.tasks import EASY_MIX, build_task, sample_specs
 from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings, implausible_tokens
 from swarm.wire import Sampling
-from tests.unit.test_wire import KEY, make_group
+from tests.unit.wire.test_wire import KEY, make_group
 
 SETTINGS = SpotCheckSettings(completions=8)
 

@@ -13,7 +13,7 @@ import pytest
 from swarm.core.errors import TransportError
 from swarm.core.libp2p_parts import UnusedPart
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_a_placeholder_hands_out_classes_that_refuse_to_be_made():

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHECKED = ("tests", "scripts")
 NAME_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 PATCH_CALLS = {"setattr", "delattr"}  # monkeypatch.setattr / monkeypatch.delattr

@@ -10,7 +10,7 @@ import torch
 
 from swarm.bench.gpu_smoke import SmokeOptions, run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "scripts" / "gpu_smoke.py"
 
 

@@ -23,7 +23,7 @@ from swarm.policy.delta import encode_anchor
 from swarm.sync.rules import Backoff, PayloadCheck, RejectionLimiter
 from swarm.wire import delta_topic, pack_manifests
 from swarm.wire.signing import sign_manifest
-from tests.unit.test_sync import (
+from tests.unit.sync.test_sync import (
     MALLORY,
     MALLORY_KEY,
     SWARM,

@@ -16,7 +16,7 @@ from swarm.verify.message import check_message
 from swarm.verify.rescore import rescore
 from swarm.wire import SignedGroup, decode_group, encode_group, pack_messages
 from swarm.wire.signing import sign_group
-from tests.unit.test_wire import KEY, OTHER, make_group
+from tests.unit.wire.test_wire import KEY, OTHER, make_group
 
 ME = peer_id_of(KEY)
 
