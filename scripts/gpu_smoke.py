@@ -28,20 +28,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--model", default=D.model, help="name or path")
     parser.add_argument("--rounds", type=positive, default=D.rounds, help="GRPO rounds (default 5)")
-    parser.add_argument(
-        "--questions", type=positive, default=D.questions, help="questions per round"
-    )
+    parser.add_argument("--questions", type=positive, default=D.questions, help="questions a round")
     parser.add_argument(
         "--completions", type=positive, default=D.completions, help="completions each"
     )
     parser.add_argument("--max-new-tokens", type=positive, default=D.max_new_tokens)
     parser.add_argument("--lr", type=float, default=D.lr, help="AdamW learning rate")
     parser.add_argument(
-        "--micro-batch", type=positive, default=D.micro_batch, help="sequences per pass"
+        "--micro-batch", type=positive, default=D.micro_batch, help="sequences a pass"
     )
-    parser.add_argument(
-        "--gpu-memory", type=float, default=D.gpu_memory, help="share of GPU memory for vLLM"
-    )
+    parser.add_argument("--gpu-memory", type=float, default=D.gpu_memory, help="vLLM GPU share")
     parser.add_argument(
         "--tolerance",
         type=float,
