@@ -42,6 +42,7 @@ a caller that runs them side by side with others, or off the round).
 
 from __future__ import annotations
 
+import collections
 import random
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -58,6 +59,9 @@ DEFAULT_CAPACITY = 64
 SHUFFLE_LENGTH = 8  # entries taken from one partner's view, and fetchers entered, a refresh
 DEFAULT_SAMPLED_VIEWS = 1  # views fetched a refresh from peers of the history sample
 MOST_SAMPLED_VIEWS = 16  # ... at most, while the node is still learning the swarm's IDs
+
+LEARN_AGAIN_S = 600.0  # addresses told to the transport again after this long (it keeps them 1 h)
+LEARNED_MEMORY = 4096  # peers whose last told addresses a view remembers
 
 View = dict[str, tuple[tuple[str, ...], int]]  # peer ID -> (addrs, age)
 
@@ -132,6 +136,7 @@ class PeerView:
         self.hearing = self.most_sampled_views if sampled_views else 0
         self.failed_fetches = 0
         self.shuffles = 0
+        self.learned = LearnedAddrs(transport)
 
     def peers(self) -> list[str]:
         return sorted(self.view)
@@ -162,6 +167,7 @@ class PeerView:
         backoff has passed and it is heard of anew)."""
         self.view.pop(peer, None)
         self.history.drop(peer)
+        self.learned.drop(peer)  # heard again, its addresses are told again
         if slow or stalled:
             self.backoff.failed(peer, self.refreshes, stalled)
 
@@ -284,7 +290,7 @@ class PeerView:
         self.history.feed(p for p, _ in known)
         for peer, addrs in known:
             if peer in self.view or self.history.holds(peer):
-                self.transport.learn_peer(peer, addrs)
+                self.learned.learn(peer, addrs)
 
     def _may_hear(self, peer: str) -> bool:
         return not self.backoff.suspended(peer, self.refreshes)
@@ -303,3 +309,32 @@ class PeerView:
             return [a.rsplit("/p2p/", 1)[0] for a in self.transport.listen_addrs()][:4]
         except TransportError:
             return []
+
+
+class LearnedAddrs:
+    """Addresses told to the transport (`Transport.learn_peer`), each told again only when it
+    changed or `LEARN_AGAIN_S` later: the same view heard every round would otherwise cost a
+    call into the network thread per entry, every round (64 a round for a view of 64 peers)."""
+
+    def __init__(self, transport: Transport, monotonic: Callable[[], float] = time.monotonic):
+        self.transport = transport
+        self.monotonic = monotonic
+        self._told: collections.OrderedDict[str, tuple[tuple[str, ...], float]] = (
+            collections.OrderedDict()
+        )
+        self.told = 0  # calls made into the transport
+
+    def learn(self, peer: str, addrs: tuple[str, ...]) -> None:
+        now = self.monotonic()
+        known = self._told.get(peer)
+        if known is not None and known[0] == addrs and now - known[1] < LEARN_AGAIN_S:
+            return
+        self.transport.learn_peer(peer, addrs)
+        self.told += 1
+        self._told[peer] = (addrs, now)
+        self._told.move_to_end(peer)
+        while len(self._told) > LEARNED_MEMORY:
+            self._told.popitem(last=False)
+
+    def drop(self, peer: str) -> None:
+        self._told.pop(peer, None)

@@ -7,7 +7,7 @@ import statistics
 from collections import Counter
 
 from swarm.bench.view_capture import CaptureSettings, capture, linked_views
-from swarm.exchange.peer_view import PeerView, merge, oldest
+from swarm.exchange.peer_view import LEARN_AGAIN_S, PeerView, merge, oldest
 from swarm.exchange.pull_choice import balanced
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import MemoryHub
@@ -185,3 +185,34 @@ def test_a_fetcher_no_longer_connected_enters_the_view_with_its_addresses():
     assert "a" not in b.links
     view_b.refresh()
     assert view_b.view["a"][0] == ("/memory/a",)
+
+
+class _CountingTransport(LinkedMemoryTransport):
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.told: list[tuple[str, tuple[str, ...]]] = []
+
+    def learn_peer(self, peer_id, addrs):
+        self.told.append((peer_id, tuple(addrs)))
+        super().learn_peer(peer_id, addrs)
+
+
+def test_a_view_heard_again_tells_the_transport_only_new_or_changed_addresses():
+    t = _CountingTransport("me", MemoryHub(), addressed=True)
+    view = PeerView(t, "me")
+    now = [0.0]
+    view.learned.monotonic = lambda: now[0]
+    heard = [(f"p{i}", (f"/memory/p{i}",)) for i in range(64)]
+    view.hear(heard)
+    assert len(t.told) == 64
+    view.hear(heard)  # the same view next round: nothing to tell
+    assert len(t.told) == 64
+    view.hear([("p1", ("/memory/elsewhere",))])
+    assert t.told[-1] == ("p1", ("/memory/elsewhere",))
+    view.forget("p2")  # failed: when heard again, its addresses are told again
+    view.backoff.heard("p2")
+    now[0] = 3 * LEARN_AGAIN_S  # (and the others', once the transport may have dropped them)
+    view.refreshes += 100  # p2's backoff has passed
+    view.hear(heard)
+    assert ("p2", ("/memory/p2",)) in t.told[65:]
+    assert len(t.told) == 65 + 64
