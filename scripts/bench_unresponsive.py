@@ -5,7 +5,7 @@
 
 The node is `swarm-node join` in its own process (defaults but light rounds of 4 questions
 of 4 completions of 8 tokens, the tiny model on the CPU, the pull exchange;
-`training.shared_groups = 4` so that it asks for lists and pulls groups; no evaluation), joined by one honest network-only pull node (`swarm.bench.network_node`) whose
+`sharing.shared_groups = 4` so that it asks for lists and pulls groups; no evaluation), joined by one honest network-only pull node (`swarm.bench.network_node`) whose
 groups it pulls. After `--before` rounds the attack starts (`swarm.bench.unresponsive_peer`):
 
 - vanish-N: N peers dial the node, fetch its list and view, and are stopped (SIGSTOP) with

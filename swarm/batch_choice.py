@@ -3,8 +3,9 @@
 Pure functions over plain data. A round's batch is up to I own groups plus up to J shared
 groups from the experience pool:
 
-1. shared groups that are too stale are dropped: by policy-version gap when the sender runs
-   the same model as we do (its version numbers mean something to us), and by age always;
+1. shared groups that are too stale are dropped: by how many policy versions they lag
+   behind ours when the sender runs the same model as we do (its version numbers mean
+   something to us), and by how long this node has held them (since it received them) always;
    optionally also every group older than its sender's freshest round(s) (`fresh_rounds`;
    the paper samples the current round only);
 2. groups whose rewards are all equal carry zero advantage and are dropped: own and
@@ -42,7 +43,7 @@ class DropReason(StrEnum):
 
     ZERO_ADVANTAGE = "zero_advantage"
     STALE_VERSION = "stale_version"
-    STALE_AGE = "stale_age"
+    HELD_TOO_LONG = "held_too_long"  # held (since received) past max_held_s
     OLD_ROUND = "old_round"  # older than its sender's freshest rounds (fresh_rounds)
 
 
@@ -69,10 +70,11 @@ class Candidate(Generic[G]):
 
 @dataclass(frozen=True)
 class Staleness:
-    """How old a shared group may be. None disables a bound."""
+    """How stale a shared group may be (`[sharing]`'s max_version_lag and max_held_s). None
+    disables a bound."""
 
-    max_version_gap: int | None = 8
-    max_age_s: float | None = 600.0
+    max_version_lag: int | None = 8  # policy versions behind ours (same model only)
+    max_held_s: float | None = 600.0  # seconds since this node received it
 
 
 @dataclass(frozen=True)
@@ -93,11 +95,11 @@ def is_stale(
     c: Candidate, local_version: int, now: float, staleness: Staleness
 ) -> DropReason | None:
     """Why a shared candidate is too stale to train on, or None."""
-    gap = staleness.max_version_gap
-    if c.same_model and gap is not None and local_version - c.policy_version > gap:
+    lag = staleness.max_version_lag
+    if c.same_model and lag is not None and local_version - c.policy_version > lag:
         return DropReason.STALE_VERSION
-    if staleness.max_age_s is not None and now - c.received_at > staleness.max_age_s:
-        return DropReason.STALE_AGE
+    if staleness.max_held_s is not None and now - c.received_at > staleness.max_held_s:
+        return DropReason.HELD_TOO_LONG
     return None
 
 
@@ -150,7 +152,7 @@ def choose_batch(
     *,
     local_version: int = 0,
     now: float = 0.0,
-    staleness: Staleness = Staleness(max_version_gap=None, max_age_s=None),
+    staleness: Staleness = Staleness(max_version_lag=None, max_held_s=None),
     per_peer_cap: int | None = None,
     signal_filter: SignalFilter = SignalFilter.ALL,
     fresh_rounds: int | None = None,

@@ -59,7 +59,7 @@ def small_config(run_dir, **sections):
             "completions_per_question": 4,
             "max_new_tokens": 8,
         },
-        "training": {"lr": 3e-4, "local_groups": 4},
+        "training": {"lr": 3e-4, "own_groups": 4},
         "tasks": {"eval_size": 16, "eval_every": 2},
     }
     for section, values in sections.items():

@@ -2,7 +2,7 @@
 
 Pre-registered in docs/SAPO.md ("The default, decided") before any of its verdict units ran.
 Two candidate defaults, each a 4/4 arm that pulls only from peers of its own model family
-(`training.shared_from = "same-family"`):
+(`sharing.shared_from = "same-family"`):
 
 - C1 = plain 4/4 (`4/4-fam`): 4 own questions a round, up to 4 peers' groups. It generates as
   many completions as 4/0, its equal-cost baseline.
@@ -15,7 +15,7 @@ least 0.98; on at least one testbed the mean is at least 1.10 with a CI that exc
 on no testbed does any family's held-out accuracy end below the baseline's by more than twice
 the standard error of the per-seed difference. If both pass, the one with the higher mean
 ratio against 8/0 (averaged over the two testbeds) becomes the default; if neither does, the
-default stays `training.shared_groups = 0`.
+default stays `sharing.shared_groups = 0`.
 
 `cost_rows` is what a volunteer weighs beside the rule: completions generated and trained on
 per node and round, wall-clock per round, reward per generated completion.

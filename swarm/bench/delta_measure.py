@@ -284,7 +284,7 @@ def tiny_training_pairs(steps: int, lr: float, seed: int = 0) -> list[tuple[dict
                     "completions_per_question": 8,
                     "max_new_tokens": 8,
                 },
-                "training": {"lr": lr, "local_groups": 16},
+                "training": {"lr": lr, "own_groups": 16},
                 "tasks": {"eval_size": 0},
             },
             "bench",

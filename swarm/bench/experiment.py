@@ -12,8 +12,8 @@ Two protocols:
   with no per-peer cap, torch Adam with its defaults, no gradient clipping, one optimizer
   step a round, reward = correctness of the tagged answer only (no format bonus).
 - `ours`: this project's defaults: the filter on every group, AdamW (betas 0.9/0.99),
-  gradient clipping at 1, at most 2 groups per peer, shared groups at most one version old
-  (same model) and 10 minutes old; the same reward, so the arms compare training rules only.
+  gradient clipping at 1, at most 2 groups per peer, shared groups at most one version behind
+  (same model) and held at most 10 minutes; the same reward, so the arms compare training rules only.
 
 Testbeds: `skills` (the eight built-in skill models of `swarm.policy.skills`, which know
 different task families, answer in two formats and come in two sizes: the heterogeneous
@@ -44,14 +44,15 @@ class Testbed(StrEnum):
     SAPO = "sapo"
 
 
-# The sharing channels an arm can add to plain GRPO (docs/SAPO.md), as `[training]` settings.
-# "shuf" is the negative control: shared groups' rewards shuffled within each group.
+# The sharing channels an arm can add to plain GRPO (docs/SAPO.md), as `[sharing]` settings.
+# "shuf" is the negative control: shared groups' rewards shuffled within each group. It is no
+# config key but the node's `RoundLoop.shuffle_shared_rewards` (`Arm.shuffles_rewards`).
 CHANNELS: dict[str, dict] = {
     "joint": {"shared_advantage": "joint"},
     "recv": {"shared_advantage": "receiver"},
     "shape": {"shared_shaping": 0.1},
     "parts": {"shared_normalizer": "parts", "shared_weight": 0.5},
-    "shuf": {"shuffle_shared_rewards": True},
+    "shuf": {},
     # not a channel but a peer filter: pull only from peers of this node's model family
     "fam": {"shared_from": "same-family"},
 }
@@ -64,7 +65,7 @@ class Arm:
 
     own: int
     shared: int
-    sampler: str = "uniform"  # or "need" (training.shared_sampling)
+    sampler: str = "uniform"  # or "need" (sharing.shared_sampling)
     channels: tuple[str, ...] = ()  # keys of CHANNELS
 
     @property
@@ -78,12 +79,18 @@ class Arm:
         tasks under the joint baseline (so 8/0 is a joint 4/4's equal-cost rival)."""
         return self.own + (self.shared if "joint" in self.channels else 0)
 
-    def training(self) -> dict:
-        """The `[training]` settings of this arm's channels."""
+    def sharing(self) -> dict:
+        """The `[sharing]` settings of this arm's channels."""
         out: dict = {}
         for channel in self.channels:
             out.update(CHANNELS[channel])
         return out
+
+    @property
+    def shuffles_rewards(self) -> bool:
+        """The negative control: its nodes shuffle shared groups' rewards before training
+        (set on each node's `RoundLoop.shuffle_shared_rewards`; no config key)."""
+        return "shuf" in self.channels
 
     @property
     def slug(self) -> str:
@@ -189,35 +196,24 @@ def parse_arm(text: str) -> Arm:
 
 def protocol_training(protocol: Protocol) -> dict:
     """The `[training]` settings that differ between the protocols."""
-    if protocol == Protocol.PAPER:
-        return {
-            "optimizer": "adam",
-            "max_grad_norm": 0.0,
-            "signal_filter": "shared",
-            "fresh_rounds": 1,
-            "per_peer_cap": 0,
-            "max_version_gap": -1,
-            "max_age_s": 0.0,
-            "minibatch_size": 0,
-            "epochs": 1,
-            "kl_coef": 0.0,
-            "clip_low": 0.2,
-            "clip_high": 0.28,
-        }
+    paper = protocol == Protocol.PAPER
     return {
-        "optimizer": "adamw",
-        "max_grad_norm": 1.0,
-        "signal_filter": "all",
-        "fresh_rounds": 0,
-        "per_peer_cap": 2,
-        "max_version_gap": 1,
-        "max_age_s": 600.0,
+        "optimizer": "adam" if paper else "adamw",
+        "max_grad_norm": 0.0 if paper else 1.0,
+        "signal_filter": "shared" if paper else "all",
         "minibatch_size": 0,
         "epochs": 1,
         "kl_coef": 0.0,
         "clip_low": 0.2,
         "clip_high": 0.28,
     }
+
+
+def protocol_sharing(protocol: Protocol) -> dict:
+    """The `[sharing]` settings that differ between the protocols."""
+    if protocol == Protocol.PAPER:
+        return {"fresh_rounds": 1, "per_peer_cap": 0, "max_version_lag": -1, "max_held_s": 0.0}
+    return {"fresh_rounds": 0, "per_peer_cap": 2, "max_version_lag": 1, "max_held_s": 600.0}
 
 
 # Reward in every arm and protocol: correctness of the tagged answer, 1 or 0, no format bonus.
@@ -252,11 +248,14 @@ def node_config(
     training = {
         **protocol_training(protocol),
         "lr": lr,
-        "local_groups": arm.own,
+        "own_groups": arm.own,
+        "micro_batch_size": 256,
+    }
+    sharing = {
+        **protocol_sharing(protocol),
         "shared_groups": arm.shared,
         "shared_sampling": arm.sampler,
-        "micro_batch_size": 256,
-        **arm.training(),
+        **arm.sharing(),
     }
     table = {
         "node": {
@@ -272,6 +271,7 @@ def node_config(
             "max_new_tokens": shape.max_new_tokens,
         },
         "training": training,
+        "sharing": sharing,
         "tasks": {
             **testbed_tasks,
             **STRICT_REWARD,

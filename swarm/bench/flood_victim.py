@@ -56,7 +56,7 @@ class Victim:
             "generation.questions_per_round=4",
             "generation.completions_per_question=4",
             "generation.max_new_tokens=8",
-            "training.local_groups=4",
+            "training.own_groups=4",
         ]
         self.proc, self.log, self.addr = start_join(
             run_dir, sets, run_dir.parent / "victim.out", name="victim"

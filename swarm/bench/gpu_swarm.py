@@ -1,7 +1,7 @@
 """The GPU bench's swarm: 4 `swarm-node join` processes of the bench's model on one card.
 
 A private swarm (a fresh swarm key: peers without it fail the handshake), the pull
-exchange, `training.shared_groups = 4`, groups of the real size (the shape's group), 5
+exchange, `sharing.shared_groups = 4`, groups of the real size (the shape's group), 5
 rounds each, started and watched by the demo's launcher (`swarm.ops.demo`). What it
 reports per node comes from the node's own ledger and metrics.jsonl: groups sent, pulls
 made (`received`: a failed fetch is recorded as a rejection with reason pull_failed),
@@ -40,8 +40,8 @@ def swarm_settings(shape: Shape, model: Path, device: str, key: Path) -> list[st
         f"generation.completions_per_question={shape.group}",
         f"generation.max_new_tokens={shape.swarm_new_tokens}",
         f"generation.batch_size={shape.swarm_questions * shape.group}",
-        f"training.local_groups={shape.swarm_questions}",
-        "training.shared_groups=4",
+        f"training.own_groups={shape.swarm_questions}",
+        "sharing.shared_groups=4",
         f"training.micro_batch_size={shape.micro_batch_size}",
         "training.lr=1e-6",
         "tasks.eval_size=4",

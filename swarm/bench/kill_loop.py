@@ -179,7 +179,7 @@ def prepare(out: Path) -> tuple[Path, Path]:
                     "completions_per_question = 4",
                     "max_new_tokens = 6",
                     "[training]",
-                    "local_groups = 2",
+                    "own_groups = 2",
                     "[tasks]",
                     "eval_size = 4",
                     "eval_every = 100000",

@@ -26,6 +26,7 @@ from pathlib import Path
 import tomli_w
 
 from swarm.bench.experiment import Protocol, RunShape, node_config, parse_arm
+from swarm.core.errors import ConfigError
 
 
 def free_base_port(count: int) -> int:
@@ -51,6 +52,11 @@ def write_configs(folder: Path, args) -> list[Path]:
     from swarm.policy.skills import SKILL_SWARM, mix_table
 
     arm = parse_arm(args.arm)
+    if arm.shuffles_rewards:
+        raise ConfigError(
+            f"arm {arm.name}: the negative control (shuf) is no config key, so it runs in "
+            "memory only (scripts/sapo_experiment.py)"
+        )
     subprocess.run(
         [
             sys.executable,

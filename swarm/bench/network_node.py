@@ -65,10 +65,10 @@ class NetworkNodeSettings:
     task_seed: int = -1  # -1: derived from the peer ID, so no two nodes share task specs
     # (with the pull exchange the stream is always bound to the peer ID: `stream_seed`)
     groups_per_round: int = 16  # Q: groups made and shared per round
-    local_groups: int = 16  # I
+    own_groups: int = 16  # I
     shared_groups: int = 8  # J
     per_peer_cap: int = 2
-    max_age_s: float = 600.0  # sampler staleness (training.max_age_s)
+    max_held_s: float = 600.0  # sampler staleness (sharing.max_held_s)
     shape: SyntheticShape = field(default_factory=SyntheticShape)
     format_bonus: float = 0.1
     pool_size: int = 4096
@@ -304,11 +304,11 @@ class NetworkNode:
         batch = choose_batch(
             [Candidate(g, rewards) for g, rewards in own],
             self.pool.candidates(),
-            s.local_groups,
+            s.own_groups,
             s.shared_groups,
             seed=f"{self.peer_id}:batch:{self.round}",
             now=now,
-            staleness=Staleness(max_version_gap=None, max_age_s=s.max_age_s or None),
+            staleness=Staleness(max_version_lag=None, max_held_s=s.max_held_s or None),
             per_peer_cap=s.per_peer_cap or None,
         )
         self.pool.take(batch.shared)

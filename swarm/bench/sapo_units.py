@@ -99,6 +99,7 @@ def build_swarm(args, arm: Arm, seed: int, lr: float, work: Path):
             transport=MemoryTransport(peer_id_of(key), hub),
             key_pair=key,
         )
+        node.rounds.shuffle_shared_rewards = arm.shuffles_rewards
         nodes.append(node)
     for node in nodes:
         node.start()

@@ -162,7 +162,7 @@ def run_real(
             "--set",
             f"p2p.exchange={s.exchange}",
             "--set",
-            f"training.shared_groups={s.trainer_shared}",
+            f"sharing.shared_groups={s.trainer_shared}",
             "--set",
             f"generation.questions_per_round={s.trainer_questions}",
             "--set",

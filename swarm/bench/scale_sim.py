@@ -141,12 +141,11 @@ def make_node(
         exchange=settings.exchange,
         groups_per_round=groups,
         shared_groups=settings.shared,
-        max_age_s=3 * settings.period_s,
+        max_held_s=3 * settings.period_s,
         pull=PullSettings(
             pull_lists=settings.lists,
             pull_groups=settings.pulls,
             keep_rounds=settings.keep_rounds,
-            max_age_s=3 * settings.period_s,
             view_sketch=settings.sketch,
             sampled_views=settings.sampled_views,
             most_sampled_views=settings.most_sampled_views,

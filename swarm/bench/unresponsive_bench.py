@@ -36,12 +36,12 @@ class Node:
             "policy.device=cpu",
             "tasks.eval_size=0",
             "node.checkpoint_every=1000",
-            "training.shared_groups=4",
+            "sharing.shared_groups=4",
             # light rounds, so that a run holds many of them on a shared 2-core machine
             "generation.questions_per_round=4",
             "generation.completions_per_question=4",
             "generation.max_new_tokens=8",
-            "training.local_groups=4",
+            "training.own_groups=4",
         ]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc, self.log, self.addr = start_join(

@@ -125,8 +125,8 @@ def replay(
         typer.Option(
             "--train",
             help="Train a fresh policy.model on the verified groups, one update per recorded "
-            "round (the node's GRPO path and batch rules: training.local_groups sent + "
-            "training.shared_groups accepted groups), and report held-out accuracy before "
+            "round (the node's GRPO path and batch rules: training.own_groups sent + "
+            "sharing.shared_groups accepted groups), and report held-out accuracy before "
             "and after.",
         ),
     ] = False,

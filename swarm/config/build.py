@@ -13,6 +13,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
+from swarm.config.renames import retired
 from swarm.config.schema import SECTIONS, Config
 from swarm.config.validate import check_cross_field
 from swarm.core.errors import ConfigError
@@ -71,6 +72,9 @@ def _build_section(cls: type, section: str, data: Mapping[str, Any], source: str
         origin = origins.get((section, key), source)
         where = f"{origin}: {section}.{key}"
         if key not in fields:
+            news = retired(section, key)
+            if news:
+                raise ConfigError(f"{origin}: {news}")
             raise ConfigError(f"{origin}: unknown key {section}.{key}{_suggest(key, fields)}")
         values[key] = _check_value(value, hints[key], fields[key].metadata, where)
     return cls(**values)

@@ -1,6 +1,7 @@
 """The config sections about learning: the model (`[policy]`), how completions are sampled
-(`[generation]`), the GRPO update and SAPO batch mix (`[training]`), and what the node
-practises on (`[tasks]`)."""
+(`[generation]`), the GRPO update and the node's own groups in it (`[training]`), and what
+the node practises on (`[tasks]`). Training on peers' groups is `[sharing]`
+(`swarm.config.sharing`)."""
 
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ class GenerationSection:
 
 @dataclass(frozen=True)
 class TrainingSection:
-    """The GRPO update and the SAPO batch mix."""
+    """The GRPO update, and the node's own groups in it (peers' groups: `[sharing]`)."""
 
     lr: float = opt(
         3e-4,
@@ -144,101 +145,12 @@ class TrainingSection:
         True,
         "Divide group advantages by the group's reward std (GRPO); false keeps them mean-centred only.",
     )
-    local_groups: int = opt(16, "I: local rollout groups per update (SAPO).", min=0)
-    shared_groups: int = opt(
-        0,
-        "J: shared groups from peers per update (SAPO; 0 trains on local experience only).",
-        min=0,
-    )
-    shared_from: str = opt(
-        "any",
-        "Whose groups a node pulls and trains on: any (every peer's) or same-family (only peers "
-        "whose model has this node's architecture and tokenizer, as their announcements say: "
-        "another family's completions are far off this node's policy; needs p2p.exchange = "
-        "pull). See docs/SAPO.md.",
-        choices=("any", "same-family"),
-    )
-    per_peer_cap: int = opt(
-        2, "At most this many of a batch's shared groups from any one peer (0: no cap).", min=0
-    )
-    max_version_gap: int = opt(
-        1,
-        "Skip shared groups of our own model more than this many policy versions behind us (-1: no bound; 1 measured best, see README).",
-        min=-1,
-    )
-    max_age_s: float = opt(
-        600.0, "Skip shared groups received longer ago than this (0: no bound).", min=0.0
-    )
-    pool_size: int = opt(
-        4096, "Shared groups kept waiting for training (oldest dropped first).", min=1
-    )
-    pool_mb: float = opt(
-        64.0,
-        "Text of the shared groups kept waiting for training, in MB (oldest dropped first).",
-        min=0.01,
-    )
+    own_groups: int = opt(16, "I: own rollout groups per update (SAPO).", min=0)
     signal_filter: str = opt(
         "all",
         "Which groups lose their place when all their rewards are equal: all (own and shared) "
         "or shared (shared only; every own group is trained on, as in the SAPO paper).",
         choices=("all", "shared"),
-    )
-    fresh_rounds: int = opt(
-        0,
-        "Train only on shared groups from each sender's newest this many rounds (1: its latest "
-        "round, as the paper's swarm does; 0: any round the staleness bounds allow).",
-        min=0,
-    )
-    shared_sampling: str = opt(
-        "uniform",
-        "How shared groups are drawn: uniform, or need (preferring task families this node "
-        "has lately succeeded least on, see need_floor and need_window).",
-        choices=("uniform", "need"),
-    )
-    need_floor: float = opt(
-        0.05,
-        "shared_sampling = need: weight of a family this node always solves, relative to 1 for "
-        "one it never solves (weights are linear in the failure rate in between).",
-        min=1e-6,
-        max=1.0,
-    )
-    need_window: int = opt(
-        10,
-        "shared_sampling = need: rounds of this node's own groups its success per family is "
-        "measured over.",
-        min=1,
-    )
-    shared_advantage: str = opt(
-        "group",
-        "Baseline of a shared completion's advantage: group (its own group's mean, plain GRPO), "
-        "joint (the node also generates G completions for the shared task and one baseline "
-        "covers both; costs generation) or receiver (the node's own recent mean reward on the "
-        "task's family, over need_window rounds). See docs/SAPO.md.",
-        choices=("group", "joint", "receiver"),
-    )
-    shared_shaping: float = opt(
-        0.0,
-        "Policy shaping of shared completions' tokens: loss -A*p/(p+gamma) with this gamma "
-        "instead of the clipped ratio (LUFFY's regularised importance weight; 0: off).",
-        min=0.0,
-        max=1.0,
-    )
-    shared_weight: float = opt(
-        1.0,
-        "With shared_normalizer = parts: the shared part's weight in the loss relative to the "
-        "own part's (own tokens keep their total weight whatever the shared part holds).",
-        min=0.0,
-    )
-    shared_normalizer: str = opt(
-        "batch",
-        "batch: every token of the batch weighs the same (shared tokens can swamp own ones); "
-        "parts: own and shared tokens are normalised apart, the shared part times shared_weight.",
-        choices=("batch", "parts"),
-    )
-    shuffle_shared_rewards: bool = opt(
-        False,
-        "A control for experiments only: shuffle each shared group's rewards over its "
-        "completions before training (sharing should then teach nothing).",
     )
 
 

@@ -48,7 +48,7 @@ class P2PSection:
     )
     pull_groups: int = opt(
         -1,
-        "Pull exchange: groups pulled and verified each round (-1: training.shared_groups + 2, none when that is 0).",
+        "Pull exchange: groups pulled and verified each round (-1: sharing.shared_groups + 2, none when that is 0).",
         min=-1,
         max=4096,
     )
@@ -121,19 +121,20 @@ class P2PSection:
 # -- verification of peers' rollout groups --
 
 WORKER_BASE_MB = 256  # what the verification worker holds before its dataset cache (about 160)
+AUTO_BYTE_BURST = -1  # verify.rate_bytes_burst: derived from our own rounds (0 turns it off)
 
 
 @dataclass(frozen=True)
 class VerifySection:
     """How peers' rollout groups are checked, and when a peer is throttled or banned.
 
-    These bounds reject; the sampler's own staleness keys (training.max_version_gap,
-    training.max_age_s) only skip accepted groups at batch time and are much tighter.
+    These bounds reject; the sampler's own staleness keys (sharing.max_version_lag,
+    sharing.max_held_s) only skip accepted groups at batch time and are much tighter.
     """
 
     max_age_s: float = opt(
         3600.0,
-        "Reject groups created longer ago than this (0: no bound). Generous: sampling skips stale groups anyway.",
+        "Reject groups created longer ago than this, in seconds, by the sender's clock (0: no bound); the pull exchange pulls no announcement older. Generous: sampling skips groups held past sharing.max_held_s anyway.",
         min=0.0,
     )
     max_future_s: float = opt(
@@ -141,9 +142,9 @@ class VerifySection:
         "Reject groups dated further than this in the future (clock-skew allowance).",
         min=0.0,
     )
-    max_version_lag: int = opt(
+    max_version_rewind: int = opt(
         1000,
-        "Reject a group more than this many policy versions behind the newest one its sender has sent us (-1: no bound).",
+        "Reject a group more than this many policy versions behind the newest one its sender has sent us (-1: no bound). Compare sharing.max_version_lag, which measures against our own version.",
         min=-1,
     )
     reward_tolerance: float = opt(
@@ -169,7 +170,7 @@ class VerifySection:
         min=0.0,
     )
     rate_bytes_burst: int = opt(
-        -1,
+        AUTO_BYTE_BURST,
         "Bytes of group bodies a peer may send at once (its byte bucket; at least the largest group a peer may send, 4 MiB). -1: auto, two of our own rounds at 16 bytes a token (generation questions x completions x max_new_tokens), at least 8 MiB; 0: no byte limit.",
         min=-1,
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 from swarm.config.daemon import LedgerSection, MonitorSection, NodeSection
 from swarm.config.learning import GenerationSection, PolicySection, TasksSection, TrainingSection
 from swarm.config.peers import P2PSection, SyncSection, VerifySection
+from swarm.config.sharing import SharingSection
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class Config:
     policy: PolicySection = field(default_factory=PolicySection)
     generation: GenerationSection = field(default_factory=GenerationSection)
     training: TrainingSection = field(default_factory=TrainingSection)
+    sharing: SharingSection = field(default_factory=SharingSection)
     tasks: TasksSection = field(default_factory=TasksSection)
     ledger: LedgerSection = field(default_factory=LedgerSection)
     p2p: P2PSection = field(default_factory=P2PSection)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from swarm.config.nat import check_relays
-from swarm.config.peers import WORKER_BASE_MB
+from swarm.config.peers import AUTO_BYTE_BURST, WORKER_BASE_MB
 from swarm.config.schema import Config
 from swarm.core.errors import ConfigError
 from swarm.p2p.addresses import PEER_ID_PATTERN
@@ -17,7 +17,6 @@ from swarm.wire.limits import MAX_GROUP_BYTES, MAX_MESSAGE_BYTES, MAX_PULLED_GRO
 # a connection (10), a stream (2), one RPC (1) carrying one gossip message (1) of the largest
 # size (16 a MiB). `peer_costs.honest_peer_cost` is the same sum (tests check they agree).
 HONEST_PEER_COST = 10.0 + 2.0 + 1.0 + 1.0 + 16.0 * MAX_MESSAGE_BYTES / 2**20
-AUTO_BYTE_BURST = -1  # verify.rate_bytes_burst: derived from our own rounds
 
 
 def check_cross_field(config: Config, origin) -> None:
@@ -74,10 +73,10 @@ def check_cross_field(config: Config, origin) -> None:
         raise ConfigError(
             f"{origin('verify', 'task_cache_mb', 'verify.worker_memory_mb')}: verify.task_cache_mb ({v.task_cache_mb}) plus {WORKER_BASE_MB} MB must fit in half of verify.worker_memory_mb ({v.worker_memory_mb}): a group that takes the worker past half its limit is rejected"
         )
-    if config.training.shared_from != "any" and p2p.exchange != "pull":
+    if config.sharing.shared_from != "any" and p2p.exchange != "pull":
         raise ConfigError(
-            f"{origin('training', 'shared_from', 'p2p.exchange')}: training.shared_from = "
-            f'{config.training.shared_from!r} needs p2p.exchange = "pull" (gossip delivers '
+            f"{origin('sharing', 'shared_from', 'p2p.exchange')}: sharing.shared_from = "
+            f'{config.sharing.shared_from!r} needs p2p.exchange = "pull" (gossip delivers '
             "every peer's groups before their family is known)"
         )
     if config.generation.temperature == 0 and config.node.role != "observer":
@@ -109,9 +108,11 @@ def _check_budgets(config: Config, origin) -> None:
             f"{largest}, or -1 (automatic) or 0 (off)"
         )
     # a refill slower than one (largest) group per verify.max_age_s starves any sender: its
-    # next group is too old by the time it may pass
-    window = v.max_age_s or 3600.0
+    # next group is too old by the time it may pass (0: groups never age out, none starves)
+    window = v.max_age_s
     for key, need in (("rate_bytes_per_s", largest), ("rate_groups_per_s", 1)):
+        if window == 0:
+            break
         rate = getattr(v, key)
         if 0 < rate < need / window:
             raise ConfigError(

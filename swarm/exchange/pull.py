@@ -108,7 +108,6 @@ class PullSettings:
     # holders of the previous round's groups, who fetched them after they were first announced.
     announce_rounds: int = 2
     candidate_rounds: int = 1  # announcements stay candidates this many rounds
-    max_age_s: float = 600.0  # older announcements are not pulled
     fetch_timeout_s: float = 5.0  # one fetch at most
     list_wait_s: float = 0.25  # over libp2p: a round waits this long, once, for lists asked
     fresh_list_s: float = 0.5  # ... and asks again, in the round, lists older than this
@@ -337,7 +336,7 @@ class PullExchange:
         s = self.settings
         started = self.monotonic()
         view_timeout = min(s.fetch_timeout_s, s.round_budget_s / 4)
-        # a node that pulls nothing (training.shared_groups = 0) asks for no lists either
+        # a node that pulls nothing (sharing.shared_groups = 0) asks for no lists either
         lists = s.pull_lists if s.pull_groups else 0
         rejected: list[Rejection] = []
         if self.later is not None:
@@ -440,7 +439,7 @@ class PullExchange:
             s.pull_groups,
             seed=f"{self.own_id}:pull:{self.round}",
             now=self.clock(),
-            max_age_s=s.max_age_s,
+            max_age_s=self.verifier.settings.max_age_s,  # older would be rejected (stale)
             per_peer_cap=s.per_peer_cap,
             every_group=s.every_group,
         )

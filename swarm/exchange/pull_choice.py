@@ -1,9 +1,9 @@
 """Which announced groups a node pulls, and the state of one pull (pure, no I/O).
 
 `choose_pulls` is the trainer's sampler (`swarm.batch_choice.choose_batch`: uniform, only
-groups whose claimed rewards carry signal, fresh enough, at most `per_peer_cap` per
-sender) over announcements, then `balanced`: one group per sender in turn, so a sender that
-announces more groups gains nothing. `Attempt` is one chosen group while its sources are
+groups whose claimed rewards carry signal, at most `per_peer_cap` per sender) over the
+announcements young enough for the verifier, then `balanced`: one group per sender in turn,
+so a sender that announces more groups gains nothing. `Attempt` is one chosen group while its sources are
 tried (`swarm.exchange.pull`).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from swarm.batch_choice import Candidate, Staleness, choose_batch
+from swarm.batch_choice import Candidate, choose_batch
 from swarm.verify.message import Accepted, Rejection
 from swarm.wire import GroupAnnouncement
 
@@ -27,11 +27,15 @@ def choose_pulls(
     per_peer_cap: int,
     every_group: bool = False,
 ) -> list[GroupAnnouncement]:
-    """`k` announcements to pull: the trainer's draw, then one per sender in turn. With
-    `every_group` (an observer, which records rather than trains), any fresh announcement
-    in a uniform order, signal or not."""
+    """`k` announcements to pull: those created at most `max_age_s` ago (`verify.max_age_s`,
+    by the sender's clock; 0: any age), then the trainer's draw, then one per sender in turn.
+    With `every_group` (an observer, which records rather than trains), any of them in a
+    uniform order, signal or not.
+
+    How long this node has held a group (`sharing.max_held_s`) counts from when it pulls
+    it, so it bounds nothing here: the pool applies it at batch time."""
+    fresh = [a for a in announcements if max_age_s <= 0 or now - a.created_at <= max_age_s]
     if every_group:
-        fresh = [a for a in announcements if now - a.created_at <= max_age_s]
         random.Random(seed).shuffle(fresh)
         return balanced(fresh, k)
     offered = [
@@ -40,11 +44,10 @@ def choose_pulls(
             a.rewards,
             sender=a.sender,
             policy_version=a.policy_version,
-            received_at=a.created_at,
             round=a.round,
             family=a.task.dataset,
         )
-        for a in announcements
+        for a in fresh
     ]
     shuffled = choose_batch(
         [],
@@ -53,7 +56,6 @@ def choose_pulls(
         len(offered),
         seed=seed,
         now=now,
-        staleness=Staleness(max_version_gap=None, max_age_s=max_age_s),
         per_peer_cap=per_peer_cap or None,
     ).shared
     return balanced(shuffled, k)

@@ -151,7 +151,7 @@ def _with_model(config: Config, key_pair, peer_id: str, transport, monitoring) -
         publisher=publisher,
         follower=follower,
     )
-    pool = ExperiencePool(config.training.pool_size, int(config.training.pool_mb * 2**20))
+    pool = ExperiencePool(config.sharing.pool_size, int(config.sharing.pool_mb * 2**20))
     exchange = make_exchange(config, transport, verifier, key_pair, peer_id, policy.family)
     sampling = sampling_params(config)
     topic = rollout_topic(config.p2p.swarm_id)
@@ -268,7 +268,6 @@ def observer_exchange(
         pull_lists=p2p.pull_lists,
         pull_groups=p2p.pull_groups if p2p.pull_groups >= 0 else OBSERVER_PULLS,
         per_peer_cap=0,
-        max_age_s=config.verify.max_age_s,
         view_capacity=p2p.view_size,
         every_group=True,
     )

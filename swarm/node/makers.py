@@ -263,11 +263,7 @@ def sampling_params(config: Config) -> SamplingParams:
 
 def make_spot_checker(config: Config, policy: Policy) -> SpotChecker:
     """The token spot check on peers' groups that claim this node's model and version."""
-    settings = SpotCheckSettings(
-        completions=config.verify.spot_check_completions,
-        min_prob=config.verify.spot_check_min_prob,
-    )
-    return SpotChecker(policy.model, policy.tokenizer, settings)
+    return SpotChecker(policy.model, policy.tokenizer, SpotCheckSettings.from_config(config))
 
 
 def make_eval_tasks(config: Config, mix) -> list[Task]:
@@ -351,22 +347,26 @@ def make_exchange(
 ) -> PullExchange | None:
     """The pull exchange with `p2p.exchange = "pull"`; None for gossip (`Sharing`'s own).
     `family`: this node's model family (`Policy.family`), announced with its groups."""
-    p2p = config.p2p
-    if p2p.exchange != "pull":
+    if config.p2p.exchange != "pull":
         return None
-    shared = config.training.shared_groups
-    pulls = p2p.pull_groups if p2p.pull_groups >= 0 else (shared + 2 if shared else 0)
-    settings = PullSettings(
+    settings = pull_settings(config, family)
+    return PullExchange(transport, verifier, config.p2p.swarm_id, key_pair, peer_id, settings)
+
+
+def pull_settings(config: Config, family: str = "") -> PullSettings:
+    """What a trainer's pull exchange asks and pulls a round, from `[p2p]` and `[sharing]`
+    (how old an announcement may be is the verifier's `verify.max_age_s`)."""
+    p2p = config.p2p
+    shared = config.sharing.shared_groups
+    return PullSettings(
         pull_lists=p2p.pull_lists,
-        pull_groups=pulls,
-        per_peer_cap=config.training.per_peer_cap,
-        max_age_s=config.training.max_age_s or 3600.0,
+        pull_groups=p2p.pull_groups if p2p.pull_groups >= 0 else (shared + 2 if shared else 0),
+        per_peer_cap=config.sharing.per_peer_cap,
         view_capacity=p2p.view_size,
         seed_salt=config.task_seed,
         family=family,
-        same_family=config.training.shared_from == "same-family",
+        same_family=config.sharing.shared_from == "same-family",
     )
-    return PullExchange(transport, verifier, p2p.swarm_id, key_pair, peer_id, settings)
 
 
 def task_stream_seed(config: Config, peer_id: str) -> int:

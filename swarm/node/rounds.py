@@ -78,8 +78,12 @@ class RoundLoop:
         self.scoring = config.tasks.scoring()
         # (family, rewards) of this node's own groups over the last need_window rounds
         self._recent_own: collections.deque[list[tuple[str, tuple[float, ...]]]] = (
-            collections.deque(maxlen=config.training.need_window)
+            collections.deque(maxlen=config.sharing.need_window)
         )
+        # An experiment's negative control, no config key (swarm.bench.experiment, the 'shuf'
+        # option): each shared group's rewards shuffled over its completions before training,
+        # so sharing should teach nothing. Set before the first round.
+        self.shuffle_shared_rewards = False
 
     def run_round(self) -> RoundReport:
         times = RoundTimes()
@@ -103,7 +107,7 @@ class RoundLoop:
             times.generate += time.perf_counter() - t if shared.generated else 0.0
             shared_advantages = shared.advantages
             samples = weighted(
-                own_group_samples + shared.own_samples, shared.samples, self.config.training
+                own_group_samples + shared.own_samples, shared.samples, self.config.sharing
             )
             t = time.perf_counter()
             result = self.trainer.update(samples)
@@ -157,32 +161,32 @@ class RoundLoop:
 
     def _choose_batch(self, groups: list[OwnGroup]):
         """The round's batch (`swarm.batch_choice.choose_batch` under the training settings)."""
-        t = self.config.training
+        t, s = self.config.training, self.config.sharing
         staleness = Staleness(
-            max_version_gap=None if t.max_version_gap < 0 else t.max_version_gap,
-            max_age_s=None if t.max_age_s == 0 else t.max_age_s,
+            max_version_lag=None if s.max_version_lag < 0 else s.max_version_lag,
+            max_held_s=None if s.max_held_s == 0 else s.max_held_s,
         )
         own = [(g.task.spec.dataset, g.rewards) for g in groups]
         self._recent_own.append(own)
         need = None
-        if t.shared_sampling == "need":
+        if s.shared_sampling == "need":
             max_reward = 1.0 + self.scoring.format_weight
             need = family_success((pair for rnd in self._recent_own for pair in rnd), max_reward)
         return choose_batch(
             [Candidate(g, g.rewards, family=f) for g, (f, _) in zip(groups, own, strict=True)],
-            self.pool.candidates() if t.shared_groups else [],
-            t.local_groups,
-            t.shared_groups,
+            self.pool.candidates() if s.shared_groups else [],
+            t.own_groups,
+            s.shared_groups,
             seed=f"{self.config.node.seed}:batch:{self.state.round}",
             local_version=self.state.policy_version,
             now=time.time(),
             staleness=staleness,
-            per_peer_cap=t.per_peer_cap or None,
+            per_peer_cap=s.per_peer_cap or None,
             signal_filter=SignalFilter(t.signal_filter),
-            fresh_rounds=t.fresh_rounds or None,
+            fresh_rounds=s.fresh_rounds or None,
             need=need,
-            need_floor=t.need_floor,
-            baselines=self._family_baselines() if t.shared_advantage != "group" else None,
+            need_floor=s.need_floor,
+            baselines=self._family_baselines() if s.shared_advantage != "group" else None,
         )
 
     def _family_baselines(self) -> dict[str, float]:
@@ -197,11 +201,12 @@ class RoundLoop:
 
         Completions longer than 4x our own generation budget are left out (`retokenized_samples`).
         """
-        t = self.config.training
-        baselines = self._family_baselines() if t.shared_advantage == "receiver" else {}
+        s = self.config.sharing
+        baselines = self._family_baselines() if s.shared_advantage == "receiver" else {}
         return shared_part(
             groups,
-            settings=t,
+            settings=s,
+            scale_advantages=self.config.training.scale_advantages,
             tokenizer=self.policy.tokenizer,
             system_prompt=self.config.policy.system_prompt,
             max_tokens=4 * self.config.generation.max_new_tokens,
@@ -211,6 +216,7 @@ class RoundLoop:
             ),
             scoring=self.scoring,
             seed=f"{self.config.node.seed}:shuffle:{self.state.round}",
+            shuffle_rewards=self.shuffle_shared_rewards,
         )
 
     def _train_samples(self, groups: list[OwnGroup]) -> list[TrainSample]:

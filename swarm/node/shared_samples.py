@@ -2,7 +2,7 @@
 
 Plain GRPO gives a shared completion its own group's advantage, which sums to zero over the
 group: whatever all of a peer's completions share (the answer tag, the kind of answer) gets
-no net push. The channels here change that, each a `[training]` option:
+no net push. The channels here change that, each a `[sharing]` option:
 
 - `shared_advantage = "joint"`: the node generates G completions of its own for each shared
   task; one baseline covers the peer's and its own (`grpo.joint_advantages`), and its own
@@ -12,7 +12,8 @@ no net push. The channels here change that, each a `[training]` option:
 - `shared_shaping = γ`: the shared tokens' loss is LUFFY's regularised importance weight.
 - `shared_normalizer = "parts"`: own and shared tokens are normalised apart, the shared part
   weighing `shared_weight` times the own part (`grpo.part_weights`).
-- `shuffle_shared_rewards`: the negative control (rewards shuffled within each shared group).
+- `shuffle_rewards` (no config key: an experiment's negative control, set through
+  `RoundLoop.shuffle_shared_rewards`): rewards shuffled within each shared group.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from swarm.config import TrainingSection
+from swarm.config import SharingSection
 from swarm.experience import SharedGroup
 from swarm.policy.generator import Completion, Generator, SamplingParams
 from swarm.policy.grpo import (
@@ -74,7 +75,8 @@ def shuffled(rewards: Sequence[float], seed: str) -> tuple[float, ...]:
 def shared_part(
     groups: Sequence[SharedGroup],
     *,
-    settings: TrainingSection,
+    settings: SharingSection,
+    scale_advantages: bool = True,
     tokenizer,
     system_prompt: str,
     max_tokens: int,
@@ -82,19 +84,20 @@ def shared_part(
     generate=None,
     scoring: Scoring | None = None,
     seed: str = "",
+    shuffle_rewards: bool = False,
 ) -> SharedPart:
-    """Training samples for `groups` under `settings`' channel.
+    """Training samples for `groups` under `settings`' channel; `scale_advantages` is
+    `training.scale_advantages`.
 
     `baselines`: the node's recent mean reward per family (for `receiver`; a family missing
     from it falls back to the group's own mean). `generate(prompts) -> completions per prompt`
-    and `scoring` are needed for `joint` only.
+    and `scoring` are needed for `joint` only. `shuffle_rewards`: the negative control, each
+    group's rewards shuffled (under `seed`) before anything else.
     """
     part = SharedPart()
     prompts = [build_prompt(tokenizer, g.task.question, system_prompt) for g in groups]
     rewards = [
-        shuffled(g.rewards, f"{seed}:{g.content_hash}")
-        if settings.shuffle_shared_rewards
-        else g.rewards
+        shuffled(g.rewards, f"{seed}:{g.content_hash}") if shuffle_rewards else g.rewards
         for g in groups
     ]
     joint = settings.shared_advantage == "joint" and bool(groups)
@@ -108,12 +111,14 @@ def shared_part(
         if joint:
             own_rewards = [scoring.reward(group.task, c.text) for c in mine]  # type: ignore[union-attr]
             advantages, own_advantages = joint_advantages(
-                group_rewards, own_rewards, settings.scale_advantages
+                group_rewards, own_rewards, scale_advantages
             )
             part.own_samples += own_samples(mine, own_advantages, eos)
             part.generated += len(mine)
         else:
-            advantages = _advantages(group_rewards, group.family, settings, baselines)
+            advantages = _advantages(
+                group_rewards, group.family, settings, scale_advantages, baselines
+            )
         part.advantages.append(advantages)
         samples = retokenized_samples(
             tokenizer, prompt, group.completions, group.finished, advantages, max_tokens
@@ -123,15 +128,19 @@ def shared_part(
 
 
 def _advantages(
-    rewards: Sequence[float], family: str, settings: TrainingSection, baselines: dict[str, float]
+    rewards: Sequence[float],
+    family: str,
+    settings: SharingSection,
+    scale_advantages: bool,
+    baselines: dict[str, float],
 ) -> list[float]:
     if settings.shared_advantage == "receiver" and family in baselines:
         return receiver_advantages(rewards, baselines[family])
-    return group_advantages(rewards, scale_by_std=settings.scale_advantages)
+    return group_advantages(rewards, scale_by_std=scale_advantages)
 
 
 def weighted(
-    own: list[TrainSample], shared: list[TrainSample], settings: TrainingSection
+    own: list[TrainSample], shared: list[TrainSample], settings: SharingSection
 ) -> list[TrainSample]:
     """`own + shared`, with the per-token weights of `shared_normalizer = "parts"`.
 

@@ -430,7 +430,7 @@ def train_offline(
     evaluate it before and after on the config's held-out questions.
 
     Each update offers the round's groups to `choose_batch` exactly as the node does
-    (training.local_groups own + training.shared_groups shared, per_peer_cap, same seed
+    (training.own_groups own + sharing.shared_groups shared, per_peer_cap, same seed
     scheme; no staleness bound: the replayed model is not the one that sampled them).
     """
     import torch
@@ -445,7 +445,6 @@ def train_offline(
     if not groups:
         raise SwarmError("no verified groups to train on")
     start = time.perf_counter()
-    t = config.training
     torch.manual_seed(config.node.seed)
     policy = load_policy(config.policy.model, config.policy.device, config.policy.dtype)
     generator = make_generator(config, policy)
@@ -466,10 +465,10 @@ def train_offline(
                 batch = choose_batch(
                     [Candidate(g, g.rewards) for g in own],
                     [Candidate(g, g.rewards, sender=g.rollout.sender) for g in shared],
-                    t.local_groups,
-                    t.shared_groups,
+                    config.training.own_groups,
+                    config.sharing.shared_groups,
                     seed=f"{config.node.seed}:batch:{round_index}",
-                    per_peer_cap=t.per_peer_cap or None,
+                    per_peer_cap=config.sharing.per_peer_cap or None,
                 )
                 chosen = batch.own + batch.shared
                 samples = [
@@ -479,7 +478,7 @@ def train_offline(
                         policy.tokenizer,
                         config.policy.system_prompt,
                         g,
-                        t.scale_advantages,
+                        config.training.scale_advantages,
                         max_tokens,
                     )
                 ]

@@ -12,7 +12,7 @@ number of positions, for built-in models, local folders and hub models already c
 derived from the model, never its folder) and a hash of its content; `same_model` compares
 two identities by content alone. `family_digest` names what a model's completions are
 written in (its architecture and tokenizer), so a node can tell before pulling whether a
-peer's completions are of its own model family (`training.shared_from`).
+peer's completions are of its own model family (`sharing.shared_from`).
 
 No torch here unless a built-in model is named (its recipes live in `swarm.policy.tiny`).
 """

@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from swarm.config import GenerationSection, VerifySection
+from swarm.config.peers import AUTO_BYTE_BURST
 from swarm.core.errors import RejectedMessage
 from swarm.core.reasons import Reason, Status
 from swarm.tasks import Scoring, Task, canonical_config, claim_rules
@@ -54,27 +56,49 @@ def blamed_peer(source: str, sender: str, reason: Reason | None = None) -> str:
     return source or ("" if reason is not None and reason.unsigned else sender)
 
 
+BYTES_PER_TOKEN = 16  # a completion's text and token ids on the wire, generously
+MIN_BYTE_BURST = 8 * 1024 * 1024
+
+
+def auto_byte_burst(generation) -> int:
+    """`verify.rate_bytes_burst = -1`: what two of our own rounds would send, at least 8 MiB."""
+    g = generation
+    tokens = g.questions_per_round * g.completions_per_question * g.max_new_tokens
+    return max(MIN_BYTE_BURST, 2 * tokens * BYTES_PER_TOKEN)
+
+
+def byte_burst(burst: int, generation) -> int:
+    """`verify.rate_bytes_burst` in bytes: `AUTO` resolved from the node's own rounds."""
+    return auto_byte_burst(generation) if burst == AUTO_BYTE_BURST else burst
+
+
+# The defaults below are the config's (`swarm.config.VerifySection`): one source for each.
+_CONFIG = VerifySection()
+
+
 @dataclass(frozen=True)
 class VerifySettings:
-    """What the verifier enforces (built from the config's [verify] and [p2p] sections)."""
+    """What the verifier enforces (built from the config's [verify] and [p2p] sections;
+    each default is the config key's, `rate_bytes_burst` resolved for the default rounds)."""
 
     swarm_id: str
     allow_list: frozenset[str] = frozenset()
-    max_age_s: float = 3600.0
-    max_future_s: float = 300.0
-    max_version_lag: int = 1000
-    reward_tolerance: float = 1e-6
-    rate_groups_per_s: float = 100.0
-    rate_burst: int = 4096
-    rate_bytes_per_s: float = 256 * 1024
-    rate_bytes_burst: int = 8 * 1024 * 1024
-    copycat_overlap: float = 0.75
-    recheck_signatures: bool = False
-    # (dataset, canonical config JSON) a peer's task may name; None: any (offline tools, tests)
+    max_age_s: float = _CONFIG.max_age_s
+    max_future_s: float = _CONFIG.max_future_s
+    max_version_rewind: int = _CONFIG.max_version_rewind
+    reward_tolerance: float = _CONFIG.reward_tolerance
+    rate_groups_per_s: float = _CONFIG.rate_groups_per_s
+    rate_burst: int = _CONFIG.rate_burst
+    rate_bytes_per_s: float = _CONFIG.rate_bytes_per_s
+    rate_bytes_burst: int = byte_burst(_CONFIG.rate_bytes_burst, GenerationSection())
+    copycat_overlap: float = _CONFIG.copycat_overlap
+    recheck_signatures: bool = _CONFIG.recheck_signatures
+    # (dataset, canonical config JSON) a peer's task may name; None: any (offline tools, tests;
+    # a node's is its own mix and verify.task_catalogue)
     task_catalogue: frozenset[tuple[str, str]] | None = None
     reputation: ReputationSettings = field(default_factory=ReputationSettings)
-    peer_verify_share: float = 0.1  # seconds of re-scoring per second, per peer
-    peer_verify_burst_s: float = 0.0  # 0: no per-peer limit
+    peer_verify_share: float = _CONFIG.peer_verify_share  # seconds of re-scoring a second
+    peer_verify_burst_s: float = _CONFIG.peer_verify_burst_s  # 0: no per-peer limit
 
     @classmethod
     def from_config(cls, config) -> VerifySettings:
@@ -84,35 +108,19 @@ class VerifySettings:
             allow_list=frozenset(config.p2p.allow_list),
             max_age_s=v.max_age_s,
             max_future_s=v.max_future_s,
-            max_version_lag=v.max_version_lag,
+            max_version_rewind=v.max_version_rewind,
             reward_tolerance=v.reward_tolerance,
             rate_groups_per_s=v.rate_groups_per_s,
             rate_burst=v.rate_burst,
             rate_bytes_per_s=v.rate_bytes_per_s,
-            rate_bytes_burst=(
-                auto_byte_burst(config.generation)
-                if v.rate_bytes_burst == AUTO
-                else v.rate_bytes_burst
-            ),
+            rate_bytes_burst=byte_burst(v.rate_bytes_burst, config.generation),
             copycat_overlap=v.copycat_overlap,
             recheck_signatures=v.recheck_signatures,
             task_catalogue=task_catalogue(config),
-            reputation=ReputationSettings(v.throttle_below, v.ban_after, v.ban_below),
+            reputation=ReputationSettings.from_config(config),
             peer_verify_share=v.peer_verify_share,
             peer_verify_burst_s=v.peer_verify_burst_s,
         )
-
-
-BYTES_PER_TOKEN = 16  # a completion's text and token ids on the wire, generously
-AUTO = -1  # verify.rate_bytes_burst: derived from our own rounds (0 turns a rate key off)
-MIN_BYTE_BURST = 8 * 1024 * 1024
-
-
-def auto_byte_burst(generation) -> int:
-    """`verify.rate_bytes_burst = -1`: what two of our own rounds would send, at least 8 MiB."""
-    g = generation
-    tokens = g.questions_per_round * g.completions_per_question * g.max_new_tokens
-    return max(MIN_BYTE_BURST, 2 * tokens * BYTES_PER_TOKEN)
 
 
 def task_catalogue(config) -> frozenset[tuple[str, str]]:
@@ -236,7 +244,7 @@ class Verifier:
                     )
                 rules.check_age(group.created_at, now, s.max_age_s, s.max_future_s)
                 rules.check_version(
-                    group.policy_version, self._versions.get(group.sender), s.max_version_lag
+                    group.policy_version, self._versions.get(group.sender), s.max_version_rewind
                 )
             except RejectedMessage as e:
                 return item, e

@@ -28,6 +28,7 @@ import collections
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from swarm.config import VerifySection
 from swarm.core.reasons import Reason
 
 UNTERMINATED_WEIGHT = 0.1  # an accepted group none of whose completions ended: soft
@@ -68,9 +69,18 @@ class PeerRecord:
 
 @dataclass(frozen=True)
 class ReputationSettings:
-    throttle_below: float = 0.5
-    ban_after: float = 50.0  # hard rejections before a ban is possible; 0: never ban automatically
-    ban_below: float = 0.2
+    """When a peer is throttled or banned (`verify.throttle_below`, `ban_after`, `ban_below`;
+    the defaults are the config's)."""
+
+    throttle_below: float = VerifySection().throttle_below
+    # hard rejections before a ban is possible; 0: never ban automatically
+    ban_after: float = VerifySection().ban_after
+    ban_below: float = VerifySection().ban_below
+
+    @classmethod
+    def from_config(cls, config) -> ReputationSettings:
+        v = config.verify
+        return cls(v.throttle_below, v.ban_after, v.ban_below)
 
 
 class Reputation:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
+from swarm.config import VerifySection
 from swarm.core.errors import RejectedMessage, VerifyWorkerError
 from swarm.core.reasons import Reason
 from swarm.tasks import Task
@@ -90,9 +91,12 @@ class Rescorer(Protocol):
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    deadline_s: float = 2.0
-    memory_mb: int = 1024
-    cache_mb: int = 128
+    """The worker's bounds (`verify.group_deadline_s`, `worker_memory_mb`, `task_cache_mb`;
+    the defaults are the config's) and how long it is waited for."""
+
+    deadline_s: float = VerifySection().group_deadline_s
+    memory_mb: int = VerifySection().worker_memory_mb
+    cache_mb: int = VerifySection().task_cache_mb
     grace_s: float = 1.0  # past the deadline before a silent worker is killed
     startup_s: float = 120.0  # longest wait for a (re)started worker to be ready
 

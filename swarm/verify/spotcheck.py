@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from swarm.config import VerifySection
 from swarm.core.errors import RejectedMessage
 from swarm.core.reasons import Reason
 from swarm.wire import RolloutGroup, Sampling
@@ -33,16 +34,23 @@ from swarm.wire import RolloutGroup, Sampling
 
 @dataclass(frozen=True)
 class SpotCheckSettings:
-    completions: int = 1  # completions checked per group (0: off)
-    min_prob: float = (
-        1e-6  # a token less likely than this under the declared sampler is implausible
-    )
+    """How a spot check judges tokens (`verify.spot_check_completions` and
+    `spot_check_min_prob`, defaults the config's; the slacks are no config keys)."""
+
+    completions: int = VerifySection().spot_check_completions  # per group (0: off)
+    # a token less likely than this under the declared sampler is implausible
+    min_prob: float = VerifySection().spot_check_min_prob
     nucleus_slack: float = (
         0.02  # extra top-p mass allowed, for numeric differences between backends
     )
     greedy_slack: float = (
         0.05  # logit margin within which a greedy token may differ from the argmax
     )
+
+    @classmethod
+    def from_config(cls, config) -> SpotCheckSettings:
+        v = config.verify
+        return cls(completions=v.spot_check_completions, min_prob=v.spot_check_min_prob)
 
 
 def implausible_tokens(

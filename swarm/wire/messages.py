@@ -135,7 +135,7 @@ class GroupAnnouncement(Struct, frozen=True, kw_only=True, forbid_unknown_fields
     # The sender's model family (`swarm.policy.source.family_digest`: architecture and
     # tokenizer), so a receiver can skip another family's groups before pulling them. A claim
     # only: nothing in the group can confirm it (a false one costs the receiver what
-    # `training.shared_from = "any"` would).
+    # `sharing.shared_from = "any"` would).
     family: Annotated[str, Meta(max_length=MAX_FAMILY_CHARS)] = ""
     model: Name
     policy_version: Count

@@ -252,7 +252,8 @@ def test_hostile_peer_is_refused_with_one_recorded_reason_per_bad_group(tmp_path
         tmp_path / "honest",
         node={"rounds": 0, "checkpoint_every": 1000},
         generation={"questions_per_round": 2, "completions_per_question": 4, "max_new_tokens": 8},
-        training={"local_groups": 2, "shared_groups": 2, "max_version_gap": -1},
+        training={"own_groups": 2},
+        sharing={"shared_groups": 2, "max_version_lag": -1},
         tasks={"eval_size": 0},
         verify={"rate_burst": burst, "rate_groups_per_s": 0.001, "ban_after": 0},
     )

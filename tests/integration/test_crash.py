@@ -51,7 +51,7 @@ def _write_config(path: Path, run_dir: Path, rounds: int) -> None:
                 "completions_per_question = 4",
                 "max_new_tokens = 4",
                 "[training]",
-                "local_groups = 2",
+                "own_groups = 2",
                 "[tasks]",
                 "eval_size = 4",
                 "eval_every = 3",

@@ -25,9 +25,9 @@ SETTINGS = [
     "--set",
     f"generation.questions_per_round={QUESTIONS}",
     "--set",
-    f"training.local_groups={QUESTIONS}",
+    f"training.own_groups={QUESTIONS}",
     "--set",
-    "training.shared_groups=8",
+    "sharing.shared_groups=8",
     "--set",
     f"tasks.eval_size={EVAL}",
     "--set",
@@ -319,7 +319,8 @@ def sharing_run(tmp_path_factory, tiny_model_path) -> Path:
                 "checkpoint_every": 1000,
             },
             generation={"questions_per_round": 32, "completions_per_question": 8},
-            training={"local_groups": 32, "shared_groups": 8, "micro_batch_size": 256},
+            training={"own_groups": 32, "micro_batch_size": 256},
+            sharing={"shared_groups": 8},
             tasks={"eval_size": REPLAY_EVAL, "eval_every": 1000},
         )
         node = Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)

@@ -35,7 +35,7 @@ def _node(tmp_path, hub, name: str, seed: int) -> Node:
         tmp_path / name,
         node={"name": name, "seed": seed},
         tasks={"eval_size": 0},
-        training={"shared_groups": 2, "per_peer_cap": 0},
+        sharing={"shared_groups": 2, "per_peer_cap": 0},
         p2p=PULL,
     )
     return Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)

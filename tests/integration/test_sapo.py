@@ -14,7 +14,7 @@ from swarm.p2p import MemoryHub, MemoryTransport
 from tests.conftest import small_config
 
 
-def _swarm(tmp_path, n=3, **training):
+def _swarm(tmp_path, n=3, **sharing):
     hub = MemoryHub()
     nodes = []
     for i in range(n):
@@ -23,7 +23,8 @@ def _swarm(tmp_path, n=3, **training):
             tmp_path / f"n{i}",
             node={"name": f"n{i}", "seed": i},
             generation={"questions_per_round": 4, "completions_per_question": 6},
-            training={"local_groups": 4, "shared_groups": 4, "per_peer_cap": 1, **training},
+            training={"own_groups": 4},
+            sharing={"shared_groups": 4, "per_peer_cap": 1, **sharing},
             tasks={"eval_size": 0},
         )
         nodes.append(Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key))
@@ -89,7 +90,8 @@ def test_heterogeneous_models_use_each_others_groups(tmp_path, tiny_model_path):
             node={"name": model, "seed": i},
             policy={"model": model},
             generation={"questions_per_round": 4, "completions_per_question": 6},
-            training={"local_groups": 4, "shared_groups": 4, "per_peer_cap": 4},
+            training={"own_groups": 4},
+            sharing={"shared_groups": 4, "per_peer_cap": 4},
             tasks={"eval_size": 0},
         )
         node = Node(config, transport=MemoryTransport(peer_id_of(key), hub), key_pair=key)

@@ -28,7 +28,7 @@ def test_solo_node_raises_held_out_accuracy(tmp_path, tiny_model_path):
         tmp_path / "solo",
         node={"rounds": 30, "checkpoint_every": 30},
         generation={"questions_per_round": 32, "completions_per_question": 8},
-        training={"lr": 3e-4, "local_groups": 32, "micro_batch_size": 256},
+        training={"lr": 3e-4, "own_groups": 32, "micro_batch_size": 256},
         tasks={"eval_size": 200, "eval_every": 30},
     )
     node = Node(config)

@@ -108,7 +108,7 @@ def test_rates_below_step_down_once_when_the_smallest_rate_wins():
 
 def test_the_candidates_arms_pull_only_from_their_own_family():
     c1, c2 = parse_arm("4/4-fam"), parse_arm("4/4-joint+fam")
-    assert c1.training() == {"shared_from": "same-family"}
-    assert c2.training() == {"shared_advantage": "joint", "shared_from": "same-family"}
+    assert c1.sharing() == {"shared_from": "same-family"}
+    assert c2.sharing() == {"shared_advantage": "joint", "shared_from": "same-family"}
     assert c2.generated_questions == 8 and c1.generated_questions == 4
     assert STUDIES["default"].seeds == tuple(range(6, 12))

@@ -46,8 +46,8 @@ def test_a_node_generates_one_question_per_own_group():
         shape=RunShape(),
     )
     cfg = build_config(table, "test")
-    assert cfg.generation.questions_per_round == cfg.training.local_groups == 4
-    assert cfg.training.shared_groups == 4 and cfg.node.seed == 1002
+    assert cfg.generation.questions_per_round == cfg.training.own_groups == 4
+    assert cfg.sharing.shared_groups == 4 and cfg.node.seed == 1002
 
 
 @pytest.mark.parametrize("protocol", list(Protocol))
@@ -66,8 +66,8 @@ def test_protocol_settings_reach_the_config_and_the_trainer(protocol, tiny_model
         ),
         "test",
     )
-    t = cfg.training
-    assert t.shared_sampling == "need" and t.lr == 3e-4
+    t, s = cfg.training, cfg.sharing
+    assert s.shared_sampling == "need" and t.lr == 3e-4
     # the same reward in both protocols: the tagged answer's correctness, 1 or 0, no bonus
     assert (cfg.tasks.format_reward, cfg.tasks.answer_rule, cfg.tasks.partial_credit) == (
         0.0,
@@ -75,7 +75,7 @@ def test_protocol_settings_reach_the_config_and_the_trainer(protocol, tiny_model
         False,
     )
     paper = protocol == Protocol.PAPER
-    assert (t.signal_filter, t.fresh_rounds, t.optimizer) == (
+    assert (t.signal_filter, s.fresh_rounds, t.optimizer) == (
         ("shared", 1, "adam") if paper else ("all", 0, "adamw")
     )
 
@@ -153,14 +153,11 @@ def test_channel_arms_parse_name_and_reach_the_config():
         ),
         "test",
     )
-    t = cfg.training
-    assert (t.shared_advantage, t.shared_shaping, t.shared_normalizer) == ("joint", 0.1, "batch")
-    parts = parse_arm("4/4-parts+shuf").training()
-    assert parts == {
-        "shared_normalizer": "parts",
-        "shared_weight": 0.5,
-        "shuffle_shared_rewards": True,
-    }
+    s = cfg.sharing
+    assert (s.shared_advantage, s.shared_shaping, s.shared_normalizer) == ("joint", 0.1, "batch")
+    parts = parse_arm("4/4-parts+shuf")
+    assert parts.sharing() == {"shared_normalizer": "parts", "shared_weight": 0.5}
+    assert parts.shuffles_rewards and not parse_arm("4/4-parts").shuffles_rewards
 
 
 @pytest.mark.parametrize("bad", ["4/0-joint", "4/4-joint+recv", "4/4-magic", "4-4"])
@@ -198,4 +195,5 @@ def test_the_best_channel_is_the_highest_mean_pass_or_fail_and_needs_every_seed(
 def test_the_negative_control_is_judged_against_4_0_and_plain_4_4():
     study = STUDIES["channels"]
     assert study.controls == (("4/4-shuf", "4/0"), ("4/4-shuf", "4/4"))
-    assert parse_arm("4/4-shuf").training() == {"shuffle_shared_rewards": True}
+    control = parse_arm("4/4-shuf")
+    assert control.shuffles_rewards and control.sharing() == {}

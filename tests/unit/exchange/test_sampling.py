@@ -62,7 +62,7 @@ def _signal(c):
 )
 def test_batch_choice_properties(own, shared, i, j, seed, cap, version, gap, age):
     lc, sc = _own(own), _shared(shared)
-    staleness = Staleness(max_version_gap=gap, max_age_s=age)
+    staleness = Staleness(max_version_lag=gap, max_held_s=age)
     now = 1000.0
     choice = choose_batch(
         lc, sc, i, j, seed, local_version=version, now=now, staleness=staleness, per_peer_cap=cap
@@ -117,7 +117,7 @@ def test_version_gap_only_applies_to_senders_of_the_same_model():
     late = choose_batch(
         [], [old_other], 0, 4, 0, local_version=50, now=100.0, staleness=Staleness(8, 60.0)
     )
-    assert late.shared == [] and late.dropped["stale_age"] == 1
+    assert late.shared == [] and late.dropped["held_too_long"] == 1
 
 
 def test_one_peer_cannot_fill_the_batch():

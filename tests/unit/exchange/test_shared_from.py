@@ -1,4 +1,4 @@
-"""Pulling only from peers of one's own model family (`training.shared_from = "same-family"`)."""
+"""Pulling only from peers of one's own model family (`sharing.shared_from = "same-family"`)."""
 
 from __future__ import annotations
 
@@ -71,10 +71,10 @@ def test_any_pulls_across_families():
 
 
 def test_same_family_needs_the_pull_exchange():
-    table = {"training": {"shared_from": "same-family"}, "p2p": {"exchange": "gossip"}}
-    with pytest.raises(ConfigError, match="training.shared_from.*needs p2p.exchange"):
+    table = {"sharing": {"shared_from": "same-family"}, "p2p": {"exchange": "gossip"}}
+    with pytest.raises(ConfigError, match="sharing.shared_from.*needs p2p.exchange"):
         build_config(table)
-    built = build_config({"training": {"shared_from": "same-family"}})
-    assert built.training.shared_from == "same-family"
+    built = build_config({"sharing": {"shared_from": "same-family"}})
+    assert built.sharing.shared_from == "same-family"
     with pytest.raises(ConfigError, match="shared_from"):
-        build_config({"training": {"shared_from": "same-model"}})
+        build_config({"sharing": {"shared_from": "same-model"}})

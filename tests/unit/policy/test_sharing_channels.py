@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from swarm.batch_choice import Candidate, choose_batch, has_signal_against
-from swarm.config import TrainingSection
+from swarm.config import SharingSection
 from swarm.experience import SharedGroup
 from swarm.node.shared_samples import own_samples, shared_part, shuffled, weighted
 from swarm.policy.generator import Completion
@@ -158,8 +158,8 @@ def _group(rewards, texts) -> SharedGroup:
     )
 
 
-def _settings(**kw) -> TrainingSection:
-    return TrainingSection(**kw)
+def _settings(**kw) -> SharingSection:
+    return SharingSection(**kw)
 
 
 def _part(tokenizer, group, **kw):
@@ -222,7 +222,7 @@ def test_joint_channel_generates_scores_and_trains_both(tokenizer):
 def test_shuffle_control_permutes_rewards_before_advantages(tokenizer):
     texts = [f"<answer>{i}</answer>" for i in range(8)]
     group = _group([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], texts)
-    part = _part(tokenizer, group, settings={"shuffle_shared_rewards": True}, seed="s")
+    part = _part(tokenizer, group, shuffle_rewards=True, seed="s")
     expected = group_advantages(shuffled(group.rewards, "s:h1"))
     assert [s.advantage for s in part.samples] == pytest.approx(expected)
 

@@ -3,7 +3,8 @@
 Each row of RETIRED is a word (a regex) the project stopped using, the word that replaced it
 and why (docs/ARCHITECTURE.md, "Words"). Every text file under swarm/, docs/, node_config/
 and tests/, and README.md, is scanned; a hit fails with its file and line. This file is the
-one place the retired words may appear.
+one place the retired words may appear, besides the config's table of retired keys
+(swarm/config/renames.py), which names each so that an old config is told its new key.
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from swarm.config import RENAMED
+from swarm.config.renames import REMOVED
+
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 SCANNED = [ROOT / "swarm", ROOT / "docs", ROOT / "node_config", ROOT / "tests", ROOT / "README.md"]
 SUFFIXES = {".py", ".md", ".toml", ".txt", ".yml", ".yaml", ".sh", ".cfg"}
 THIS = Path(__file__).resolve()
+RENAME_TABLE = ROOT / "swarm" / "config" / "renames.py"
 
 
 @dataclass(frozen=True)
@@ -100,9 +105,24 @@ RETIRED = [
     Retired(
         r"(?i)\blocal[ -]groups?\b|\bI local\b|\blocal (?:and|or|\+ \w+) shared\b",
         "own group(s)",
-        "one word for a node's own groups (the config key training.local_groups keeps its name)",
+        "one word for a node's own groups (the ledger's and a unit's local_groups count keeps "
+        "its name, so recorded files still read)",
         "a batch of I local + J shared groups",
-        "a batch of I own + J shared groups; local_groups = 4  # I: own groups per update",
+        "a batch of I own + J shared groups; own_groups = 4  # I: own groups per update",
+    ),
+    Retired(
+        r"(?<![\w.])(?:" + "|".join(re.escape(k) for k in [*RENAMED, *REMOVED]) + r")\b",
+        "the new keys of swarm/config/renames.py (training.own_groups, [sharing], ...)",
+        "a renamed or removed config key: docs and code name only the key a config accepts",
+        "skip groups older than training.max_age_s",
+        "skip groups held longer than sharing.max_held_s; reject older than verify.max_age_s",
+    ),
+    Retired(
+        r"\bmax_version_gap\b",
+        "max_version_lag (behind our version) or max_version_rewind (behind the sender's newest)",
+        "the two version bounds are named by what they measure against",
+        "Staleness(max_version_gap=1)",
+        "Staleness(max_version_lag=1); VerifySettings(max_version_rewind=1000)",
     ),
     Retired(
         r"\b(?:chosen|useful)_local\b|\blocal_samples\b|\b(?:choice|batch)\.local\b",
@@ -119,7 +139,9 @@ def scanned_files() -> list[Path]:
     for place in SCANNED:
         found = [place] if place.is_file() else sorted(place.rglob("*"))
         files += [p for p in found if p.is_file() and p.suffix in SUFFIXES]
-    return [p for p in files if p.resolve() != THIS and "__pycache__" not in p.parts]
+    return [
+        p for p in files if p.resolve() not in (THIS, RENAME_TABLE) and "__pycache__" not in p.parts
+    ]
 
 
 def hits(retired: Retired) -> list[str]:
@@ -155,5 +177,16 @@ def test_the_scan_reaches_every_place():
 
 def test_every_kept_word_is_in_the_glossary():
     words = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8").split("## Words", 1)[1]
-    for kept in ("refusal hook", "peer_refusals", "DeltaSync", "assembler", "makers", "OwnGroup"):
+    for kept in (
+        "refusal hook",
+        "peer_refusals",
+        "DeltaSync",
+        "assembler",
+        "makers",
+        "OwnGroup",
+        "own_groups",
+        "max_held_s",
+        "max_version_lag",
+        "max_version_rewind",
+    ):
         assert kept in words, kept

@@ -116,7 +116,7 @@ def test_duplicates_and_replayed_nonces():
 
 def test_remembered_groups_count_as_seen_after_a_restart():
     first, newer = honest(), honest(index=4, policy_version=50)
-    v = verifier(max_version_lag=10)  # a fresh verifier, as after a restart
+    v = verifier(max_version_rewind=10)  # a fresh verifier, as after a restart
     for g in (first, newer):
         signed = sign_group(g, KEY)
         v.remember(g.sender, g.nonce, signed.content_hash, g.policy_version, NOW)
@@ -150,7 +150,7 @@ def test_reputations_rebuilt_from_ledger_counts_throttle_but_do_not_ban_by_thems
 
 
 def test_version_staleness_is_per_sender():
-    v = verifier(max_version_lag=10)
+    v = verifier(max_version_rewind=10)
     assert v.admit(message(honest(policy_version=50)), ME)[1] == []
     assert reasons(v.admit(message(honest(index=4, policy_version=39)), ME)[1]) == ["stale_version"]
     assert v.admit(message(honest(index=5, policy_version=40)), ME)[1] == []
