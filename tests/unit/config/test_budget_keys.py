@@ -76,3 +76,10 @@ def test_zero_means_off_in_every_rate_key_and_minus_one_an_automatic_byte_burst(
     assert default.rate_bytes_burst == 8 * 2**20  # -1, the default: automatic
     on = RateLimits(default.rate_bytes_per_s, default.rate_bytes_burst)
     assert not on.allows("peer", 10**12, 0.0)
+
+
+@pytest.mark.parametrize("key, value", [("rate_bytes_per_s", 1.0), ("rate_groups_per_s", 1e-4)])
+def test_no_refill_starves_a_sender_when_groups_never_grow_too_old(key, value):
+    # verify.max_age_s = 0: no age bound, so no slow refill makes a group stale (no hidden hour)
+    config = build_config({"verify": {key: value, "max_age_s": 0.0}}, "t")
+    assert getattr(config.verify, key) == value
