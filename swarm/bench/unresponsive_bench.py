@@ -342,7 +342,11 @@ def uptime() -> str:
 def run(cases: list[str], before: int, after: int, out: Path, command: str) -> list[dict]:
     """Run each case in turn on a fresh node; write every result so far to `out` after each."""
     results: list[dict] = []
-    doc = {"command": command, "criterion": CRITERION, "uptime_at_start": uptime()}
+    doc: dict[str, object] = {
+        "command": command,
+        "criterion": CRITERION,
+        "uptime_at_start": uptime(),
+    }
     with tempfile.TemporaryDirectory(prefix="unresponsive-") as tmp:
         for case in cases:
             (Path(tmp) / case).mkdir()
