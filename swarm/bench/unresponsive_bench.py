@@ -374,9 +374,9 @@ def run(cases: list[str], before: int, after: int, out: Path, command: str) -> l
         "uptime_at_start": uptime(),
     }
     with tempfile.TemporaryDirectory(prefix="unresponsive-") as tmp:
-        for case in cases:
-            (Path(tmp) / case).mkdir()
-            results.append(run_case(case, before, after, Path(tmp)))
+        for i, case in enumerate(cases):  # a case may come more than once (repeats)
+            (Path(tmp) / str(i) / case).mkdir(parents=True)
+            results.append(run_case(case, before, after, Path(tmp) / str(i)))
             brief = {k: v for k, v in results[-1].items() if not k.endswith("rounds_s")}
             print(json.dumps(brief))
             out.parent.mkdir(parents=True, exist_ok=True)  # a later failure loses nothing
