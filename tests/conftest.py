@@ -2,14 +2,24 @@
 
 The tiny model is built once per machine into the normal cache (`$SWARM_NODE_CACHE` or
 ~/.cache/swarm-node), exactly as a user's first run would, and reused by every test.
+
+Tests run torch on one CPU thread (`OMP_NUM_THREADS`, unless set already), and so do the
+node processes they start, which inherit it (as `swarm-node demo` starts its nodes): the
+tiny model's operations are too small to gain from a second thread, and on two busy cores
+its rounds took 18-25 s for 12 rounds with two threads against 3 s with one
+(`OMP_NUM_THREADS=2` vs `=1`, three in-memory nodes, four rounds each).
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
 
 from swarm.config import build_config
+
+torch.set_num_threads(int(os.environ.setdefault("OMP_NUM_THREADS", "1")))
 
 
 def pytest_collection_modifyitems(config, items):
