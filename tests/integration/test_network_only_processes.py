@@ -24,6 +24,22 @@ def start(args: list[str]) -> subprocess.Popen:
     )
 
 
+def start_together(common: list[str], count: int, start_file: Path) -> list[subprocess.Popen]:
+    """`count` nodes, the first the others' bootstrap, their round 0 at one moment once every
+    one has joined (the readiness barrier `--start-file`), not after a fixed allowance."""
+    barrier = [*common, "--start-file", str(start_file)]
+    first = start(barrier)
+    hello = json.loads(first.stdout.readline())
+    others = [start([*barrier, "--bootstrap", hello["addrs"][0]]) for _ in range(count - 1)]
+    for proc in others:  # a node with a bootstrap says hello once it has joined
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()[-2000:]
+    ready = start_file.with_suffix(".tmp")
+    ready.write_text(str(time.time() + 0.5))
+    ready.replace(start_file)  # whole, never half-written
+    return [first, *others]
+
+
 def rounds_of(proc: subprocess.Popen) -> list[dict]:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
@@ -31,14 +47,10 @@ def rounds_of(proc: subprocess.Popen) -> list[dict]:
     return [r for r in records if "round" in r]
 
 
-def test_three_processes_deliver_and_verify_every_group():
-    start_at = time.time() + 8.0
+def test_three_processes_deliver_and_verify_every_group(tmp_path):
+    # gossip: every group to every process
     common = ["--exchange", "gossip", "--rounds", "3", "--period", "2", "--groups", "6"]
-    common += ["--start-at", str(start_at)]  # gossip: every group to every process
-    first = start(common)
-    hello = json.loads(first.stdout.readline())
-    others = [start([*common, "--bootstrap", hello["addrs"][0]]) for _ in range(2)]
-    results = [rounds_of(p) for p in [first, *others]]
+    results = [rounds_of(p) for p in start_together(common, 3, tmp_path / "start")]
     for rounds in results:
         assert len(rounds) == 3
         # groups of rounds 0-1 of both peers have arrived by the end of round 2

@@ -4,18 +4,14 @@ its view alone, and every group it pulls is delivered and verified."""
 
 from __future__ import annotations
 
-import json
-import time
-
 import pytest
 
-from tests.integration.test_network_only_processes import rounds_of, start
+from tests.integration.test_network_only_processes import rounds_of, start_together
 
 NODES = 5
 
 
-def test_pull_nodes_find_each_other_from_one_address_and_verify_every_pull():
-    start_at = time.time() + 6.0 + NODES
+def test_pull_nodes_find_each_other_from_one_address_and_verify_every_pull(tmp_path):
     common = [
         "--exchange",
         "pull",
@@ -28,13 +24,8 @@ def test_pull_nodes_find_each_other_from_one_address_and_verify_every_pull():
         "6",
         "--shared",
         "4",
-        "--start-at",
-        str(start_at),
     ]
-    first = start(common)
-    hello = json.loads(first.stdout.readline())
-    others = [start([*common, "--bootstrap", hello["addrs"][0]]) for _ in range(NODES - 1)]
-    results = [rounds_of(p) for p in [first, *others]]
+    results = [rounds_of(p) for p in start_together(common, NODES, tmp_path / "start")]
     for rounds in results:
         assert len(rounds) == 5
         last = rounds[-1]
