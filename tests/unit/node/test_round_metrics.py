@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from swarm.node.records import round_metrics
+from swarm.node.ledger_rows import round_metrics
 from swarm.tasks import EASY_MIX, Scoring, TaskSpec, build_task
 
 
