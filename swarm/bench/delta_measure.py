@@ -9,6 +9,7 @@ from __future__ import annotations
 import resource
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -308,16 +309,15 @@ def tiny_training_pairs(steps: int, lr: float, seed: int = 0) -> list[tuple[dict
 def bench_transfer(payload: bytes, repeat: int = 3) -> dict:
     """MB/s of `fetch_blob` of `payload` from one Libp2pTransport to another on 127.0.0.1."""
     from swarm.core.identity import create_identity
-    from swarm.p2p.libp2p import Libp2pTransport
+    from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 
-    server = Libp2pTransport(key_pair=create_identity(), listen_addr="/ip4/127.0.0.1/tcp/0")
+    loopback = TransportSettings(listen_addr="/ip4/127.0.0.1/tcp/0")
+    server = Libp2pTransport(loopback, key_pair=create_identity())
     server.start()
     client = None
     try:
         client = Libp2pTransport(
-            key_pair=create_identity(),
-            listen_addr="/ip4/127.0.0.1/tcp/0",
-            bootstrap=server.listen_addrs(),
+            replace(loopback, bootstrap=tuple(server.listen_addrs())), key_pair=create_identity()
         )
         client.start()
         deadline = time.monotonic() + 30

@@ -60,7 +60,7 @@ def attack(kind: str, target: str, seconds: float) -> dict:
     from libp2p.pubsub.pb import rpc_pb2
 
     from swarm.core.identity import create_identity, peer_id_of
-    from swarm.p2p.libp2p import Libp2pTransport
+    from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
     from swarm.p2p.libp2p.testing import rpc_frame
     from swarm.wire import pack_messages, rollout_topic
     from swarm.wire.signing import sign_group
@@ -68,9 +68,8 @@ def attack(kind: str, target: str, seconds: float) -> dict:
     topic = rollout_topic("swarm-local")
     key = create_identity()
     me = peer_id_of(key)
-    transport = Libp2pTransport(
-        key_pair=key, bootstrap=[target], topics=[topic], peer_exchange=False
-    )
+    settings = TransportSettings(bootstrap=(target,), topics=(topic,), peer_exchange=False)
+    transport = Libp2pTransport(settings, key_pair=key)
     transport.start()
     sent = nbytes = 0
     try:
@@ -122,10 +121,10 @@ def attack(kind: str, target: str, seconds: float) -> dict:
 def follow_hints(target: str, seconds: float) -> dict:
     """A follower's step that reads its trainer's holder hints, again and again for
     `seconds`: each read's time, and this process's RSS growth."""
-    from swarm.p2p.libp2p import Libp2pTransport
+    from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
     from swarm.sync.holders import read_hints
 
-    transport = Libp2pTransport(bootstrap=[target], peer_exchange=False)
+    transport = Libp2pTransport(TransportSettings(bootstrap=(target,), peer_exchange=False))
     transport.start()
     provider = target.rsplit("/p2p/", 1)[1]
     times, hints = [], 0

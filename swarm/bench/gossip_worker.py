@@ -15,6 +15,7 @@ import queue
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 TOPIC = "bench"
@@ -87,14 +88,14 @@ def _publish(transport, index: int, cmd: dict) -> dict:
 def worker_main(args: argparse.Namespace) -> int:
     """Start the node, say it is ready with its addresses, answer commands until exit."""
     from swarm.core.errors import TransportError
-    from swarm.p2p.libp2p import Libp2pTransport
+    from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 
-    transport = Libp2pTransport(
-        bootstrap=args.bootstrap,
-        topics=[TOPIC],
-        inbox_capacity=1 << 18,
-        **({} if args.mesh_degree is None else {"mesh_degree": args.mesh_degree}),
+    settings = TransportSettings(
+        bootstrap=tuple(args.bootstrap), topics=(TOPIC,), inbox_capacity=1 << 18
     )
+    if args.mesh_degree is not None:
+        settings = replace(settings, mesh_degree=args.mesh_degree)
+    transport = Libp2pTransport(settings)
     transport.start()
     recorder = _Recorder(transport)
     _emit({"event": "ready", "peer_id": transport.peer_id, "addrs": transport.listen_addrs()})

@@ -175,12 +175,13 @@ class NetworkNode:
         """A node on its own libp2p transport; its bytes are this process's TCP bytes."""
         from swarm.bench.footprint import TcpMeter
         from swarm.core.identity import create_identity
-        from swarm.p2p.libp2p import Libp2pTransport
+        from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 
         key_pair = key_pair or create_identity()
-        transport = Libp2pTransport(
-            key_pair=key_pair, listen_addr=listen, bootstrap=list(bootstrap), **transport_options
+        transport_settings = TransportSettings(
+            listen_addr=listen, bootstrap=tuple(bootstrap), **transport_options
         )
+        transport = Libp2pTransport(transport_settings, key_pair=key_pair)
         return cls(settings, transport, key_pair, byte_meter=TcpMeter().read)
 
     def _payload_bytes(self) -> tuple[int, int]:

@@ -33,7 +33,7 @@ import trio
 
 from swarm.core.errors import TransportError
 from swarm.core.identity import create_identity, peer_id_of
-from swarm.p2p.libp2p import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 from swarm.p2p.libp2p import blobs as blob_module
 from swarm.p2p.libp2p.framing import read_frame
 from swarm.wire import ANNOUNCEMENTS_KEY, pack_announcements
@@ -141,7 +141,8 @@ def main() -> int:
     else:
         for _ in range(args.count):
             t = Libp2pTransport(
-                key_pair=create_identity(), listen_addr=LISTEN, bootstrap=[args.bootstrap]
+                TransportSettings(listen_addr=LISTEN, bootstrap=(args.bootstrap,)),
+                key_pair=create_identity(),
             )
             t.start()
             t.serve_blob(ANNOUNCEMENTS_KEY, pack_announcements([]))

@@ -63,6 +63,7 @@ _EXPORTS = {
     "make_transport": "swarm.node.makers",
     "read_psk": "swarm.node.makers",
     "trainer_settings": "swarm.node.makers",
+    "transport_settings": "swarm.node.makers",
 }
 
 __all__ = sorted(_EXPORTS)

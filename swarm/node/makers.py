@@ -16,6 +16,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -53,6 +54,9 @@ from swarm.tasks import cache as task_cache
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.rescore_pool import RescoreWorker, WorkerSettings
 from swarm.verify.spotcheck import SpotChecker, SpotCheckSettings
+
+if TYPE_CHECKING:
+    from swarm.p2p.libp2p import TransportSettings
 
 
 def make_run_folder(config: Config) -> None:
@@ -125,31 +129,37 @@ def identity_and_transport(config: Config, transport: Transport | None, key_pair
     return key_pair, peer_id, transport
 
 
-def make_transport(config: Config, key_pair) -> Transport:
-    """The libp2p transport this config describes (imported lazily: it pulls in trio and libp2p)."""
-    from swarm.p2p.libp2p import Libp2pTransport
-    from swarm.p2p.libp2p.peer_costs import CostSettings
+def transport_settings(config: Config) -> TransportSettings:
+    """The libp2p transport's settings from the config's `[p2p]` section (the rest keep the
+    settings' defaults). Imports libp2p: call it only for a node that goes on the network."""
+    from swarm.p2p.libp2p import CostSettings, TransportSettings
 
     p2p = config.p2p
-    return Libp2pTransport(
-        key_pair=key_pair,
+    return TransportSettings(
         listen_addr=p2p.listen,
-        bootstrap=list(p2p.bootstrap),
+        bootstrap=tuple(p2p.bootstrap),
         psk=read_psk(p2p.psk_file) if p2p.psk_file else None,
-        allow_list=list(p2p.allow_list) or None,
+        allow_list=tuple(p2p.allow_list),
         max_connections=p2p.max_connections,
         relay_service=p2p.relay_service,
-        relays=list(p2p.relays),
-        announce=list(p2p.announce),
+        relays=tuple(p2p.relays),
+        announce=tuple(p2p.announce),
         autonat_interval=p2p.autonat_interval,
         hole_punch=p2p.hole_punch,
-        cost_settings=CostSettings(
+        costs=CostSettings(
             rate=p2p.cost_rate,
             graylist_at=p2p.cost_graylist_at,
             ban_at=p2p.cost_ban_at,
             ban_s=p2p.cost_ban_s,
         ),
     )
+
+
+def make_transport(config: Config, key_pair) -> Transport:
+    """The libp2p transport this config describes (imported lazily: it pulls in trio and libp2p)."""
+    from swarm.p2p.libp2p import Libp2pTransport
+
+    return Libp2pTransport(transport_settings(config), key_pair=key_pair)
 
 
 def read_psk(path: str) -> str:

@@ -23,7 +23,7 @@ import threading
 import time
 
 from swarm.core.errors import TransportError
-from swarm.p2p.libp2p import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 from tests.integration.libp2p_peer import emit, read_commands
 
 
@@ -53,9 +53,10 @@ def main() -> int:
     parser.add_argument("--max-lifetime", type=float, default=120.0)
     args = parser.parse_args()
 
-    transport = Libp2pTransport(
-        identity_path=args.identity, listen_addr="/ip4/127.0.0.1/tcp/0", bootstrap=args.bootstrap
+    settings = TransportSettings(
+        listen_addr="/ip4/127.0.0.1/tcp/0", bootstrap=tuple(args.bootstrap)
     )
+    transport = Libp2pTransport(settings, identity_path=args.identity)
     transport.start()
     transport.subscribe(args.topic, None)  # a hostile node checks nothing
     emit({"event": "ready", "peer_id": transport.peer_id})

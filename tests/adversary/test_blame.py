@@ -11,10 +11,11 @@ under the publish threshold, and the relay's own messages were then refused.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
-from swarm.p2p.libp2p import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 from swarm.p2p.transport import InboundMessage
 from tests.waiting import wait_until
 
@@ -34,18 +35,17 @@ def handled(victim: Libp2pTransport) -> int:
 
 @pytest.mark.timeout(120)
 def test_a_relay_of_refused_messages_keeps_its_score_and_its_own_messages_arrive() -> None:
-    victim = Libp2pTransport(peer_exchange=False)
+    victim = Libp2pTransport(TransportSettings(peer_exchange=False))
     victim.start()
     relay = signer = None
     try:
         victim.subscribe(TOPIC, refuse_forged)
-        relay = Libp2pTransport(
-            topics=[TOPIC], bootstrap=victim.listen_addrs(), peer_exchange=False
+        joining = TransportSettings(
+            topics=(TOPIC,), bootstrap=tuple(victim.listen_addrs()), peer_exchange=False
         )
+        relay = Libp2pTransport(joining)
         relay.start()
-        signer = Libp2pTransport(
-            topics=[TOPIC], bootstrap=relay.listen_addrs(), peer_exchange=False
-        )
+        signer = Libp2pTransport(replace(joining, bootstrap=tuple(relay.listen_addrs())))
         signer.start()
         assert relay.wait_for_topic_peers(TOPIC, 2, timeout=20) == 2
         assert victim.wait_for_topic_peers(TOPIC, 1, timeout=20) == 1

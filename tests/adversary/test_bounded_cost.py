@@ -31,7 +31,7 @@ from libp2p.pubsub.pb import rpc_pb2
 
 from swarm.core.identity import create_identity, peer_id_of, save_identity
 from swarm.core.reasons import Reason
-from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, Libp2pTransport
+from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, Libp2pTransport, TransportSettings
 from swarm.p2p.libp2p.testing import rpc_frame, signed_message, unsigned_message
 from swarm.tasks import EASY_MIX, TaskSpec, build_task
 from swarm.verify.bans import ban
@@ -332,9 +332,8 @@ def test_what_the_transport_refuses_is_recorded_and_penalised(victim, tmp_path):
     before = baseline(victim)
     key = create_identity(b"\x66" * 32)
     peer = peer_id_of(key)
-    host = Libp2pTransport(
-        key_pair=key, topics=[TOPIC], bootstrap=victim.addrs, peer_exchange=False
-    )
+    joining = TransportSettings(topics=(TOPIC,), bootstrap=tuple(victim.addrs), peer_exchange=False)
+    host = Libp2pTransport(joining, key_pair=key)
     host.start()
     try:
         assert host.wait_for_topic_peers(TOPIC, 1, timeout=30) == 1

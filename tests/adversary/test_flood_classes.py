@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from swarm.p2p.libp2p import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 from swarm.p2p.transport import InboundMessage
 from tests.waiting import wait_until
 
@@ -41,14 +41,15 @@ class Validator:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["duplicates", "garbage"])
 def test_a_flood_the_validator_refuses_ends_in_a_ban(kind: str) -> None:
-    victim = Libp2pTransport(peer_exchange=False)
+    victim = Libp2pTransport(TransportSettings(peer_exchange=False))
     victim.start()
     honest = attacker = None
     try:
         victim.subscribe(TOPIC, Validator())
         addrs = victim.listen_addrs()
-        honest = Libp2pTransport(topics=[TOPIC], bootstrap=addrs, peer_exchange=False)
-        attacker = Libp2pTransport(topics=[TOPIC], bootstrap=addrs, peer_exchange=False)
+        joining = TransportSettings(topics=(TOPIC,), bootstrap=tuple(addrs), peer_exchange=False)
+        honest = Libp2pTransport(joining)
+        attacker = Libp2pTransport(joining)
         honest.start()
         attacker.start()
         assert victim.wait_for_topic_peers(TOPIC, 2, timeout=20) == 2

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from swarm.core.identity import create_identity, peer_id_of
-from swarm.p2p.libp2p import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 from swarm.policy.delta import encode_anchor, encode_delta, read_header
 from swarm.sync.follower import DeltaFollower
 from swarm.sync.rules import Expectation
@@ -128,7 +128,10 @@ def hostile(tmp_path_factory) -> Iterator[dict]:
         cwd=ROOT,
     )
     ready = json.loads(proc.stdout.readline())
-    transport = Libp2pTransport(listen_addr="/ip4/127.0.0.1/tcp/0", bootstrap=ready["addrs"])
+    settings = TransportSettings(
+        listen_addr="/ip4/127.0.0.1/tcp/0", bootstrap=tuple(ready["addrs"])
+    )
+    transport = Libp2pTransport(settings)
     transport.start()
 
     def sent() -> dict[str, int]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarm.core.identity import create_identity
-from swarm.p2p.libp2p import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "attack-test"
@@ -82,10 +82,9 @@ def scene() -> Iterator[Scene]:
     """A victim with an honest peer and an attacker meshed with it on TOPIC (fixture body)."""
     victim = Victim()
     attacker_key = create_identity()
-    honest = Libp2pTransport(topics=[TOPIC], bootstrap=victim.addrs, peer_exchange=False)
-    attacker = Libp2pTransport(
-        key_pair=attacker_key, topics=[TOPIC], bootstrap=victim.addrs, peer_exchange=False
-    )
+    joining = TransportSettings(topics=(TOPIC,), bootstrap=tuple(victim.addrs), peer_exchange=False)
+    honest = Libp2pTransport(joining)
+    attacker = Libp2pTransport(joining, key_pair=attacker_key)
     try:
         honest.start()
         attacker.start()

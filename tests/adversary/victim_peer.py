@@ -20,7 +20,7 @@ import threading
 import time
 
 from swarm.core.errors import TransportError
-from swarm.p2p.libp2p import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 from swarm.p2p.transport import Refusal
 from tests.integration.libp2p_peer import Recorder, emit, handle, read_commands
 
@@ -88,7 +88,7 @@ def main() -> int:
     parser.add_argument("--max-lifetime", type=float, default=180.0)
     args = parser.parse_args()
 
-    transport = Libp2pTransport(listen_addr="/ip4/127.0.0.1/tcp/0")
+    transport = Libp2pTransport(TransportSettings(listen_addr="/ip4/127.0.0.1/tcp/0"))
     refusals = Refusals()
     transport.set_refusal_hook(refusals.hook)
     transport.start()

@@ -33,7 +33,7 @@ import threading
 import time
 
 from swarm.core.errors import TransportError
-from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, Libp2pTransport
+from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, Libp2pTransport, TransportSettings
 from swarm.p2p.transport import InboundMessage
 
 
@@ -143,9 +143,8 @@ def main() -> int:
     parser.add_argument("--max-lifetime", type=float, default=300.0)
     args = parser.parse_args()
 
-    transport = Libp2pTransport(
-        identity_path=args.identity, listen_addr=args.listen, bootstrap=args.bootstrap
-    )
+    settings = TransportSettings(listen_addr=args.listen, bootstrap=tuple(args.bootstrap))
+    transport = Libp2pTransport(settings, identity_path=args.identity)
     transport.start()
     transport.subscribe(args.topic, raise_on_bad if args.validator == "raise-on-bad" else None)
     recorder = Recorder(transport)

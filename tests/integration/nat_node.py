@@ -30,7 +30,7 @@ import threading
 import time
 
 from swarm.core.errors import TransportError
-from swarm.p2p.libp2p import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 
 MAX_LIFETIME_S = 300.0
 
@@ -89,7 +89,7 @@ def main() -> None:
     blobs: dict[str, bytes] = {}
     try:
         for name, kwargs in spec.items():
-            nodes[name] = Libp2pTransport(**kwargs)
+            nodes[name] = Libp2pTransport(TransportSettings(**kwargs))
             nodes[name].start()
         emit(
             {

@@ -17,7 +17,7 @@ import time
 import msgspec
 
 from swarm.core.identity import create_identity, peer_id_of
-from swarm.p2p.libp2p import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 from swarm.tasks import PRESET_MIXES, build_task, sample_specs, score_completion
 from swarm.wire import RolloutGroup, Sampling, pack_messages
 from swarm.wire.signing import sign_group
@@ -59,9 +59,10 @@ def main() -> None:
         key, args.swarm_id
     )  # builds the task (slow imports) before the clock starts
     topic = f"swarm/{args.swarm_id}/rollouts/v1"
-    transport = Libp2pTransport(
-        key_pair=key, bootstrap=args.bootstrap, psk=args.psk, dial_timeout=args.dial_timeout
+    settings = TransportSettings(
+        bootstrap=tuple(args.bootstrap), psk=args.psk, dial_timeout=args.dial_timeout
     )
+    transport = Libp2pTransport(settings, key_pair=key)
     transport.start()
     transport.subscribe(topic)
     published, most_peers, index = 0, 0, 0

@@ -9,7 +9,7 @@ from swarm.core.identity import create_identity, peer_id_of
 from swarm.exchange.pull import PullSettings
 from swarm.ledger import GroupRow, Ledger
 from swarm.node import make_node
-from swarm.p2p.libp2p import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 from tests.conftest import small_config
 
 GROUPS = 24
@@ -35,9 +35,8 @@ def test_an_observer_and_a_node_pull_every_group_of_one_sender_and_are_refused_n
         p2p={"exchange": "pull"},
         tasks={"preset": "easy", "eval_size": 0},
     )
-    transport = Libp2pTransport(
-        key_pair=key, listen_addr="/ip4/127.0.0.1/tcp/0", bootstrap=bootstrap
-    )
+    settings = TransportSettings(listen_addr="/ip4/127.0.0.1/tcp/0", bootstrap=tuple(bootstrap))
+    transport = Libp2pTransport(settings, key_pair=key)
     observer = make_node(config, transport=transport, key_pair=key)
     try:
         puller.start()

@@ -30,7 +30,7 @@ from libp2p.pubsub.rpc_queue import RpcQueue
 
 from swarm.core.errors import TransportError
 from swarm.core.identity import create_identity, peer_id_of
-from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, SEND_STALL_S, Libp2pTransport
+from swarm.p2p.libp2p import MAX_MESSAGE_SIZE, SEND_STALL_S, Libp2pTransport, TransportSettings
 from swarm.p2p.libp2p.patches import coalesce
 from swarm.p2p.libp2p.peer_exchange import PX_FIRST_DELAY_S, PX_INTERVAL_S
 from swarm.p2p.libp2p.pnet import XSalsa20
@@ -484,10 +484,10 @@ def test_queued_rpcs_are_batched_in_order_up_to_the_limit() -> None:
 
 def test_bad_constructor_arguments_raise_transport_error() -> None:
     with pytest.raises(TransportError, match="64 hex"):
-        Libp2pTransport(psk="short")
+        Libp2pTransport(TransportSettings(psk="short"))
     with pytest.raises(TransportError, match="bootstrap"):
-        Libp2pTransport(bootstrap=["/ip4/127.0.0.1/tcp/1"])
+        Libp2pTransport(TransportSettings(bootstrap=("/ip4/127.0.0.1/tcp/1",)))
     with pytest.raises(TransportError, match="listen address"):
-        Libp2pTransport(listen_addr="/ip4/127.0.0.1/udp/1")
+        Libp2pTransport(TransportSettings(listen_addr="/ip4/127.0.0.1/udp/1"))
     with pytest.raises(TransportError, match="not started"):
         Libp2pTransport().publish(TOPIC, b"x")

@@ -15,7 +15,7 @@ import pytest
 
 from swarm.core.errors import TransportError
 from swarm.core.identity import create_identity
-from swarm.p2p.libp2p import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 from swarm.p2p.libp2p.dcutr import DCUTR_PROTOCOL
 from swarm.p2p.transport import Refusal, RefusalReason
 from tests.integration.transports import started_transports
@@ -123,7 +123,7 @@ def test_a_node_follows_its_relay_through_a_restart(
 def test_bad_relay_addresses_raise_transport_error() -> None:
     for bad in ("/ip4/127.0.0.1/tcp/1", "/ip4/127.0.0.1/udp/1/p2p/x", "nonsense"):
         with pytest.raises(TransportError, match="relay address"):
-            Libp2pTransport(relays=[bad])
+            Libp2pTransport(TransportSettings(relays=(bad,)))
 
 
 @pytest.mark.timeout(60)

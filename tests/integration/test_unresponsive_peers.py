@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -198,11 +199,12 @@ def test_a_sender_whose_group_fetches_stall_is_refused_hard_and_not_waited_on_ag
 def test_closing_a_transport_closes_its_connections():
     """`Libp2pTransport.close()` closes its connections: its peers see it gone at once
     (before, its sockets stayed open and they kept waiting on it)."""
-    from swarm.p2p.libp2p import Libp2pTransport
+    from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 
-    listener = Libp2pTransport(listen_addr="/ip4/127.0.0.1/tcp/0")
+    loopback = TransportSettings(listen_addr="/ip4/127.0.0.1/tcp/0")
+    listener = Libp2pTransport(loopback)
     listener.start()
-    dialler = Libp2pTransport(listen_addr="/ip4/127.0.0.1/tcp/0", bootstrap=listener.listen_addrs())
+    dialler = Libp2pTransport(replace(loopback, bootstrap=tuple(listener.listen_addrs())))
     try:
         dialler.start()
         deadline = time.time() + 20

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from libp2p.peer.id import ID
 
-from swarm.p2p.libp2p import Libp2pTransport
+from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 from swarm.p2p.swarm_key import generate_key, read_key_file, write_key_file
 from swarm.wire import rollout_topic
 from tests.waiting import wait_until
@@ -125,10 +125,12 @@ def network(tmp_path) -> Iterator[dict]:
 
 def _transport(network: dict, bootstrap=()) -> Libp2pTransport:
     t = Libp2pTransport(
-        listen_addr="/ip4/127.0.0.1/tcp/0",
-        psk=read_key_file(network["key_file"]).hex,  # the same file the js peer reads
-        bootstrap=list(bootstrap),
-        peer_exchange=False,  # the js peer is the only way between nodes not bootstrapped
+        TransportSettings(
+            listen_addr="/ip4/127.0.0.1/tcp/0",
+            psk=read_key_file(network["key_file"]).hex,  # the same file the js peer reads
+            bootstrap=tuple(bootstrap),
+            peer_exchange=False,  # the js peer is the only way between nodes not bootstrapped
+        )
     )
     t.start()
     t.subscribe(TOPIC, None)

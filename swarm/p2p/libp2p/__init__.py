@@ -5,10 +5,15 @@ it checks the installed py-libp2p version first (patches.py), since the transpor
 some of that version's internals. One module per concern:
 
 - transport.py: `Libp2pTransport`, the composition of the parts below
+- settings.py: `TransportSettings`, everything the transport is configured with
+- parts.py: what the node thread builds from the settings (policy, counters, inbox, blobs)
+- runtime.py: the network thread's side: the host and the parts built on it, start to close
+- calls.py: the network-thread halves of the public calls (blob fetches, raw streams)
 - network_thread.py: trio in a thread of its own, and the calls into it
 - host.py: the host, Noise-only security, PSK, allow-list, address parsing
 - connections.py: dialing bootstrap and discovered peers, with backoff
-- gossip.py: GossipSub and Pubsub tuning, validators, delivery, outbound queue watchdog
+- gossip.py: GossipSub and Pubsub tuning, validators, delivery
+- send_queues.py: the outbound queues' health (back-pressure reads it) and their watchdog
 - publish.py: the publish hand-off queue and back-pressure
 - blobs.py: the blob stream protocol (serve and fetch)
 - peer_exchange.py: the peer-exchange stream protocol
@@ -26,10 +31,12 @@ from swarm.p2p.libp2p.blobs import BLOB_PROTOCOL  # noqa: E402
 from swarm.p2p.libp2p.gossip import (  # noqa: E402
     DEFAULT_MESH_DEGREE,
     MAX_MESSAGE_SIZE,
-    SEND_STALL_S,
     Libp2pInboundMessage,
 )
+from swarm.p2p.libp2p.peer_costs import CostSettings  # noqa: E402
 from swarm.p2p.libp2p.peer_exchange import PEER_EXCHANGE_PROTOCOL  # noqa: E402
+from swarm.p2p.libp2p.send_queues import SEND_STALL_S  # noqa: E402
+from swarm.p2p.libp2p.settings import TransportSettings  # noqa: E402
 from swarm.p2p.libp2p.stats import Libp2pStats  # noqa: E402
 from swarm.p2p.libp2p.transport import Libp2pTransport  # noqa: E402
 
@@ -39,7 +46,9 @@ __all__ = [
     "MAX_MESSAGE_SIZE",
     "PEER_EXCHANGE_PROTOCOL",
     "SEND_STALL_S",
+    "CostSettings",
     "Libp2pInboundMessage",
     "Libp2pStats",
     "Libp2pTransport",
+    "TransportSettings",
 ]

@@ -13,7 +13,8 @@ Runs on the trio thread. What is tuned, against py-libp2p 0.8.1's defaults (docs
   subscription channel is bypassed); validators are wrapped with `run_validator`, so one
   that raises rejects the message instead of killing the host, and a rejection also stops
   the message from being forwarded. Rejections are counted by reason.
-- A peer whose outbound queue has not moved for SEND_STALL_S has its connection torn down.
+- A peer whose outbound queue has not moved for SEND_STALL_S has its connection torn down
+  (send_queues.py, which back-pressure also reads).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from swarm.p2p.libp2p.patches import SwarmGossipSub, SwarmPubsub, abort_peer_con
 from swarm.p2p.libp2p.peer_costs import Ban, Cost
 from swarm.p2p.libp2p.peer_scores import PENALTY, build_score_params
 from swarm.p2p.libp2p.refusals import RefusalRecorder
+from swarm.p2p.libp2p.send_queues import SendQueues
 from swarm.p2p.libp2p.stats import Counters
 from swarm.p2p.transport import (
     BoundedInbox,
@@ -70,14 +72,6 @@ GOSSIP_PROTOCOLS = (PROTOCOL_ID_V11, PROTOCOL_ID)
 DEFAULT_MESH_DEGREE = 6
 HEARTBEAT_INTERVAL_S = 1
 OUTBOUND_QUEUE_DEPTH = 4096  # RPCs per peer; library default 32
-# A peer whose outbound queue has not moved for this long gets its connection torn down.
-# py-libp2p's Yamux answers pings and stream opens inline in its read loop, so when both
-# directions of a connection are full the two read loops can wait on each other forever;
-# a frozen or malicious peer that stops reading pins our queue the same way.
-SEND_STALL_S = 10.0
-# A queue whose send loop has not moved for this long no longer holds back publishing.
-BACKPRESSURE_STALL_S = 2.0
-WATCHDOG_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -144,6 +138,7 @@ class Gossip:
             max_message_size=max_message_size,
             inbound_rpc_limit=INBOUND_RPC_LIMIT,
         )
+        self.queues = SendQueues(host, self.pubsub, counters, rejections)
         self.gossipsub.refuse = self.refuse
         self.gossipsub.count = self._count
         policy.on_ban = self.ban
@@ -228,7 +223,7 @@ class Gossip:
     async def publish(self, topic: str, data: bytes) -> None:
         await self.pubsub.publish(topic, data)
 
-    # ------------------------------------------------------------------ mesh and queues
+    # ------------------------------------------------------------------ mesh
 
     def score(self, peer_id: ID) -> float:
         """The peer's GossipSub score over our subscribed topics."""
@@ -243,73 +238,6 @@ class Gossip:
         while self.mesh_size(topic) < count and trio.current_time() < deadline:
             await self.gossipsub.mesh_grew.wait(deadline - trio.current_time())
         return self.mesh_size(topic)
-
-    def fullest_queue(self) -> int:
-        """Length of the longest outbound queue that is still draining.
-
-        A queue whose send loop has made no progress for BACKPRESSURE_STALL_S is left out:
-        one frozen peer must not throttle publishing to everyone else (the watchdog drops
-        it after SEND_STALL_S; what it misses meanwhile is counted as dropped).
-        """
-        now = trio.current_time()
-        progress = self.pubsub.send_progress
-        return max(
-            (
-                len(queue)
-                for peer_id, queue in self.pubsub.peer_queues.items()
-                if now - progress.get(peer_id, now) <= BACKPRESSURE_STALL_S
-            ),
-            default=0,
-        )
-
-    def pending_outbound(self) -> int:
-        """RPCs waiting in all peers' outbound queues."""
-        return sum(len(queue) for queue in self.pubsub.peer_queues.values())
-
-    def next_stall_in(self) -> float:
-        """Seconds until the next waiting queue counts as stalled (`fullest_queue` then leaves
-        it out) if its send loop makes no progress meanwhile; inf when none waits."""
-        now = trio.current_time()
-        progress = self.pubsub.send_progress
-        left = (
-            progress.get(peer_id, now) + BACKPRESSURE_STALL_S - now
-            for peer_id, queue in self.pubsub.peer_queues.items()
-            if len(queue) > 0
-        )
-        # A millisecond past the mark, so that the queue is left out when the wait ends.
-        return min((s + 0.001 for s in left if s >= 0), default=float("inf"))
-
-    async def wait_for_sending(self, timeout: float) -> bool:
-        """Until a peer's send loop writes a batch or ends, or the outbox hands one over, at
-        most `timeout` seconds; whether something moved."""
-        return await self.pubsub.sent.wait(timeout)
-
-    def note_handed_over(self) -> None:
-        """The outbox handed a message to pubsub: wake waits on the queues (trio thread)."""
-        self.pubsub.sent.fire()
-
-    async def watch_send_queues(self, nursery: trio.Nursery) -> None:
-        """Tear down the connection of any peer whose outbound queue is stuck (see SEND_STALL_S)."""
-        while True:
-            await trio.sleep(WATCHDOG_INTERVAL_S)
-            self._rejections.flush()  # summaries of refusals that waited their second
-            now = trio.current_time()
-            progress = self.pubsub.send_progress
-            for peer_id in list(progress):
-                queue = self.pubsub.peer_queues.get(peer_id)
-                if queue is None:
-                    progress.pop(peer_id, None)
-                elif len(queue) > 0 and now - progress[peer_id] > SEND_STALL_S:
-                    progress.pop(peer_id, None)
-                    nursery.start_soon(self._abort_stalled, peer_id)
-
-    async def _abort_stalled(self, peer_id: ID) -> None:
-        logger.warning(
-            "outbound queue to %s stuck for %.0f s; dropping its connection", peer_id, SEND_STALL_S
-        )
-        with self._counters.locked() as stats:
-            stats.stalled_peers += 1
-        await abort_peer_connections(self._host.get_network(), peer_id)
 
     # ------------------------------------------------------------------ refusals
 

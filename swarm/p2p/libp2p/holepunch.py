@@ -17,7 +17,8 @@ What each side needs (checked, and said in one WARNING when missing):
   kept by `dcutr.ObservedIps` and never advertised), from its own relays and the relay
   the connection runs through only.
 Routers that give each outgoing connection a new port (symmetric NAT, carrier-grade NAT)
-cannot be punched; the relayed connection then stays.
+cannot be punched; the relayed connection then stays. The dials themselves (the plain one,
+the punch's, closing the relayed connection after) are `punch_dials.PunchDials`.
 
 py-libp2p 0.8.1's `relay/circuit_v2/dcutr.py` is not used: its service starts a punch to
 every relayed peer from both ends every 2 s (two sessions dialling from one port collide),
@@ -42,10 +43,8 @@ from libp2p.connection_types import ConnectionType
 from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.pb.dcutr_pb2 import HolePunch
 
-from swarm.core.errors import TransportError
 from swarm.p2p.libp2p.dcutr import (
     DCUTR_PROTOCOL,
-    MAX_ADDRS,
     ExchangeBudget,
     InboundRelayed,
     ObservedIps,
@@ -57,12 +56,11 @@ from swarm.p2p.libp2p.dcutr import (
     read_message,
     relay_of,
     relayed_connections,
-    unspecified_or_loopback,
 )
 from swarm.p2p.libp2p.framing import NET_ERRORS, StreamProtocolError, close_quietly
-from swarm.p2p.libp2p.host import AccessPolicy, is_dialable_tcp, peer_addrs
-from swarm.p2p.libp2p.patches import dial_as_server, lift_dial_block
+from swarm.p2p.libp2p.host import AccessPolicy
 from swarm.p2p.libp2p.peer_costs import Cost
+from swarm.p2p.libp2p.punch_dials import PunchDials
 from swarm.p2p.libp2p.stats import Counters
 from swarm.p2p.transport import RefusalReason
 
@@ -70,12 +68,8 @@ logger = logging.getLogger(__name__)
 
 ATTEMPTS = 3  # the spec's: one try and two retries
 EXCHANGE_TIMEOUT_S = 10.0  # each read or write of the exchange
-PUNCH_S = 5.0  # one round of dials
 RETRY_S = 1.0  # between attempts (and time for a peer's own exchange to make us yield)
-UNILATERAL_S = 3.0  # a plain dial to the peer's direct addresses, before punching
-RELAYED_CLOSE_S = 30.0  # the relayed connection is closed once idle, or after this
 SESSIONS_PER_MINUTE = ATTEMPTS + 1  # exchanges one peer may start with us a minute
-LONG_LIVED = ("/meshsub/", "/floodsub/", "/ipfs/id/", "/ipfs/ping/")  # streams that never end
 
 Refuse = Callable[[ID, RefusalReason, str, None], None]
 
@@ -120,6 +114,7 @@ class HolePunching:
         self._nursery: trio.Nursery | None = None
         self._sessions: dict[ID, trio.CancelScope] = {}  # our upgrades running, by peer
         self._budget = ExchangeBudget(SESSIONS_PER_MINUTE)
+        self._dials = PunchDials(host, counters)
         self._warned_no_port = False
 
     def register(self, refuse: Refuse) -> None:
@@ -140,21 +135,13 @@ class HolePunching:
 
     # -------------------------------------------------------------- addresses
 
-    def _listen(self) -> tuple[str, int] | None:
-        """The (ip, port) we listen on, which punches dial from."""
-        for addr in self._host.get_transport_addrs():
-            names = [p.name for p in addr.protocols()]
-            if names[:2] == ["ip4", "tcp"] or names[:2] == ["ip6", "tcp"]:
-                return str(addr.value_for_protocol(names[0])), int(addr.value_for_protocol("tcp"))
-        return None
-
     def _our_addrs(self, peer_id: ID) -> list[multiaddr.Multiaddr]:
         observers = list(self._relays)
         for conn in relayed_connections(self._host, peer_id):
             relay = relay_of(conn)
             if relay is not None and relay not in observers:
                 observers.append(relay)
-        return predicted(self._observed.ips(observers), self._listen(), self._announce)
+        return predicted(self._observed.ips(observers), self._dials.listen(), self._announce)
 
     # -------------------------------------------------------------- B: we were reached
 
@@ -178,15 +165,15 @@ class HolePunching:
         self._report(peer_id, outcome, time.monotonic() - began)
         direct = (Outcome.DIRECT, Outcome.UNILATERAL, Outcome.ALREADY)
         if outcome in direct and self._nursery is not None:
-            self._nursery.start_soon(self._close_relayed, peer_id)
+            self._nursery.start_soon(self._dials.close_relayed, peer_id)
         return outcome
 
     async def _upgrade(self, peer_id: ID) -> Outcome:
         if direct_connections(self._host, peer_id):
             return Outcome.ALREADY
-        if await self._unilateral(peer_id):
+        if await self._dials.unilateral(peer_id):
             return Outcome.UNILATERAL
-        if self._listen() is None:
+        if self._dials.listen() is None:
             return Outcome.NO_PORT
         outcome = Outcome.FAILED
         for attempt in range(ATTEMPTS):
@@ -205,22 +192,6 @@ class HolePunching:
                 return outcome
         return Outcome.ALREADY if direct_connections(self._host, peer_id) else outcome
 
-    async def _unilateral(self, peer_id: ID) -> bool:
-        """A plain dial to the peer's direct addresses: a peer that is reachable needs no
-        punch (and a punch would give both ends the server's role)."""
-        addrs = [
-            a
-            for a in peer_addrs(self._host, peer_id)
-            if is_dialable_tcp(a) and not unspecified_or_loopback(a)
-        ][:MAX_ADDRS]
-        if not addrs:
-            return False
-        with trio.move_on_after(UNILATERAL_S):
-            async with trio.open_nursery() as nursery:
-                for addr in addrs:
-                    nursery.start_soon(self._dial, peer_id, addr, None, False, nursery)
-        return bool(direct_connections(self._host, peer_id))
-
     async def _attempt(self, peer_id: ID) -> Outcome:
         stream = await self._host.new_stream(peer_id, [DCUTR_PROTOCOL])
         try:
@@ -236,7 +207,11 @@ class HolePunching:
         if not addrs:
             return Outcome.NO_ADDRESSES
         await trio.sleep(min(rtt / 2, 2.0))
-        return Outcome.DIRECT if await self._punch(peer_id, addrs, server=True) else Outcome.FAILED
+        return (
+            Outcome.DIRECT
+            if await self._dials.punch(peer_id, addrs, server=True)
+            else Outcome.FAILED
+        )
 
     # -------------------------------------------------------------- A: we reached it
 
@@ -263,7 +238,7 @@ class HolePunching:
                 if self._refuse is not None:
                     self._refuse(peer_id, RefusalReason.BAD_HOLE_PUNCH, str(exc)[:200], None)
                 return
-            if addrs and await self._punch(peer_id, addrs, server=False):
+            if addrs and await self._dials.punch(peer_id, addrs, server=False):
                 logger.info("hole punched: direct connection to %s (it asked)", peer_id)
         except NET_ERRORS as exc:
             logger.debug("DCUtR exchange with %s ended: %s", peer_id, exc)
@@ -283,58 +258,6 @@ class HolePunching:
             return False
         mine.cancel()
         return True
-
-    # -------------------------------------------------------------- both
-
-    async def _punch(self, peer_id: ID, addrs: list[multiaddr.Multiaddr], *, server: bool) -> bool:
-        """Dial each address from our listen port at once; True once a direct connection is
-        up. `server`: upgrade as the handshake's responder (B), which a simultaneous open
-        needs on one end."""
-        source = self._listen()
-        if source is None:
-            return False
-        with trio.move_on_after(PUNCH_S):
-            async with trio.open_nursery() as nursery:
-                for addr in addrs:
-                    nursery.start_soon(self._dial, peer_id, addr, source, server, nursery)
-        return bool(direct_connections(self._host, peer_id))
-
-    async def _dial(
-        self,
-        peer_id: ID,
-        addr: multiaddr.Multiaddr,
-        source: tuple[str, int] | None,
-        server: bool,
-        nursery: trio.Nursery,
-    ) -> None:
-        network = self._host.get_network()
-        lift_dial_block(network, peer_id)
-        try:
-            if server and source is not None:
-                await dial_as_server(network, addr, peer_id, source)
-            else:
-                await network.dial_addr(addr, peer_id, source)
-        except (*NET_ERRORS, TransportError) as exc:  # TransportError: a PSK that differs
-            logger.debug("punch dial to %s at %s: %s", peer_id, addr, exc)
-            return
-        except Exception as exc:  # noqa: BLE001 - library boundary: dial errors vary; counted
-            self._counters.handler_error("hole_punch_dial", exc)
-            return
-        with self._counters.locked() as stats:
-            stats.hole_punch_dials += 1
-        nursery.cancel_scope.cancel()
-
-    async def _close_relayed(self, peer_id: ID) -> None:
-        """Close the relayed connections to a peer now reached directly, once idle."""
-        deadline = trio.current_time() + RELAYED_CLOSE_S
-        for conn in relayed_connections(self._host, peer_id):
-            while _carries_exchanges(conn) and trio.current_time() < deadline:
-                await trio.sleep(0.5)
-            if direct_connections(self._host, peer_id):
-                try:
-                    await conn.close()
-                except NET_ERRORS as exc:
-                    logger.debug("closing the relayed connection to %s: %s", peer_id, exc)
 
     def _report(self, peer_id: ID, outcome: Outcome, seconds: float) -> None:
         with self._counters.locked() as stats:
@@ -371,13 +294,3 @@ class HolePunching:
                 ATTEMPTS,
                 seconds,
             )
-
-
-def _carries_exchanges(conn: INetConn) -> bool:
-    """Whether a connection carries a stream that ends (a blob fetch, say), not only the
-    ones that last as long as it does (gossip, identify, ping), which move with the peer."""
-    for stream in conn.get_streams():
-        protocol = str(stream.get_protocol() or "")
-        if not protocol.startswith(LONG_LIVED):
-            return True
-    return False

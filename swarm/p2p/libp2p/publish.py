@@ -103,17 +103,17 @@ class Outbox:
                 await self._wait_for_queue_room(gossip, len(data))
                 await self._publish_one(gossip, topic, data)
                 self._pop()
-                gossip.note_handed_over()
+                gossip.queues.note_handed_over()
                 await trio.sleep(0)  # let the per-peer sending tasks run between messages
 
     async def flush(self, gossip: Gossip, timeout: float) -> bool:
         """Wait until everything published has left the outbox and every peer queue is empty."""
         deadline = trio.current_time() + timeout
-        while self._items or gossip.pending_outbound() > 0:
+        while self._items or gossip.queues.pending_outbound() > 0:
             left = deadline - trio.current_time()
             if left <= 0:
                 return False
-            await gossip.wait_for_sending(left)  # woken by each batch written or handed over
+            await gossip.queues.wait_for_sending(left)  # woken by each batch written or handed over
         return True
 
     async def _publish_one(self, gossip: Gossip, topic: str, data: bytes) -> None:
@@ -132,10 +132,10 @@ class Outbox:
     async def _wait_for_queue_room(self, gossip: Gossip, size: int) -> None:
         """Back-pressure: wait (bounded) until every peer's outbound queue is below high water."""
         limit = max(4, min(QUEUE_HIGH_WATER, QUEUE_BYTES_BUDGET // max(size, 1)))
-        if gossip.fullest_queue() <= limit:
+        if gossip.queues.fullest_queue() <= limit:
             return
         deadline = trio.current_time() + self._publish_wait
-        while gossip.fullest_queue() > limit:
+        while gossip.queues.fullest_queue() > limit:
             left = deadline - trio.current_time()
             if left <= 0:
                 with self._counters.locked() as stats:
@@ -143,11 +143,11 @@ class Outbox:
                 logger.warning(
                     "publish waited %.1f s for outbound queues (fullest: %d RPCs); sending anyway",
                     self._publish_wait,
-                    gossip.fullest_queue(),
+                    gossip.queues.fullest_queue(),
                 )
                 return
             # Woken by each batch a send loop writes, or when a queue starts to count as stalled.
-            await gossip.wait_for_sending(min(left, gossip.next_stall_in()))
+            await gossip.queues.wait_for_sending(min(left, gossip.queues.next_stall_in()))
         with self._counters.locked() as stats:
             stats.backpressure_waits += 1
 

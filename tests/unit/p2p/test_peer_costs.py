@@ -94,10 +94,10 @@ def test_the_budget_and_the_connection_bound_are_config_keys():
     )
     transport = make_transport(config, create_identity(b"\x01" * 32))
     try:
-        assert transport.cost_settings == CostSettings(
+        assert transport.settings.costs == CostSettings(
             rate=50.0, graylist_at=500.0, ban_at=900.0, ban_s=30.0
         )
-        assert transport.max_connections == 16
+        assert transport.settings.max_connections == 16
     finally:
         transport.close()
 
