@@ -392,7 +392,7 @@ def test_publisher_started_before_the_transport_counts_the_lost_gossip():
 
 
 def test_a_gossiped_manifest_is_verified_once_by_the_validator_not_again(monkeypatch):
-    import swarm.sync.follower as sync_module
+    import swarm.sync.manifest_inbox as sync_module
 
     verified = []
     real = sync_module.verify_manifest
