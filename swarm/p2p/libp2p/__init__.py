@@ -6,7 +6,7 @@ some of that version's internals. One module per concern:
 
 - transport.py: `Libp2pTransport`, the composition of the parts below
 - settings.py: `TransportSettings`, everything the transport is configured with
-- parts.py: what the node thread builds from the settings (policy, counters, inbox, blobs)
+- transport_parts.py: what the node thread builds from the settings (policy, counters, inbox, blobs)
 - runtime.py: the network thread's side: the host and the parts built on it, start to close
 - calls.py: the network-thread halves of the public calls (blob fetches, raw streams)
 - network_thread.py: trio in a thread of its own, and the calls into it

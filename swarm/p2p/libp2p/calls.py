@@ -20,8 +20,8 @@ from swarm.p2p.libp2p import host as hosting
 from swarm.p2p.libp2p.blobs import fetch_blob
 from swarm.p2p.libp2p.dcutr import direct_connections, relayed_connections
 from swarm.p2p.libp2p.framing import NET_ERRORS, STREAM_IO_TIMEOUT_S, close_quietly
-from swarm.p2p.libp2p.parts import Parts
 from swarm.p2p.libp2p.runtime import HostRuntime, Network
+from swarm.p2p.libp2p.transport_parts import Parts
 from swarm.p2p.transport import FetchLimits, PeerInfo, Reachability, Validator
 
 LEARNED_ADDR_TTL_S = 3600  # addresses learned from a peer's view (Transport.learn_peer)

@@ -23,12 +23,12 @@ from swarm.p2p.libp2p.connections import Dialer
 from swarm.p2p.libp2p.dcutr import ObservedIps
 from swarm.p2p.libp2p.gossip import Gossip
 from swarm.p2p.libp2p.holepunch import HolePunching
-from swarm.p2p.libp2p.parts import CLOSE_GRACE_S, Parts
 from swarm.p2p.libp2p.patches import abort_peer_connections, keep_observed_ips
 from swarm.p2p.libp2p.peer_costs import Cost
 from swarm.p2p.libp2p.peer_exchange import PeerExchange
 from swarm.p2p.libp2p.reachability import CHECK_INTERVAL_S, FIRST_CHECK_S, AutoNat
 from swarm.p2p.libp2p.relay import Relaying
+from swarm.p2p.libp2p.transport_parts import CLOSE_GRACE_S, Parts
 from swarm.p2p.transport import RefusalReason
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ thread-safe `BoundedInbox`. Nothing from trio or libp2p leaks through the public
 library failures become `TransportError`.
 
 The parts: settings.py (`TransportSettings`, what the transport is configured with),
-parts.py (what the node thread builds from them), runtime.py (the network thread: the host
+transport_parts.py (what the node thread builds from them), runtime.py (the network thread: the host
 and the parts built on it), calls.py (the network-thread halves of the public calls), host.py
 (host, Noise, PSK, allow-list), gossip.py (GossipSub, validators, delivery), publish.py
 (back-pressure), blobs.py, peer_exchange.py, connections.py (dialing), and patches.py (every
@@ -35,12 +35,12 @@ from swarm.core.identity import peer_id_of
 from swarm.p2p.libp2p import host as hosting
 from swarm.p2p.libp2p.blobs import check_blob_key
 from swarm.p2p.libp2p.calls import NetworkCalls
-from swarm.p2p.libp2p.parts import build_parts
 from swarm.p2p.libp2p.relay import circuit_to, is_circuit
 from swarm.p2p.libp2p.runtime import HostRuntime
 from swarm.p2p.libp2p.settings import TransportSettings
 from swarm.p2p.libp2p.stats import Libp2pStats
 from swarm.p2p.libp2p.testing import RawStream
+from swarm.p2p.libp2p.transport_parts import build_parts
 from swarm.p2p.transport import (
     BlobServed,
     FetchLimits,
