@@ -1,7 +1,7 @@
 """The libp2p transport: `Libp2pTransport` over py-libp2p 0.8.1 (TCP + Noise + Yamux + GossipSub).
 
 Imported only when a node really goes on the network (it pulls in trio and libp2p). Importing
-it checks the installed py-libp2p version first (patches.py), since the transport changes
+it checks the installed py-libp2p version first (patches/version.py), since the transport changes
 some of that version's internals. One module per concern:
 
 - transport.py: `Libp2pTransport`, the composition of the parts below
@@ -20,7 +20,7 @@ some of that version's internals. One module per concern:
 - relay.py: circuit relay v2 (relaying for others, reservations, dialling through a relay)
 - framing.py: length-prefixed framing shared by our stream protocols
 - stats.py: the counters
-- patches.py: every change to py-libp2p's internals
+- patches/: every change to py-libp2p's internals, one module per part of py-libp2p changed
 
 docs/LIBP2P.md lists the py-libp2p pitfalls and where each is handled.
 """

@@ -1,7 +1,7 @@
 """Staying connected: our own dial loop, with a capped backoff per peer (on the trio thread).
 
 The library's own bootstrap gives a peer up for good after 3 failures, and its
-auto-connector dials around the allow-list; both are left unused (see patches.py).
+auto-connector dials around the allow-list; both are left unused (see patches/network.py).
 Here every bootstrap peer is retried with capped exponential backoff for as long as the
 node is connected to fewer than `trimming.SETTLED_PEERS` others (then it is a peer like
 any other: not redialled, trimmed when idle; a joiner does not hold it forever), a peer

@@ -6,7 +6,7 @@ reader takes the other side's nonce and XORs with the matching stream. There is 
 handshake: with a wrong key, Noise on top fails. This is what go-libp2p, js-libp2p
 (@libp2p/pnet) and rust-libp2p speak. py-libp2p 0.8.1 uses Salsa20 with an 8-byte nonce
 instead (and reads its nonce with one unchecked read), so it talks to none of them;
-patches.py puts `PnetConnection` in its place.
+patches/network.py puts `PnetConnection` in its place.
 
 XSalsa20(k, n) is Salsa20 keyed with HSalsa20(k, n[:16]) and nonced with n[16:]. The
 Salsa20 stream is pycryptodome's (already a py-libp2p dependency); HSalsa20 is libsodium's

@@ -10,7 +10,7 @@ The parts: settings.py (`TransportSettings`, what the transport is configured wi
 transport_parts.py (what the node thread builds from them), runtime.py (the network thread: the host
 and the parts built on it), calls.py (the network-thread halves of the public calls), host.py
 (host, Noise, PSK, allow-list), gossip.py (GossipSub, validators, delivery), publish.py
-(back-pressure), blobs.py, peer_exchange.py, connections.py (dialing), and patches.py (every
+(back-pressure), blobs.py, peer_exchange.py, connections.py (dialing), and patches/ (every
 change to py-libp2p's internals). docs/LIBP2P.md lists the library's pitfalls and where each
 is handled.
 
