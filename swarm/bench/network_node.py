@@ -17,20 +17,31 @@ speaking gossip, whose cost grows with the swarm (`scripts/bench_scale.py real`)
 
     node = NetworkNode.over_libp2p(NetworkNodeSettings(), listen="/ip4/127.0.0.1/tcp/0")
     node.start(); cost = node.run_round(); node.close()
+
+`python -m swarm.bench.network_node` runs one as a process (`main`), a JSON line per round.
+Its settings and the `RoundCost` record live in `network_settings`, the wall-clock pacing
+of its rounds in `paced_rounds`.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import enum
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from swarm.batch_choice import Candidate, Staleness, choose_batch
-from swarm.bench.synthetic import SyntheticRollouts, SyntheticShape, wire_group
+from swarm.bench.network_settings import (
+    SYNTHETIC_BASE,
+    SYNTHETIC_MODEL,
+    ByteMeter,
+    ExchangeKind,
+    NetworkNodeSettings,
+    RoundCost,
+)
+from swarm.bench.paced_rounds import run_paced, wait_connected, wait_start
+from swarm.bench.synthetic import SyntheticRollouts, wire_group
 from swarm.core.errors import RejectedMessage
 from swarm.core.reasons import Reason
 from swarm.exchange.base import Exchange, GossipExchange
@@ -41,64 +52,6 @@ from swarm.tasks import PRESET_MIXES, Scoring, stream_seed
 from swarm.verify.gate import Verifier, VerifySettings
 from swarm.verify.message import Accepted
 from swarm.wire.signing import sign_group
-
-SYNTHETIC_MODEL = "synthetic"
-SYNTHETIC_BASE = "0" * 64
-
-ByteMeter = Callable[[], tuple[int, int]]  # cumulative (bytes in, bytes out)
-
-
-class ExchangeKind(enum.StrEnum):
-    """Which exchange protocol a network-only node speaks."""
-
-    GOSSIP = "gossip"  # every group to every node (the protocol so far)
-    PULL = "pull"  # announcements served, sampled peers asked, sampled groups pulled
-
-
-@dataclass(frozen=True)
-class NetworkNodeSettings:
-    """What a network-only node does each round."""
-
-    swarm_id: str = "swarm-local"
-    exchange: ExchangeKind = ExchangeKind.GOSSIP
-    preset: str = "easy"  # task mix (swarm.tasks.PRESET_MIXES)
-    task_seed: int = -1  # -1: derived from the peer ID, so no two nodes share task specs
-    # (with the pull exchange the stream is always bound to the peer ID: `stream_seed`)
-    groups_per_round: int = 16  # Q: groups made and shared per round
-    own_groups: int = 16  # I
-    shared_groups: int = 8  # J
-    per_peer_cap: int = 2
-    max_held_s: float = 600.0  # sampler staleness (sharing.max_held_s)
-    shape: SyntheticShape = field(default_factory=SyntheticShape)
-    format_bonus: float = 0.1
-    pool_size: int = 4096
-    verify: VerifySettings | None = None  # default: this swarm, default bounds
-    pull: PullSettings = field(default_factory=PullSettings)  # the pull exchange's budget
-
-
-@dataclass
-class RoundCost:
-    """What one round cost this node, and what it chose."""
-
-    round: int
-    published: int = 0  # own groups shared
-    bytes_in: int = 0  # over the round's window (see `run_paced`)
-    bytes_out: int = 0
-    cpu_s: float = 0.0  # process CPU over the round's window, network thread included
-    work_cpu_s: float = 0.0  # CPU of the round's own work (make, share, verify, choose)
-    wall_s: float = 0.0
-    cheap_checked: int = 0  # peers' groups (or announcements) through the cheap checks
-    verified: int = 0  # peers' groups verified fully (task rebuilt, rewards re-scored)
-    accepted: int = 0
-    rejected: int = 0
-    duplicates: int = 0
-    ledger_rows: int = 0  # rows a trainer would write for this round
-    peers: int = 0
-    chosen: list[tuple[str, float]] = field(default_factory=list)  # (sender, age s) of J chosen
-    extra: dict = field(default_factory=dict)  # the exchange's own counters
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 class NetworkNode:
@@ -322,59 +275,7 @@ class NetworkNode:
 # -- running one as a process (the benchmarks start many) ----------------------------------
 
 
-def run_paced(
-    node: NetworkNode, rounds: int, period_s: float, start_at: float, on_round=None
-) -> list[RoundCost]:
-    """Run `rounds` rounds, round r starting at `start_at + r * period_s` (wall clock).
-
-    A round's window lasts until the next one starts: its bytes and CPU are what the
-    process moved and spent in that window, including what peers' traffic cost while it
-    waited (the network thread works between rounds too).
-    """
-    costs = []
-    _sleep_until(start_at)
-    for r in range(rounds):
-        received, sent = node.byte_meter()
-        cpu = time.process_time()
-        cost = node.run_round()
-        _sleep_until(start_at + (r + 1) * period_s)
-        now_received, now_sent = node.byte_meter()
-        cost.bytes_in, cost.bytes_out = now_received - received, now_sent - sent
-        cost.cpu_s = time.process_time() - cpu
-        costs.append(cost)
-        if on_round is not None:
-            on_round(cost)
-    return costs
-
-
-def _wait_connected(node: NetworkNode, timeout: float, poll_s: float = 0.5) -> int:
-    """Connected peers once there is one (or `timeout` s passed): a node is ready when it
-    has joined, not when it has started."""
-    deadline = time.monotonic() + timeout
-    while True:
-        peers = len(node.transport.peers())
-        if peers or time.monotonic() >= deadline:
-            return peers
-        time.sleep(poll_s)
-
-
-def _wait_start(path: str, poll_s: float = 0.2) -> float:
-    """The time of round 0 written to `path` by whoever started every node, once it exists
-    (every node serves from its start, so all are reachable by then)."""
-    import pathlib
-
-    target = pathlib.Path(path)
-    while True:
-        try:
-            return float(target.read_text())
-        except (OSError, ValueError):
-            time.sleep(poll_s)
-
-
-def _sleep_until(when: float) -> None:
-    delay = when - time.time()
-    if delay > 0:
-        time.sleep(delay)
+# -- running one as a process (the benchmarks start many; pacing in `paced_rounds`) -------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -435,9 +336,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # behind a readiness barrier (--start-file) a node is ready once it has joined
     barrier = args.bootstrap and args.start_file
-    joined = _wait_connected(node, args.join_timeout) if barrier else len(node.transport.peers())
+    joined = wait_connected(node, args.join_timeout) if barrier else len(node.transport.peers())
     emit({"peer_id": node.peer_id, "addrs": node.transport.listen_addrs(), "peers": joined})
-    start_at = _wait_start(args.start_file) if args.start_file else args.start_at
+    start_at = wait_start(args.start_file) if args.start_file else args.start_at
     start_at = start_at or time.time() + 1.0
     try:
         run_paced(
