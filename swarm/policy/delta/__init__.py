@@ -51,7 +51,6 @@ from swarm.policy.delta.apply import (
     apply_delta,
     apply_delta_undoable,
     decode_anchor,
-    put_values,
 )
 from swarm.policy.delta.container import (
     FORMAT_VERSION,
@@ -74,6 +73,7 @@ from swarm.policy.delta.container import (
     read_header,
 )
 from swarm.policy.delta.encode import encode_anchor, encode_delta
+from swarm.policy.delta.journal import put_values
 from swarm.policy.delta.tensors import bf16_state_dict, weights_hash
 
 __all__ = [

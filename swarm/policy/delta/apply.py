@@ -1,248 +1,45 @@
-"""Decoding and applying a delta or an anchor, all or nothing (a journal undoes a failure)."""
+"""Applying a delta or an anchor, all or nothing: check, decode, write, verify the result.
+
+The reading before any write is in `decode`; the journal that undoes a failed apply, and the
+one function that writes target weights (`put_values`), in `journal`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, wait
 
-import blake3
 import numpy as np
 import torch
 
 from swarm.policy.delta.codec import (
     _combine,
     _decode_index,
-    _decode_values,
-    _index_stream_lens,
     _join,
     _unpack,
 )
 from swarm.policy.delta.container import (
-    _DTYPE,
-    _EXPONENT,
-    _TAG_LEN,
-    SCAN_CHUNK,
     DeltaError,
     DeltaInfo,
-    LayoutMismatch,
-    NonFiniteWeights,
     Weights,
     _info,
-    _require,
     parse_container,
 )
+from swarm.policy.delta.decode import (
+    _check_versions,
+    _compare,
+    _decode_change,
+    _split_sections,
+    _target_plan,
+)
+from swarm.policy.delta.journal import _Journal
 from swarm.policy.delta.tensors import (
     _bits,
     _content_digest,
     _entries,
-    _layout,
-    _le_bytes,
     _overall_digest,
     _pool,
 )
-
-# -- decoding
-
-
-def _split_sections(header: dict, payload: memoryview) -> dict[str, list[tuple[memoryview, int]]]:
-    """Each canonical tensor's sections as (stored bytes, raw length), checked against its
-    shape and codings; the payload must be claimed exactly."""
-    out: dict[str, list[tuple[memoryview, int]]] = {}
-    offset = 0
-    for rec in header["tensors"]:
-        if rec["alias_of"] is not None:
-            continue
-        n = int(np.prod(rec["shape"], dtype=np.int64))
-        _check_record(rec, n)
-        slices = []
-        for stored, raw in rec.get("sections", []):
-            _require(offset + stored <= len(payload), rec, "section runs past the payload")
-            slices.append((payload[offset : offset + stored], raw))
-            offset += stored
-        out[rec["name"]] = slices
-    if offset != len(payload):
-        raise DeltaError(f"corrupt delta: {len(payload) - offset} payload bytes not claimed")
-    return out
-
-
-def _check_record(rec: dict, n: int) -> None:
-    """Counts, codings and section lengths of one canonical record agree with its shape."""
-    _require(rec["dtype"] == _DTYPE, rec, f"dtype {rec['dtype']!r}")
-    _require(0 <= rec["count"] <= n, rec, f"count {rec['count']} for {n} elements")
-    coding = rec["index"]
-    _require(coding in ("none", "gaps", "bitmap", "all"), rec, f"index coding {coding!r}")
-    if coding == "none":
-        _require(rec["count"] == 0 and not rec.get("sections"), rec, "'none' index with data")
-        return
-    _require(rec.get("values") in ("zdiff", "xor", "raw"), rec, f"values {rec.get('values')!r}")
-    expected = _index_stream_lens(rec, n) + [rec["count"]] * 2
-    got = [raw for _, raw in rec.get("sections", [])]
-    _require(got == expected, rec, f"section lengths {got}, expected {expected}")
-
-
-def _decode_change(
-    rec: dict, slices: list[tuple[memoryview, int]], old: np.ndarray | None
-) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray]:
-    """Decode one changed canonical tensor without writing anything.
-
-    Returns (positions, or None for "all"; a copy of the `old` bits there, or None when
-    `old` is None; the new bits there). The old bits double as the undo record.
-    """
-    streams = [_unpack(data, raw) for data, raw in slices]
-    n = int(np.prod(rec["shape"], dtype=np.int64))
-    n_index = len(streams) - 2
-    idx = _decode_index(rec, streams[:n_index], n)
-    if rec["values"] != "raw" and old is None:
-        raise DeltaError(f"tensor {rec['name']!r}: {rec['values']} values need old weights")
-    old_v = None if old is None else (old.copy() if idx is None else old[idx])
-    return idx, old_v, _decode_values(rec, streams[n_index:], old_v)
-
-
-def _target_plan(
-    weights: Weights, header: dict, what: str
-) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """Check the target against the header; return its layout and the writes to make.
-
-    Returns (target canonical map, delta canonical name -> distinct target tensors to
-    write). A name the delta ties but the target keeps separate is written separately;
-    a name the target ties but the delta does not is refused, since one write would then
-    land twice.
-    """
-    recs = {r["name"]: r for r in header["tensors"]}
-    missing, extra = sorted(set(recs) - set(weights)), sorted(set(weights) - set(recs))
-    if missing or extra:
-        raise LayoutMismatch(f"{what}: target lacks tensors {missing}, has unexpected {extra}")
-    for name, rec in recs.items():
-        t = weights[name]
-        if isinstance(t, torch.Tensor) and tuple(t.shape) != tuple(rec["shape"]):
-            raise LayoutMismatch(
-                f"{what}: shape mismatch for {name!r}: delta has {tuple(rec['shape'])}, "
-                f"target has {tuple(t.shape)}"
-            )
-    target = _layout(weights, what)
-    delta_canon = {n: r["alias_of"] or n for n, r in recs.items()}
-    writes: dict[str, list[str]] = {}
-    for name in sorted(recs):
-        if delta_canon[target[name]] != delta_canon[name]:
-            raise LayoutMismatch(
-                f"{what}: target ties {name!r} to {target[name]!r} but the delta does not"
-            )
-        group = writes.setdefault(delta_canon[name], [])
-        if target[name] not in group:
-            group.append(target[name])
-    return target, writes
-
-
-def _check_versions(header: dict, expect_from_version: int | None) -> None:
-    if expect_from_version is None or header["kind"] != "delta":
-        return
-    if header["from_version"] != expect_from_version:
-        raise DeltaError(
-            f"version mismatch: delta goes {header['from_version']} -> {header['to_version']}, "
-            f"target is at version {expect_from_version}"
-        )
-
-
-def _compare(
-    entries: dict[str, bytes], header: dict, tag_key: str, overall: bytes, what: str
-) -> None:
-    if _overall_digest(entries) == overall:
-        return
-    bad = [r["name"] for r in header["tensors"] if r.get(tag_key) != entries[r["name"]][:_TAG_LEN]]
-    shown = ", ".join(repr(n) for n in bad[:5]) + (
-        f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-    )
-    raise DeltaError(f"{what} hash mismatch (tensors: {shown or 'none individually'})")
-
-
-class _Journal:
-    """Undo log of in-place writes, so a failed apply leaves the target untouched.
-
-    With ``keep=False`` it only writes (for freshly allocated targets nobody else holds).
-    With ``finite=True`` it refuses (`NonFiniteWeights`) to write a NaN or an infinity.
-    """
-
-    def __init__(self, keep: bool, finite: bool = False) -> None:
-        self._keep = keep
-        self._finite = finite
-        self._undo: list[Callable[[], object]] = []
-
-    def check(self, values: np.ndarray, name: str) -> None:
-        """Refuse bf16 bit patterns whose exponent is all ones (NaN, +-inf), if asked to."""
-        if self._finite and np.any((values & _EXPONENT) == _EXPONENT):
-            bad = int(np.count_nonzero((values & _EXPONENT) == _EXPONENT))
-            raise NonFiniteWeights(f"tensor {name!r}: {bad} new values are NaN or infinite")
-
-    def write(
-        self,
-        t: torch.Tensor,
-        idx: np.ndarray | None,
-        old_v: np.ndarray | None,
-        new_v: np.ndarray,
-        name: str = "",
-    ) -> None:
-        """Write `new_v` at `idx` (everywhere for None); `old_v`: t's bits there, if known."""
-        self.check(new_v, name)
-        t = t.detach()
-        if not t.is_contiguous():
-            if self._keep:
-                saved_t = t.clone()
-                self._undo.append(lambda: t.copy_(saved_t))
-            work = t.contiguous()
-            put_values(_bits(work), idx, new_v)
-            t.copy_(work)
-            return
-        flat = _bits(t)
-        if self._keep:
-            saved = old_v if old_v is not None else flat.copy() if idx is None else flat[idx]
-            # Logged before writing: putting the saved bits back is right even after a
-            # write that failed halfway.
-            self._undo.append(lambda: put_values(flat, idx, saved))
-        put_values(flat, idx, new_v)
-
-    def patch(self, flat: np.ndarray, idx: np.ndarray, v: np.ndarray, rec: dict) -> bytes:
-        """Write a sparse change into contiguous `flat` bits and return their content digest.
-
-        One pass, a cache-sized slice at a time: gather the old bits at the slice's changed
-        positions, combine them with the coded values `v`, keep them for undo, write, and
-        feed the slice to blake3 while it is still in cache (instead of a gather pass, a
-        scatter pass and a hash pass over the whole tensor).
-        """
-        saved: list[np.ndarray] = []
-        if self._keep:
-            # Logged before writing; restores exactly the positions written so far.
-            self._undo.append(lambda: put_values(flat, idx[: sum(map(len, saved))], _concat(saved)))
-        hasher = blake3.blake3()
-        starts = range(0, flat.size, SCAN_CHUNK)
-        bounds = np.searchsorted(idx, [*starts, flat.size])
-        for start, lo, hi in zip(starts, bounds[:-1], bounds[1:], strict=True):
-            if hi > lo:
-                where = idx[lo:hi]
-                old_v = flat[where]
-                saved.append(old_v)
-                new_v = _combine(rec, v[lo:hi], old_v)
-                self.check(new_v, rec["name"])
-                put_values(flat, where, new_v)
-            hasher.update(_le_bytes(flat[start : start + SCAN_CHUNK]))
-        return hasher.digest()
-
-    def rollback(self) -> None:
-        for undo in reversed(self._undo):
-            undo()
-        self._undo.clear()
-
-
-def _concat(parts: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.empty(0, np.uint16)
-
-
-def put_values(flat: np.ndarray, idx: np.ndarray | None, values: np.ndarray) -> None:
-    """Write `values` into a flat bit view at `idx` (all of it for None): the only place
-    applying writes target weights, so a failure here exercises the rollback."""
-    if idx is None:
-        flat[...] = values
-    else:
-        flat[idx] = values
 
 
 def _run_all(pool: ThreadPoolExecutor, fn: Callable, items: list) -> list:

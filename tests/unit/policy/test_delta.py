@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import swarm.policy.delta as delta
-import swarm.policy.delta.apply as delta_apply
 import swarm.policy.delta.codec as delta_codec
+import swarm.policy.delta.journal as delta_journal
 from swarm.core.errors import SwarmError
 from swarm.policy.delta import (
     DeltaError,
@@ -211,7 +211,7 @@ def test_sampled_choice_and_chunked_scan(monkeypatch):
     # Shrink the thresholds so the large-tensor code paths run on small data.
     monkeypatch.setattr(delta_codec, "SAMPLE", 64)
     monkeypatch.setattr(delta_codec, "SCAN_CHUNK", 1000)  # the change scan of encoding
-    monkeypatch.setattr(delta_apply, "SCAN_CHUNK", 1000)  # and the chunked writes of applying
+    monkeypatch.setattr(delta_journal, "SCAN_CHUNK", 1000)  # and the chunked writes of applying
     rng = np.random.default_rng(3)
     old = {"w": from_bits(random_bits(rng, 50_000), (50, 1000))}
     for density, nudge in ((0.02, True), (0.3, False), (1.0, True)):
@@ -407,7 +407,7 @@ def test_failure_during_writes_rolls_back(monkeypatch):
             raise MemoryError("simulated")
         real_put(flat, idx, values)
 
-    monkeypatch.setattr(delta_apply, "put_values", flaky_put)
+    monkeypatch.setattr(delta_journal, "put_values", flaky_put)
     target = clone(old)
     snap = snapshot(target)
     with pytest.raises(MemoryError):
@@ -654,7 +654,7 @@ def test_any_wrong_base_gives_the_new_weights_or_is_rolled_back(pair, data):
 
 
 def test_failure_midway_through_a_chunked_write_rolls_back(monkeypatch):
-    monkeypatch.setattr(delta_apply, "SCAN_CHUNK", 100)
+    monkeypatch.setattr(delta_journal, "SCAN_CHUNK", 100)
     rng = np.random.default_rng(11)
     old = {"w": from_bits(random_bits(rng, 5000), (5000,))}
     new = step(old, rng, 0.2, nudge=True)
@@ -667,13 +667,13 @@ def test_failure_midway_through_a_chunked_write_rolls_back(monkeypatch):
         if len(calls) == 7:  # seventh slice of one tensor, after writing it
             raise MemoryError("simulated")
 
-    monkeypatch.setattr(delta_apply, "put_values", flaky_put)
+    monkeypatch.setattr(delta_journal, "put_values", flaky_put)
     target = clone(old)
     snap = snapshot(target)
     with pytest.raises(MemoryError):
         apply_delta(target, blob, threads=1)
     assert unchanged(target, snap)
-    monkeypatch.setattr(delta_apply, "put_values", real_put)
+    monkeypatch.setattr(delta_journal, "put_values", real_put)
     apply_delta(target, blob)
     assert same(target, new)
 
