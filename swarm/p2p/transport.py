@@ -8,235 +8,60 @@ what arrived, list peers, and serve or fetch larger blobs. Two implementations e
 What a transport deliberately does not do: decode, verify or trust anything. It moves bytes,
 runs the cheap per-topic validator given to it (which must return a rejection reason rather
 than raise), counts what it drops, and hands everything else to the node.
+
+The values that cross the seam are defined in `transport_types`, and what implementations
+share (inbox, validator runner, served-blob log) in `transport_shared`; both are imported
+from here as well.
 """
 
 from __future__ import annotations
 
-import collections
-import enum
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Sequence
 
 from swarm.core.errors import TransportError
+from swarm.p2p.transport_shared import (
+    BoundedInbox,
+    ServedBlobLog,
+    run_blob_check,
+    run_validator,
+)
+from swarm.p2p.transport_types import (
+    BlobCheck,
+    BlobServed,
+    FetchLimits,
+    InboundMessage,
+    PeerInfo,
+    Reachability,
+    Refusal,
+    RefusalHook,
+    RefusalReason,
+    TransportStats,
+    Validator,
+)
 
-# A validator gets one inbound message and returns None to accept it or a short reason code
-# to reject it. Transports wrap validators so an exception inside one counts as a rejection
-# ("validator_error") instead of taking the host down.
-Validator = Callable[["InboundMessage"], str | None]
-
-
-@dataclass(frozen=True)
-class InboundMessage:
-    """One message as received: raw bytes plus what the transport knows of its origin."""
-
-    topic: str
-    data: bytes
-    source: str  # peer ID of the sender as seen by the transport ("" if unknown)
-    received_at: float
-
-
-class RefusalReason(enum.StrEnum):
-    """Why the transport itself refused something a peer sent (before any validator ran)."""
-
-    OVERSIZE = "oversize_message"  # a gossip message (or RPC) above the size limit
-    UNSIGNED = "unsigned_message"  # a gossip message without a signature
-    BAD_SIGNATURE = "bad_message_signature"  # a signature that does not verify
-    CONTROL_FLOOD = "gossip_control_flood"  # IHAVE/IWANT/GRAFT/PRUNE beyond the peer's budget
-    BACKOFF_VIOLATION = "gossip_backoff_violation"  # GRAFT while we told it to back off
-    BLOB_FETCH_LIMIT = "blob_fetch_limit"  # too many blob fetches at once from one peer
-    FLOW_CONTROL = "flow_control_violation"  # bytes sent beyond our stream receive window
-    INBOUND_BUDGET = "inbound_budget"  # more queued inbound messages than one peer may have
-    LOW_SCORE = "below_publish_score"  # a message forwarded by a peer scored under the gate
-    OVER_BUDGET = "over_cost_budget"  # past its cost budget: RPCs dropped unparsed, then banned
-    BAD_AUTONAT_REQUEST = "bad_autonat_request"  # a malformed AutoNAT dial-back request
-    BAD_HOLE_PUNCH = "bad_hole_punch"  # a malformed DCUtR (hole punching) message
-
-
-class Reachability(enum.StrEnum):
-    """Whether peers can dial this node (AutoNAT: `swarm.p2p.libp2p.reachability`)."""
-
-    UNKNOWN = "unknown"  # not asked yet, or the answers disagree
-    PUBLIC = "public"  # peers dialled it back
-    PRIVATE = "private"  # peers failed to: behind NAT or a firewall
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """What the transport refused from one peer, for the node to record (ledger, bans).
-
-    Floods are summarised: the transport reports each (peer, reason) at most once per
-    second, with `count` events since its last report.
-    """
-
-    peer_id: str  # the peer that sent it to us (and that is penalised)
-    reason: RefusalReason
-    detail: str = ""
-    count: int = 1
-    source: str = ""  # the message's claimed origin, when a gossip message was refused
-    topic: str = ""
-
-
-RefusalHook = Callable[[Refusal], None]
-
-
-@dataclass(frozen=True)
-class PeerInfo:
-    """A peer currently connected to this node."""
-
-    peer_id: str
-    addrs: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class BlobServed:
-    """A blob this node served in full to a peer: what the ledger counts as a delta served."""
-
-    peer_id: str
-    key: str
-    nbytes: int
-    addrs: tuple[str, ...] = ()  # where the fetcher listens, as known when it fetched
-
-
-class ServedBlobLog:
-    """Thread-safe record of blobs served, drained by whoever accounts for them.
-
-    Bounded: a node that never drains it (nothing it serves is accounted) keeps the newest
-    `capacity` entries and counts the rest in `dropped`.
-    """
-
-    def __init__(self, capacity: int = 4096):
-        self._entries: collections.deque[BlobServed] = collections.deque(maxlen=capacity)
-        self._lock = threading.Lock()
-        self.dropped = 0
-
-    def note(self, peer_id: str, key: str, nbytes: int, addrs: tuple[str, ...] = ()) -> None:
-        with self._lock:
-            if len(self._entries) == self._entries.maxlen:
-                self.dropped += 1
-            self._entries.append(BlobServed(peer_id, key, nbytes, addrs))
-
-    def drain(self, prefix: str = "") -> list[BlobServed]:
-        """The entries whose key starts with `prefix` (all by default); the others stay."""
-        with self._lock:
-            entries = [e for e in self._entries if e.key.startswith(prefix)]
-            if prefix:
-                kept = [e for e in self._entries if not e.key.startswith(prefix)]
-                self._entries.clear()
-                self._entries.extend(kept)
-            else:
-                self._entries.clear()
-        return entries
-
-
-@dataclass
-class TransportStats:
-    """Counters a transport keeps so that nothing is dropped silently."""
-
-    published: int = 0
-    received: int = 0
-    inbox_dropped: int = 0  # accepted by the validator but evicted from a full inbox
-    rejected: collections.Counter = field(default_factory=collections.Counter)  # reason -> n
-    # Payload bytes (not counting the transport's own framing and control traffic): gossip
-    # messages published and received (every one a validator saw), blobs served and fetched.
-    gossip_bytes_out: int = 0
-    gossip_bytes_in: int = 0
-    blob_bytes_out: int = 0
-    blob_bytes_in: int = 0
-
-    def as_dict(self) -> dict:
-        return {
-            "published": self.published,
-            "received": self.received,
-            "inbox_dropped": self.inbox_dropped,
-            "rejected": dict(self.rejected),
-            "gossip_bytes_out": self.gossip_bytes_out,
-            "gossip_bytes_in": self.gossip_bytes_in,
-            "blob_bytes_out": self.blob_bytes_out,
-            "blob_bytes_in": self.blob_bytes_in,
-        }
-
-
-def run_validator(validator: Validator | None, message: InboundMessage) -> str | None:
-    """Run a validator so that it can never raise: an exception is the rejection 'validator_error'."""
-    if validator is None:
-        return None
-    try:
-        return validator(message)
-    except Exception:  # noqa: BLE001 - by contract a validator error means "reject", never a crash
-        return "validator_error"
-
-
-class BoundedInbox:
-    """A thread-safe FIFO that drops the *oldest* message when full and counts each drop."""
-
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError("inbox capacity must be at least 1")
-        self._items: collections.deque[InboundMessage] = collections.deque()
-        self._capacity = capacity
-        self._cond = threading.Condition()
-        self.dropped = 0
-
-    def put(self, message: InboundMessage) -> None:
-        with self._cond:
-            if len(self._items) >= self._capacity:
-                self._items.popleft()
-                self.dropped += 1
-            self._items.append(message)
-            self._cond.notify_all()
-
-    def drain(self, max_messages: int | None = None, timeout: float = 0.0) -> list[InboundMessage]:
-        """Take up to `max_messages` (all if None), waiting up to `timeout` s for the first one."""
-        with self._cond:
-            if not self._items and timeout > 0:
-                self._cond.wait_for(lambda: bool(self._items), timeout=timeout)
-            n = len(self._items) if max_messages is None else min(max_messages, len(self._items))
-            return [self._items.popleft() for _ in range(n)]
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self._items)
-
-
-class BlobCheck(Protocol):
-    """Checks a blob while it arrives, so a bad one is refused before it is read in full.
-
-    Both methods run on the transport's thread, like a validator: keep them cheap and
-    thread-safe. Raising refuses the blob; the exception reaches `fetch_blob`'s caller.
-    """
-
-    def size(self, nbytes: int) -> None:
-        """The length the serving peer announced, before any of the blob is read."""
-
-    def head(self, data: bytes) -> int:
-        """Given the blob's first bytes (b"" at first), how many first bytes to see in all:
-        at most `len(data)` once satisfied. Called again after every read until then."""
-
-
-@dataclass(frozen=True)
-class FetchLimits:
-    """Bounds on one `fetch_blob` beyond its total deadline."""
-
-    min_rate: float = 0.0  # bytes/s the transfer must average once grace_s is over (0: none)
-    grace_s: float = 5.0  # seconds from the start (dial, request, header) before the floor
-    check: BlobCheck | None = None
-
-
-def run_blob_check(check: BlobCheck | None, data: bytes) -> None:
-    """A `BlobCheck` over a blob already held whole (transports without streams)."""
-    if check is None:
-        return
-    check.size(len(data))
-    seen = 0
-    while True:
-        need = check.head(data[:seen])
-        if need <= seen or seen >= len(data):
-            return
-        seen = min(need, len(data))
+__all__ = [
+    "BlobCheck",
+    "BlobServed",
+    "BoundedInbox",
+    "FetchLimits",
+    "InboundMessage",
+    "MemoryHub",
+    "MemoryTransport",
+    "PeerInfo",
+    "Reachability",
+    "Refusal",
+    "RefusalHook",
+    "RefusalReason",
+    "ServedBlobLog",
+    "Transport",
+    "TransportStats",
+    "Validator",
+    "run_blob_check",
+    "run_validator",
+]
 
 
 class Transport(ABC):
