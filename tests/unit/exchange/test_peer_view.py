@@ -11,8 +11,8 @@ from swarm.exchange.peer_view import LEARN_AGAIN_S, PeerView, merge, oldest
 from swarm.exchange.pull_choice import balanced
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import MemoryHub
-from swarm.wire import GroupAnnouncement
 from swarm.wire.streams import ViewEntry
+from tests.unit.exchange.builders import announcement
 
 
 def test_merge_keeps_each_peer_once_at_its_youngest_age_and_never_ourselves():
@@ -82,25 +82,6 @@ def test_a_peer_that_asks_us_enters_our_view():
     newcomer.refresh()  # asks its bootstrap peer
     hub_node.refresh()
     assert "peer-00002" in hub_node.view and hub_node.view["peer-00002"][1] == 0
-
-
-def announcement(sender: str, i: int) -> GroupAnnouncement:
-    from swarm.tasks import TaskSpec
-
-    return GroupAnnouncement(
-        base_hash="0",
-        blob_hash=f"{i:064x}",
-        created_at=0.0,
-        model="m",
-        policy_version=0,
-        rewards=(0.0, 1.0),
-        round=0,
-        seed_salt=0,
-        sender=sender,
-        size=1,
-        swarm_id="s",
-        task=TaskSpec.make("chain_sum", {}, 0, i),
-    )
 
 
 def test_balanced_takes_one_group_per_sender_in_turn():

@@ -9,26 +9,7 @@ from __future__ import annotations
 import pytest
 
 from swarm.exchange.pull_choice import choose_pulls
-from swarm.tasks import TaskSpec
-from swarm.wire import GroupAnnouncement
-
-
-def announcement(sender: str, i: int, created_at: float) -> GroupAnnouncement:
-    return GroupAnnouncement(
-        base_hash="0",
-        blob_hash=f"{i:064x}",
-        created_at=created_at,
-        model="m",
-        policy_version=0,
-        rewards=(0.0, 1.0),
-        round=0,
-        seed_salt=0,
-        sender=sender,
-        size=1,
-        swarm_id="s",
-        task=TaskSpec.make("chain_sum", {}, 0, i),
-    )
-
+from tests.unit.exchange.builders import announcement
 
 OFFERED = [announcement("a", 0, created_at=0.0), announcement("b", 1, created_at=900.0)]
 
