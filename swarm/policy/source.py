@@ -14,7 +14,8 @@ two identities by content alone. `family_digest` names what a model's completion
 written in (its architecture and tokenizer), so a node can tell before pulling whether a
 peer's completions are of its own model family (`sharing.shared_from`).
 
-No torch here unless a built-in model is named (its recipes live in `swarm.policy.tiny`).
+No torch or transformers here unless a local or hub model's tokenizer is built (a built-in
+model's recipes live in `swarm.policy.tiny`, its prompts are counted by `tiny_context`).
 """
 
 from __future__ import annotations
@@ -228,10 +229,11 @@ def context_source(name: str) -> ContextSource | None:
     """The tokenizer and context length of `name`; None for a hub model not on this machine."""
     folder = local_folder(name)
     if folder is None and is_builtin(name):
-        from swarm.policy.tiny import TINY_MODELS, build_tokenizer
+        from swarm.policy.tiny import TINY_MODELS
+        from swarm.policy.tiny_context import light_tokenizer
 
         recipe = TINY_MODELS[name]
-        return ContextSource(lambda: build_tokenizer(recipe), recipe.max_positions)
+        return ContextSource(lambda: light_tokenizer(recipe), recipe.max_positions)
     if folder is None and not looks_like_path(name):
         folder = cached_folder(name)
     if folder is None or not folder.is_dir():

@@ -35,8 +35,6 @@ import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import torch
-
 from swarm.core.errors import ModelError
 from swarm.policy.skills import (
     BARE_FORMAT_SLIP,
@@ -243,6 +241,13 @@ def build_tokenizer(recipe: TinyRecipe = TinyRecipe()):
     return tokenizer
 
 
+def core_tokenizer(recipe: TinyRecipe = TinyRecipe()):
+    """The recipe's bare `tokenizers.Tokenizer` with its special tokens: no transformers."""
+    core = _bpe_tokenizer(recipe) if recipe.tokenizer == "bpe" else _char_tokenizer()
+    core.add_special_tokens(list(SPECIAL_TOKENS))
+    return core
+
+
 def _char_tokenizer():
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
@@ -282,6 +287,7 @@ def build_tiny_model(
     label: str = "the tiny model",
 ) -> None:
     """Build, warm-start and save the tiny model into `out_dir` (deterministic for a recipe)."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = build_tokenizer(recipe)
@@ -322,6 +328,7 @@ def warm_start_example(
 
 def _warm_start(model, tokenizer, recipe: TinyRecipe, quiet: bool, label: str) -> None:
     """A short supervised run on the recipe's families: loss on answer tokens only."""
+    import torch
     from rich.progress import Progress
 
     rng = random.Random(recipe.seed)
@@ -377,6 +384,8 @@ def _demo_format(recipe: TinyRecipe, rng: random.Random) -> AnswerFormat:
 
 def _pad_examples(examples, pad_id: int):
     """Right-pad prompt+target sequences; labels mask the prompt and padding with -100."""
+    import torch
+
     length = max(len(p) + len(t) for p, t in examples)
     input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
     labels = torch.full((len(examples), length), -100, dtype=torch.long)
