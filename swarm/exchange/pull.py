@@ -16,9 +16,10 @@ on J of them. Here a node's cost per round depends on its own settings only
   their lists, checks each announcement cheaply (`swarm.verify.announcements`), keeps the
   fresh ones as candidates, chooses `pull_groups` of them with the trainer's sampler
   (uniform, at most `per_peer_cap` per sender, only groups whose claimed rewards carry
-  signal) taken one sender at a time (`balanced`), and pulls them, content-addressed, from
-  their sender and its known holders in a random order (the load spreads over holders;
-  `swarm.exchange.pull_groups`);
+  signal, none the batch would skip as more than `max_version_lag` versions behind the
+  version of this node's latest published groups) taken one sender at a time
+  (`balanced`), and pulls them, content-addressed, from their sender and its known
+  holders in a random order (the load spreads over holders; `swarm.exchange.pull_groups`);
 - exact blame: served bytes of another size or hash are the serving peer's fault alone
   (refused before decoding; the next source is tried); the announced bytes are the
   sender's, so whatever is wrong with them (signature, fields) is blamed on the sender; a
@@ -59,7 +60,7 @@ from swarm.core.errors import RejectedMessage, TransportError
 from swarm.core.reasons import Reason
 from swarm.exchange.peer_backoff import PeerBackoff
 from swarm.exchange.peer_view import PeerView
-from swarm.exchange.pull_choice import choose_pulls
+from swarm.exchange.pull_choice import OwnVersion, choose_pulls
 from swarm.exchange.pull_fetch import Fetcher, Outcome, Request
 from swarm.exchange.pull_groups import GroupPuller
 from swarm.exchange.pull_later import OffRound
@@ -161,6 +162,9 @@ class PullExchange:
         # blob hashes this node chose to pull (never candidates again, whoever announces them)
         self._chosen: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.last_asked: list[str] = []  # the peers asked for their lists in the last round
+        # this node's model and version, as its latest published groups state them (a round
+        # publishes, then collects); None until it publishes (an observer never does)
+        self.own: OwnVersion | None = None
 
     def start(self) -> None:
         self.server.start()
@@ -189,7 +193,10 @@ class PullExchange:
         return self.server.announcement_of(signed, group, served)
 
     def publish(self, groups: list[tuple[SignedGroup, RolloutGroup]]) -> None:
-        """Serve this round's groups and the list announcing them (`PullServer.publish`)."""
+        """Serve this round's groups and the list announcing them (`PullServer.publish`);
+        their version is this node's, that the round's pulls are chosen against."""
+        if groups:
+            self.own = OwnVersion.of(groups[-1][1])
         self.server.publish(groups, self.round)
 
     # -- collecting -----------------------------------------------------------------------
@@ -312,6 +319,8 @@ class PullExchange:
             max_age_s=self.verifier.settings.max_age_s,  # older would be rejected (stale)
             per_peer_cap=s.per_peer_cap,
             every_group=s.every_group,
+            own=self.own,
+            max_version_lag=s.max_version_lag,
         )
         for announcement in chosen:
             self.candidates.pop(announcement.blob_hash, None)

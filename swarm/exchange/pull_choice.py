@@ -2,9 +2,11 @@
 
 `choose_pulls` is the trainer's sampler (`swarm.batch_choice.choose_batch`: uniform, only
 groups whose claimed rewards carry signal, at most `per_peer_cap` per sender) over the
-announcements young enough for the verifier, then `balanced`: one group per sender in turn,
-so a sender that announces more groups gains nothing. `Attempt` is one chosen group while its sources are
-tried (`swarm.exchange.pull`).
+announcements young enough for the verifier, less those the batch would skip as too many
+versions behind this node's own (`sharing.max_version_lag`: the sampler's own staleness
+rule, against the node's version when it pulls), then `balanced`: one group per sender in
+turn, so a sender that announces more groups gains nothing. `Attempt` is one chosen group
+while its sources are tried (`swarm.exchange.pull`).
 """
 
 from __future__ import annotations
@@ -12,9 +14,30 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from swarm.batch_choice import Candidate, choose_batch
+from swarm.batch_choice import Candidate, Staleness, choose_batch
+from swarm.policy.source import same_model
 from swarm.verify.message import Accepted, Rejection
-from swarm.wire import GroupAnnouncement
+from swarm.wire import GroupAnnouncement, RolloutGroup
+
+
+@dataclass(frozen=True)
+class OwnVersion:
+    """This node's model, base weights and policy version, as its own groups state them: what
+    the batch measures a shared group's version lag against (`swarm.batch_choice.is_stale`)."""
+
+    model: str
+    base_hash: str
+    version: int
+
+    @classmethod
+    def of(cls, group: RolloutGroup) -> OwnVersion:
+        return cls(group.model, group.base_hash, group.policy_version)
+
+
+def is_ours(announcement: GroupAnnouncement, own: OwnVersion) -> bool:
+    """Whether the announced group is of this node's model and base weights, as the pool's
+    `same_model` says of a pulled one: only then does its version lag count."""
+    return same_model(announcement.model, own.model) and announcement.base_hash == own.base_hash
 
 
 def choose_pulls(
@@ -26,11 +49,15 @@ def choose_pulls(
     max_age_s: float,
     per_peer_cap: int,
     every_group: bool = False,
+    own: OwnVersion | None = None,
+    max_version_lag: int | None = None,
 ) -> list[GroupAnnouncement]:
     """`k` announcements to pull: those created at most `max_age_s` ago (`verify.max_age_s`,
-    by the sender's clock; 0: any age), then the trainer's draw, then one per sender in turn.
-    With `every_group` (an observer, which records rather than trains), any of them in a
-    uniform order, signal or not.
+    by the sender's clock; 0: any age), then the trainer's draw (which skips, as at batch
+    time, groups of this node's model more than `max_version_lag` versions behind `own`, its
+    version now; None for either: no bound), then one per sender in turn. With
+    `every_group` (an observer, which records rather than trains), any of them of any
+    version in a uniform order, signal or not.
 
     How long this node has held a group (`sharing.max_held_s`) counts from when it pulls
     it, so it bounds nothing here: the pool applies it at batch time."""
@@ -43,6 +70,7 @@ def choose_pulls(
             a,
             a.rewards,
             sender=a.sender,
+            same_model=own is not None and is_ours(a, own),
             policy_version=a.policy_version,
             round=a.round,
             family=a.task.dataset,
@@ -55,7 +83,9 @@ def choose_pulls(
         0,
         len(offered),
         seed=seed,
+        local_version=own.version if own is not None else 0,
         now=now,
+        staleness=Staleness(max_version_lag, max_held_s=None),  # held: from the pull on
         per_peer_cap=per_peer_cap or None,
     ).shared
     return balanced(shuffled, k)

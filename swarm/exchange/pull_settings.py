@@ -21,6 +21,9 @@ class PullSettings:
     pull_lists: int = 8  # peers asked for their announcements each round
     pull_groups: int = 10  # groups pulled each round (J plus a margin for failures)
     per_peer_cap: int = 2  # of those, at most this many from one sender
+    # none of this node's model more than this many versions behind its own (None: any): the
+    # batch's `sharing.max_version_lag`, so nothing is pulled that the batch would skip
+    max_version_lag: int | None = 1
     keep_rounds: int = 3  # own and pulled groups stay served this many rounds
     # Own groups stay announced this many rounds (at most keep_rounds): a list then names the
     # holders of the previous round's groups, who fetched them after they were first announced.

@@ -372,6 +372,7 @@ def pull_settings(config: Config, family: str = "") -> PullSettings:
         pull_lists=p2p.pull_lists,
         pull_groups=p2p.pull_groups if p2p.pull_groups >= 0 else (shared + 2 if shared else 0),
         per_peer_cap=config.sharing.per_peer_cap,
+        max_version_lag=lag if (lag := config.sharing.max_version_lag) >= 0 else None,
         view_capacity=p2p.view_size,
         seed_salt=config.task_seed,
         family=family,
