@@ -37,9 +37,9 @@ class SharingSection:
     )
     max_version_lag: int = opt(
         1,
-        "Skip shared groups of our own model more than this many policy versions behind ours "
-        "(-1: no bound; 1 measured best, see README). Compare verify.max_version_rewind, which "
-        "measures against the sender's own newest version.",
+        "Neither pull nor train on shared groups of our own model more than this many policy "
+        "versions behind ours (-1: no bound). Compare "
+        "verify.max_version_rewind, which measures against the sender's own newest version.",
         min=-1,
     )
     max_held_s: float = opt(
