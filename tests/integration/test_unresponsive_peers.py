@@ -161,13 +161,14 @@ def check(base: float, later: list[dict], settle: int = 2) -> None:
     assert statistics.median(walls) < 2 * base + 0.3, (base, walls)
 
 
-SLOW = pytest.mark.slow  # ~10 s each on 2 cores; the 16-peer case stays in the default suite
+SLOW = pytest.mark.slow  # 10-28 s each on 2 cores; the 4-peer case stays in the default suite
 
 
-@pytest.mark.parametrize("count", [pytest.param(1, marks=SLOW), pytest.param(4, marks=SLOW), 16])
+@pytest.mark.parametrize("count", [pytest.param(1, marks=SLOW), 4, pytest.param(16, marks=SLOW)])
 def test_peers_that_vanish_with_their_connections_open_cost_no_round(count):
     """From the second round after they vanish, no round waits on them. The default suite
-    runs the 16-peer case, which holds the 1- and 4-peer ones (`pytest -m slow` runs those)."""
+    runs the 4-peer case (several peers gone at once, about 10 s); `pytest -m slow` runs the
+    1-peer case and the 16-peer one (28 s, most of it starting the 16 peers)."""
     stop = lambda a: a.proc.send_signal(signal.SIGSTOP)  # noqa: E731
     base, later = run("vanish", "--count", str(count), act=stop, solo=True)
     check(base, later)
