@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass, field
 
 from swarm.batch_choice import Candidate, Staleness, choose_batch
-from swarm.policy.source import same_model
+from swarm.policy.source import same_weights
 from swarm.verify.message import Accepted, Rejection
 from swarm.wire import GroupAnnouncement, RolloutGroup
 
@@ -37,7 +37,7 @@ class OwnVersion:
 def is_ours(announcement: GroupAnnouncement, own: OwnVersion) -> bool:
     """Whether the announced group is of this node's model and base weights, as the pool's
     `same_model` says of a pulled one: only then does its version lag count."""
-    return same_model(announcement.model, own.model) and announcement.base_hash == own.base_hash
+    return same_weights(announcement.model, announcement.base_hash, own.model, own.base_hash)
 
 
 def choose_pulls(

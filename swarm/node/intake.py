@@ -24,7 +24,7 @@ from swarm.core.reasons import Reason
 from swarm.node.state import NodeState
 from swarm.policy.model import Policy
 from swarm.policy.prompts import build_prompt
-from swarm.policy.source import same_model
+from swarm.policy.source import same_weights
 from swarm.tasks import Task
 from swarm.verify.gate import Verifier, blamed_peer
 from swarm.verify.message import Accepted, Rejection
@@ -89,9 +89,8 @@ class SpotCheck:
 
     def ours(self, group: RolloutGroup) -> bool:
         """Whether `group` claims this node's model and base weights."""
-        return same_model(group.model, self.policy.model_id) and (
-            group.base_hash == self.policy.base_hash
-        )
+        policy = self.policy
+        return same_weights(group.model, group.base_hash, policy.model_id, policy.base_hash)
 
     def check(self, item: Accepted) -> None:
         """Re-score a sample of the group's tokens if it claims our exact model and version and

@@ -306,6 +306,12 @@ def same_model(a: str, b: str) -> bool:
     return content_key(a) == content_key(b)
 
 
+def same_weights(model: str, base_hash: str, other_model: str, other_base_hash: str) -> bool:
+    """Whether two models are the same content grown from the same base weights: only then
+    do their policy versions count along one line (a version lag, a delta's base)."""
+    return same_model(model, other_model) and base_hash == other_base_hash
+
+
 FAMILY_CHARS = 12  # hex characters of a model family digest (announced with every group)
 _FAMILY_IGNORED = ("transformers_version", "dtype", "torch_dtype", "use_cache")
 

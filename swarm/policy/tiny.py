@@ -225,9 +225,8 @@ def build_tokenizer(recipe: TinyRecipe = TinyRecipe()):
     """The recipe's tokenizer (character-level or byte-level BPE), as a `PreTrainedTokenizerFast`."""
     from transformers import PreTrainedTokenizerFast
 
-    core = _bpe_tokenizer(recipe) if recipe.tokenizer == "bpe" else _char_tokenizer()
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core,
+        tokenizer_object=_base_tokenizer(recipe),
         pad_token="<pad>",
         bos_token="<s>",
         eos_token="</s>",
@@ -243,9 +242,13 @@ def build_tokenizer(recipe: TinyRecipe = TinyRecipe()):
 
 def core_tokenizer(recipe: TinyRecipe = TinyRecipe()):
     """The recipe's bare `tokenizers.Tokenizer` with its special tokens: no transformers."""
-    core = _bpe_tokenizer(recipe) if recipe.tokenizer == "bpe" else _char_tokenizer()
+    core = _base_tokenizer(recipe)
     core.add_special_tokens(list(SPECIAL_TOKENS))
     return core
+
+
+def _base_tokenizer(recipe: TinyRecipe):
+    return _bpe_tokenizer(recipe) if recipe.tokenizer == "bpe" else _char_tokenizer()
 
 
 def _char_tokenizer():

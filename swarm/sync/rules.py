@@ -42,7 +42,7 @@ from swarm.policy.delta import (
     header_extent,
     peek_header,
 )
-from swarm.policy.source import same_model
+from swarm.policy.source import same_weights
 from swarm.wire import MAX_MANIFEST_MESSAGE_BYTES, DeltaManifest
 
 # A delta header takes ~200 bytes per tensor; a payload whose header claims more than this
@@ -122,7 +122,7 @@ def check_manifest(m: DeltaManifest, expect: Expectation, source: str | None = N
         )
     if m.swarm_id != expect.swarm_id:
         raise RejectedMessage(Reason.WRONG_SWARM, f"manifest of swarm {m.swarm_id!r}")
-    if not same_model(m.model, expect.model) or m.base_hash != expect.base_hash:
+    if not same_weights(m.model, m.base_hash, expect.model, expect.base_hash):
         raise RejectedMessage(
             Reason.WRONG_BASE,
             f"manifest for {m.model!r} base {m.base_hash[:12]}, "
