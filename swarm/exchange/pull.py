@@ -144,7 +144,18 @@ class PullExchange:
         )
         self.round = 0
         self.counters = PullCounters()
-        self.server = PullServer(transport, key_pair, own_id, settings, self.counters)
+        # over libp2p peers pull from lists up to `fresh_list_s` old (`swarm.exchange.pull_later`),
+        # within a fetch's timeout: a group stays served that long after it left the list
+        linger_s = settings.fresh_list_s + settings.fetch_timeout_s if self.later else 0.0
+        self.server = PullServer(
+            transport,
+            key_pair,
+            own_id,
+            settings,
+            self.counters,
+            linger_s=linger_s,
+            monotonic=monotonic,
+        )
         self.puller = GroupPuller(
             self.fetcher,
             self.view,

@@ -116,5 +116,6 @@ class Attempt:
     done: bool = False  # the announced bytes arrived (admitted or refused)
     sender_missed: bool = False  # the sender was asked and did not serve them
     stalled: bool = False  # the sender took the fetch and sent nothing (refused hard)
+    error: str = ""  # why the last source tried did not serve them
     accepted: list[Accepted] = field(default_factory=list)
     refused: list[Rejection] = field(default_factory=list)

@@ -148,6 +148,7 @@ class GroupPuller:
         if isinstance(outcome.error, TransportError):
             self.counters.holder_misses += source != sender
             attempt.sender_missed |= source == sender
+            attempt.error = str(outcome.error)
             if outcome.stalled and source == sender:
                 self._stalled(attempt, outcome)
             elif outcome.slow:
@@ -209,7 +210,7 @@ class GroupPuller:
                 self._unserved.popitem(last=False)
             if misses > self.settings.unserved_ban_after > 0:
                 reason = Reason.NOT_SERVED
-        detail = "neither the sender nor a known holder served it in time"
+        detail = f"neither the sender nor a known holder served it in time ({attempt.error})"
         return attempt.refused + [Rejection(reason, detail, sender, digest, sender)]
 
     def _admit(

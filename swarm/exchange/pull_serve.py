@@ -3,7 +3,12 @@
 Each own group is served under `group_key(blob_hash)` (the SHA-256 of the signed group
 exactly as served) for `keep_rounds` rounds, and a signed `GroupAnnouncement` of it goes
 into the list served under `ANNOUNCEMENTS_KEY` for `announce_rounds` rounds, with hints of
-the peers that fetched each group in full since (holders: they serve it too). A group the
+the peers that fetched each group in full since (holders: they serve it too). Over libp2p a
+peer may pull from a list it fetched up to `fresh_list_s` before, so a group stays served,
+whatever the rounds' length, `linger_s` after the list stopped naming it: a node with short
+rounds (0.1 s) otherwise stopped serving groups its peers had just read in its list, and
+each such pull failed and was blamed on it (the peer left their view; past
+`unserved_ban_after` in a row, a hard rejection). A group the
 node pulled and admitted is served the same way (it is a holder now). Holder hints learned
 from other peers' lists, for the node's candidates, are kept here too (`swarm.exchange.pull`
 adds them; `swarm.exchange.pull_groups` tries them).
@@ -13,6 +18,8 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import time
+from collections.abc import Callable
 
 from swarm.exchange.pull_settings import HINT_MEMORY, PullCounters, PullSettings
 from swarm.p2p.transport import Transport
@@ -44,8 +51,13 @@ class PullServer:
         own_id: str,
         settings: PullSettings,
         counters: PullCounters,
+        *,
+        linger_s: float = 0.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
         self.transport = transport
+        self.linger_s = linger_s  # a group stays served this long after it left the list
+        self.monotonic = monotonic
         self.key_pair = key_pair
         self.own_id = own_id
         self.settings = settings
@@ -60,6 +72,8 @@ class PullServer:
             collections.deque()
         )
         self._served: collections.deque[tuple[int, str]] = collections.deque()  # (round, key)
+        # (round, when it began) of the rounds since the oldest group served, oldest first
+        self._began: collections.deque[tuple[int, float]] = collections.deque()
 
     def start(self) -> None:
         self.transport.serve_blob(ANNOUNCEMENTS_KEY, pack_announcements([]))
@@ -91,7 +105,8 @@ class PullServer:
     def publish(self, groups: list[tuple[SignedGroup, RolloutGroup]], round_: int) -> None:
         """Serve round `round_`'s groups and the list announcing them with those of the last
         `announce_rounds` - 1 rounds (still served), newest first past the list's bound."""
-        window = max(1, min(self.settings.announce_rounds, self.settings.keep_rounds))
+        self._note_round(round_)
+        window = self._window()
         while self._announced and self._announced[0][0] <= round_ - window:
             self._announced.popleft()
         for signed, group in groups:
@@ -139,8 +154,32 @@ class PullServer:
             self.holders.popitem(last=False)
 
     def serve(self, key: str, data: bytes, round_: int) -> None:
-        """Serve `data` under `key` from round `round_` for `keep_rounds` rounds."""
+        """Serve `data` under `key` from round `round_` for `keep_rounds` rounds, and at
+        least `linger_s` after the list stopped naming the groups of its round."""
+        self._note_round(round_)
         self.transport.serve_blob(key, data)
         self._served.append((round_, key))
-        while self._served and self._served[0][0] <= round_ - self.settings.keep_rounds:
+        while self._served and self._expired(self._served[0][0], round_):
             self.transport.unserve_blob(self._served.popleft()[1])
+        oldest = self._served[0][0] if self._served else round_
+        while len(self._began) > 1 and self._began[1][0] <= oldest:
+            self._began.popleft()
+
+    def _window(self) -> int:
+        """Rounds a group stays in the list."""
+        return max(1, min(self.settings.announce_rounds, self.settings.keep_rounds))
+
+    def _note_round(self, round_: int) -> None:
+        if not self._began or self._began[-1][0] < round_:
+            self._began.append((round_, self.monotonic()))
+
+    def _expired(self, served_round: int, round_: int) -> bool:
+        """Whether a group served in `served_round` may stop being served in `round_`:
+        `keep_rounds` have passed, and `linger_s` since the list last named it."""
+        if served_round > round_ - self.settings.keep_rounds:
+            return False
+        if self.linger_s <= 0:
+            return True
+        unlisted = served_round + self._window()  # the first round whose list omits it
+        began = next((t for r, t in self._began if r >= unlisted), None)
+        return began is not None and self.monotonic() - began >= self.linger_s
