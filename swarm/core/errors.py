@@ -54,6 +54,11 @@ class FetchTooSlow(TransportError):
     """A blob fetch ran past its deadline or fell below its minimum transfer rate."""
 
 
+class NoFetchSlot(FetchTooSlow):
+    """A blob fetch waited its whole time for one of this node's own slots for the peer
+    (its other fetches to that peer held them): the wait was this node's, not the peer's."""
+
+
 class Libp2pVersionError(TransportError):
     """The installed py-libp2p is not the version whose internals the transport patches."""
 

@@ -47,7 +47,7 @@ import random
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 
-from swarm.core.errors import FetchTooSlow, RejectedMessage, TransportError
+from swarm.core.errors import FetchTooSlow, NoFetchSlot, RejectedMessage, TransportError
 from swarm.exchange.history_sample import DEFAULT_SKETCH, HistorySample, views_to_hear
 from swarm.exchange.peer_backoff import PeerBackoff
 from swarm.exchange.pull_fetch import SLOW_S, SizeCap
@@ -253,6 +253,8 @@ class PeerView:
         try:
             limits = FetchLimits(check=SizeCap(VIEW_MAX_BYTES))
             data = self.transport.fetch_blob(peer, VIEW_KEY, timeout, limits)
+        except NoFetchSlot:  # our own fetches to the peer held its slots: not its doing
+            return None
         except FetchTooSlow:
             return self.take_view(peer, None, slow=True)
         except (TransportError, RejectedMessage):

@@ -30,7 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from dataclasses import dataclass
 
-from swarm.core.errors import FetchTooSlow, RejectedMessage, TransportError
+from swarm.core.errors import FetchTooSlow, NoFetchSlot, RejectedMessage, TransportError
 from swarm.core.reasons import Reason
 from swarm.p2p.transport import FetchLimits, MemoryTransport, Transport
 from swarm.wire.streams import FETCHES_PER_PEER
@@ -149,7 +149,7 @@ class Fetcher:
     ) -> Outcome:
         """`_one` once fewer than `per_peer` fetches to its peer run (by `deadline`)."""
         if not slot.acquire(timeout=max(0.0, deadline - self.monotonic())):
-            return Outcome(request, error=FetchTooSlow("no fetch slot for the peer in time"))
+            return Outcome(request, error=NoFetchSlot("no fetch slot for the peer in time"))
         try:
             return self._one(request, deadline)
         finally:
@@ -168,7 +168,8 @@ class Fetcher:
             cap.size(len(data))  # the bytes themselves, whatever the transport checked
         except (TransportError, RejectedMessage) as e:
             too_slow = isinstance(e, FetchTooSlow)
-            stalled = too_slow and not cap.answered and left >= STALL_S
+            ours = isinstance(e, NoFetchSlot)  # waited on this node's own fetches to the peer
+            stalled = too_slow and not ours and not cap.answered and left >= STALL_S
             slow = too_slow or self.monotonic() - began >= SLOW_S
             return Outcome(request, error=e, stalled=stalled, slow=slow)
         return Outcome(request, data=data)

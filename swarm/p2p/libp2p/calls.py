@@ -15,7 +15,7 @@ from libp2p.abc import INetStream
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from swarm.core.errors import FetchTooSlow, TransportError
+from swarm.core.errors import FetchTooSlow, NoFetchSlot, TransportError
 from swarm.p2p.libp2p import host as hosting
 from swarm.p2p.libp2p.blobs import fetch_blob
 from swarm.p2p.libp2p.dcutr import direct_connections, relayed_connections
@@ -80,12 +80,18 @@ class NetworkCalls:
     ) -> bytes:
         net = self._runtime.running()
         began = trio.current_time()
+        slot_at: float | None = None  # when this fetch got its slot
         with trio.move_on_after(timeout):  # a slot below the peer's limit, within the timeout
             async with self._parts.fetch_slots.slot(peer_id):
+                slot_at = trio.current_time()
                 await self._reach(net, peer_id, timeout)
                 left = max(timeout - (trio.current_time() - began), 0.0)
                 return await self._fetch_now(net, peer_id, key, left, limits)
-        raise FetchTooSlow(f"no fetch slot for {peer_id} within {timeout} s")
+        waited = (slot_at if slot_at is not None else trio.current_time()) - began
+        if waited < timeout / 2:  # the peer had most of the time: reaching it, or its answer
+            raise FetchTooSlow(f"{peer_id} did not answer a fetch within {timeout} s")
+        # most of the time went waiting on this node's own fetches to the peer
+        raise NoFetchSlot(f"waited {waited:.1f} of {timeout} s for a fetch slot for {peer_id}")
 
     async def _fetch_now(
         self, net: Network, peer_id: ID, key: str, timeout: float, limits: FetchLimits | None
