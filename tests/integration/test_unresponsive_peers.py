@@ -6,9 +6,10 @@ with their TCP connections open (1, 4 and 16), a view of 64 unreachable addresse
 SYNs, a view request never answered, and announcements whose fetches stall. Before the node
 suspended peers that failed to answer (and probed peers it had only heard of off the round),
 every such case cost every round a fetch timeout (3.75-5 s) for as long as the peer stayed:
-here, from the second round after the event on, no round waits on one. The figures against
-the goal (within 1.2x of the baseline two rounds after the event, the run's median within
-1.1x) come from `scripts/bench_unresponsive.py`.
+here, from the third round after the event on, every round is within 1.2x of the baseline
+and the median within 1.1x, for a node whose rounds take 0.3 s (the node's rounds are paced
+to that; its own work is 0.01-0.07 s). The same goal for a `swarm-node join` node, whose
+rounds are all model work, is measured by `scripts/bench_unresponsive.py`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PERIOD = 0.3
+PERIOD = 0.3  # the node's rounds are paced to this
+GOAL_ROUND, GOAL_MEDIAN = 1.2, 1.1  # a round, and the median, against the baseline
 
 
 def spawn(module: str, args: list[str]) -> subprocess.Popen:
@@ -154,11 +156,14 @@ def check(base: float, later: list[dict], settle: int = 2) -> None:
             for r in later
         ]
     )
-    # no round from `settle` rounds after the event on waits on a fetch timeout (3.75-5 s
-    # each before), and the rounds after the event are not slower than the baseline's
-    # spread on this shared machine
-    assert max(walls[settle:]) < 2.5, (base, walls)
-    assert statistics.median(walls) < 2 * base + 0.3, (base, walls)
+    # The goal for a node whose rounds take `PERIOD` (the node is paced to it: a round
+    # lasts its period, or its work if that is longer): from `settle` rounds after the
+    # event on, every round within 1.2x of the baseline, and the median within 1.1x. Before,
+    # every round after the event waited on a fetch timeout (3.75-5 s each).
+    paced = [max(PERIOD, w) for w in walls]
+    base_paced = max(PERIOD, base)
+    assert max(paced[settle:]) <= GOAL_ROUND * base_paced, (base, walls)
+    assert statistics.median(paced) <= GOAL_MEDIAN * base_paced, (base, walls)
 
 
 SLOW = pytest.mark.slow  # 10-28 s each on 2 cores; the 4-peer case stays in the default suite
