@@ -204,8 +204,9 @@ class PeerView:
             pushed = self.rng.sample(fetchers, min(SHUFFLE_LENGTH, len(fetchers)))
             fresh = [ViewEntry(p, tuple(where.get(p, ())), 0) for p in pushed]
             if not self.view:  # a newcomer: its bootstrap peers (not those that failed)
-                for peer in connected:
-                    self.backoff.vouch(peer)
+                for peer in connected:  # a peer that vanished keeps its connection open:
+                    if not self.backoff.suspended(peer, self.refreshes):  # not news of it
+                        self.backoff.vouch(peer)
                 connected = {p: a for p, a in connected.items() if self.askable(p)}
                 fresh += [ViewEntry(peer, tuple(addrs), 0) for peer, addrs in connected.items()]
                 self.history.feed(connected)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.exchange.peer_backoff import MOST_BACKOFF, PeerBackoff
+from swarm.exchange.peer_view import PeerView
 from swarm.exchange.pull import PullSettings
-from swarm.p2p.transport import MemoryHub, MemoryTransport
+from swarm.p2p.transport import MemoryHub, MemoryTransport, PeerInfo
 from swarm.wire import ANNOUNCEMENTS_KEY
 
 
@@ -81,3 +82,31 @@ def test_a_banned_peers_announcements_are_not_fetched_and_it_is_not_passed_on():
     assert banned.peer_id not in asked
     assert banned.peer_id not in node.exchange.view.view
     assert banned.peer_id not in {e.id for e in node.exchange.view.entries()}
+
+
+class _Connected(MemoryTransport):
+    """A memory transport that still lists `gone` as connected (its TCP connection stays
+    open after its machine went to sleep)."""
+
+    def __init__(self, peer_id: str, hub: MemoryHub, gone: str):
+        super().__init__(peer_id, hub)
+        self.gone = gone
+
+    def peers(self) -> list[PeerInfo]:
+        return [PeerInfo(self.gone, ("/ip4/127.0.0.1/tcp/9",))]
+
+
+def test_an_open_connection_is_not_news_of_a_peer_that_failed_to_answer():
+    """A node whose view ran empty takes its connected peers back, but not one suspended:
+    a vanished peer's connection stays open, so it would be asked (and waited on) again as
+    soon as its backoff passed, and again after each longer backoff."""
+    gone = peer_id_of(create_identity(bytes([90]) * 32))
+    transport = _Connected(peer_id_of(create_identity(bytes([91]) * 32)), MemoryHub(), gone)
+    view = PeerView(transport, transport.peer_id)
+    view.plan()
+    assert view.peers() == [gone]  # taken from the connections, as a bootstrap peer
+    view.forget(gone, slow=True)  # its list fetch timed out
+    for _ in range(4 * MOST_BACKOFF):  # every round with an empty view
+        view.plan()
+        assert gone not in view.peers()
+    assert view.backoff.suspended(gone, view.refreshes)
