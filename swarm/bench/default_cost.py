@@ -5,7 +5,7 @@ machine, so their wall-clock says more about the load than about the arm. This r
 of the default study alone, one after another, at its tuned rate on the tuning seed, for a
 few rounds with a small held-out set (so the end-of-unit evaluation does not dominate), and
 reports `default_study.cost_rows` over those runs. Units already in the output folder are
-reused, so a stopped run resumes where it stopped.
+reused, so a stopped run resumes where it stopped; one of another length is refused.
 """
 
 from __future__ import annotations
@@ -37,14 +37,21 @@ def time_arms(results: Path, out: Path, rounds: int, eval_size: int, console: Co
     for testbed in TESTBEDS:
         rates = tuned_rates(results, testbed)
         for arm, lr in rates.items():
-            argv = ["run", "--study", "default", "--testbed", testbed, "--arms", arm]
+            argv = ["run", "--study", STUDY.name, "--testbed", testbed, "--arms", arm]
             argv += ["--lr", f"{lr:g}", "--seeds", str(TUNING_SEED), "--rounds", str(rounds)]
             argv += ["--eval-size", str(eval_size), "--results", str(out)]
             console.print(f"{testbed} {arm} at lr {lr:g}: {rounds} rounds")
             if sapo_main(argv):
                 raise SystemExit(f"error: the {testbed} {arm} run failed")
-        units = load_units(out / STUDY.folder(PROTOCOL, testbed))
-        cost = cost_rows([u for u in units if u["rounds"] == rounds])
+        folder = out / STUDY.folder(PROTOCOL, testbed)
+        units = load_units(folder)
+        stale = sorted({u["arm"] for u in units if u["rounds"] != rounds})
+        if stale:  # a unit's file name has no length, so it was reused and cannot be timed
+            raise SystemExit(
+                f"error: {folder / 'units'} holds runs of another length for {', '.join(stale)}: "
+                "remove them or pass another --out"
+            )
+        cost = cost_rows(units)
         cost_table(f"{testbed}, each arm alone", cost, console)
         payload["testbeds"][testbed] = {"rates": rates, "cost": cost}
     return payload
