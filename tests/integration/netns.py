@@ -25,6 +25,8 @@ from pathlib import Path
 INET_IP = "10.77.0.1"
 WAN_IPS = {1: "10.77.0.2", 2: "10.77.0.3"}
 HOME_IPS = {1: "192.168.1.2", 2: "192.168.2.2"}
+# what installs the tools (scripts/setup.sh installs no system package unless asked)
+SYSTEM_SETUP = "SWARM_SETUP_SYSTEM=1 scripts/setup.sh"
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ def unavailable() -> str | None:
         return "network namespaces need root"
     missing = [t for t in ("ip", "iptables") if shutil.which(t) is None]
     if missing:
-        return f"{' and '.join(missing)} not installed (scripts/setup.sh installs iproute2 and iptables as root)"
+        return f"{' and '.join(missing)} not installed ({SYSTEM_SETUP} installs iproute2 and iptables, as root with apt-get)"
     probe = f"swprobe{os.getpid()}"
     ipt = ["ip", "netns", "exec", probe, "iptables"]
     try:  # every kind of thing the topology makes, once, in a namespace of its own
