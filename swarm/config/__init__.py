@@ -12,7 +12,7 @@ replaced it (`renames.RENAMED`). This package imports no torch, so
 `swarm-node --help` stays instant.
 
 The modules: `fields` (`opt`, a key's declaration), `daemon`, `learning`, `sharing` and
-`peers` (the section dataclasses), `renames` (retired keys and their new names), `schema` (`Config` and what derives from it), `build` (a mapping to a
+`peers` (the section dataclasses), `renames` (retired keys and their new names, values whose meaning changed), `schema` (`Config` and what derives from it), `build` (a mapping to a
 `Config`), `validate` (cross-field rules), `load` (files, env and `--set`), `dump` (TOML
 back out), `preflight` (checks of a whole config before anything loads).
 """

@@ -7,7 +7,8 @@ that names who set the value (the file, --set, an env var or a flag), the key, a
 
 Cheapest checks first, so most mistakes are refused within a second or two:
 
-1. the role; the run folder can be created and written;
+1. the role; a value whose meaning changed is one WARNING line (`renames.CHANGED`); the run
+   folder can be created and written;
 2. the listen address parses and its port is free on an address of this machine; the
    bootstrap addresses and the allow-list's peer IDs parse; the metrics address parses and
    its port is free; TensorBoard is installed when asked for;
@@ -29,11 +30,13 @@ or anything that needs the model's weights.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 from swarm.config.nat import NO_LISTEN, check_own_relay, warn_relays
+from swarm.config.renames import CHANGED, changed_meanings
 from swarm.config.schema import Config, task_mix
 from swarm.core.errors import ConfigError, SwarmError
 from swarm.core.install import GPU_INSTALL_HINT
@@ -45,6 +48,8 @@ from swarm.p2p.addresses import (
     parse_listen,
     parse_relay,
 )
+
+logger = logging.getLogger(__name__)
 
 ROLES = ("trainer", "generator", "observer")
 OBSERVER = "observer"  # the role without a model
@@ -73,6 +78,7 @@ def preflight(config: Config, where: Where = _nowhere) -> None:
     `where(*keys)` names who set those keys (`swarm.config.load.LoadedConfig.where`)."""
     for check in (
         check_role,
+        warn_changed_meanings,
         check_run_folder,
         check_addresses,
         check_monitor,
@@ -85,6 +91,16 @@ def preflight(config: Config, where: Where = _nowhere) -> None:
         check_context,
     ):
         check(config, where)
+
+
+def warn_changed_meanings(config: Config, where: Where = _nowhere) -> None:
+    """One WARNING line for each key set to a value whose meaning changed, naming who set it."""
+    values = {}
+    for dotted in CHANGED:
+        section, _, key = dotted.partition(".")
+        values[dotted] = getattr(getattr(config, section), key)
+    for dotted, line in changed_meanings(values).items():
+        logger.warning("%s: %s", where(dotted), line)
 
 
 def check_run_folder(config: Config, where: Where = _nowhere) -> None:
