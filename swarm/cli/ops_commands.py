@@ -178,7 +178,12 @@ def replay(
     from rich.console import Console
     from rich.progress import Progress
 
-    from swarm.ops.replay import count_rows, empty_export_reason, verify_ledger
+    from swarm.ops.replay import (
+        count_rows,
+        empty_export_reason,
+        prompt_model_note,
+        verify_ledger,
+    )
     from swarm.verify.rescore_pool import RescoreWorker, WorkerSettings
 
     cfg = load(config, sets, _run_dir_flag(run_dir))
@@ -209,6 +214,9 @@ def replay(
         if empty:
             raise SwarmError(f"nothing to export, {export} not written: {empty}")
         result["export"] = _export(export, groups, cfg, json_out)
+        note = prompt_model_note(url, cfg.policy.model)
+        if note:
+            typer.echo(note, err=True)
     if train:
         result["train"] = _train(groups, cfg, passes, eval_size, err, json_out)
     if json_out:

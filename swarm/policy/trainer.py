@@ -302,11 +302,18 @@ class GRPOTrainer:
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
-    """Turn on a Hugging Face model's gradient checkpointing (active in training mode only)."""
+    """Turn on a Hugging Face model's gradient checkpointing (active in training mode only).
+
+    Newer transformers name it activation checkpointing and warn at the old name's call."""
+    kwargs = {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=kwargs)
+        return
     enable = getattr(model, "gradient_checkpointing_enable", None)
     if enable is None:
         raise ModelError(f"{type(model).__name__} has no gradient checkpointing")
-    enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def fp32_master_weights(model: torch.nn.Module) -> torch.dtype | None:

@@ -22,7 +22,8 @@ config and base model thus retraces its training, offline.
 Deliberately not here: the node's round loop, or deciding whether a peer is trustworthy.
 
 - reading.py: `StoredGroup`, `verify_row` (one row re-verified), reading the ledger's rows
-- report.py: `VerifyReport`, `verify_ledger` (every row, counted), `empty_export_reason`
+- report.py: `VerifyReport`, `verify_ledger` (every row, counted), `empty_export_reason`,
+  `prompt_model_note`
 - export.py: `export_records`, `write_jsonl`, `prompt_formatter`
 - training.py: `TrainReport`, `plan_updates`, `train_offline`
 """
@@ -38,7 +39,12 @@ from swarm.ops.replay.reading import (
     iter_rows,
     verify_row,
 )
-from swarm.ops.replay.report import VerifyReport, empty_export_reason, verify_ledger
+from swarm.ops.replay.report import (
+    VerifyReport,
+    empty_export_reason,
+    prompt_model_note,
+    verify_ledger,
+)
 from swarm.ops.replay.training import TrainReport, plan_updates, train_offline, train_samples
 
 __all__ = [
@@ -55,6 +61,7 @@ __all__ = [
     "iter_rows",
     "plan_updates",
     "prompt_formatter",
+    "prompt_model_note",
     "train_offline",
     "train_samples",
     "verify_ledger",

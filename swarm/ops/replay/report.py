@@ -1,6 +1,6 @@
 """What offline verification of a whole ledger found: `verify_ledger` runs it into a
-`VerifyReport` (by status and failure reason) and `empty_export_reason` says why nothing can
-be exported.
+`VerifyReport` (by status and failure reason), `empty_export_reason` says why nothing can
+be exported and `prompt_model_note` when the export's prompts are not the ledger's node's.
 """
 
 from __future__ import annotations
@@ -116,6 +116,26 @@ def empty_export_reason(report: VerifyReport, swarm_id: str | None = None) -> st
     if swarm_id is not None and lost.get(Reason.WRONG_SWARM):
         parts[-1] += f"; --swarm-id {swarm_id} keeps only that swarm's groups"
     return f"none of its {kept} sent or accepted groups passed: {'; '.join(parts)}"
+
+
+def prompt_model_note(url: str, model: str) -> str:
+    """One line when the ledger's node ran another `policy.model` than `model`, the one the
+    export formats its prompts for; "" when they agree or the ledger does not say."""
+    from swarm.config.preflight import OBSERVER_MODEL
+    from swarm.ledger import Ledger, get_meta
+
+    ledger = Ledger(url, create=False)
+    try:
+        with ledger.reader() as session:
+            ran = get_meta(session, "model")
+    finally:
+        ledger.close()
+    if ran is None or ran in (model, OBSERVER_MODEL):
+        return ""
+    return (
+        f"note: this ledger's node ran policy.model = {ran!r}, and the prompts are formatted "
+        f"for {model!r}: give that node's --config to format them as it prompted"
+    )
 
 
 def verify_ledger(
