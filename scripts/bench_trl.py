@@ -17,11 +17,14 @@ slows them alike. Shapes: `tiny` is the built-in model on the project's own ques
 reward, 32 x 8, 8 new tokens; `qwen2-reduced` is a random Qwen2-shaped model (grouped-query
 attention, q/k/v biases, untied head; reduced width and depth so it runs on a CPU) with
 300-token prompts and exactly 200-token completions (its stop token lies outside the
-model's vocabulary) and a synthetic reward (a hash of the text), 2 x 8. Needs TRL
+model's vocabulary) and a synthetic reward (a hash of the text), 2 x 8; `smollm2` is the
+real SmolLM2-135M-Instruct (`smollm2-135m`) with node_config/smollm2-cpu.toml's prompts
+(worked examples) and round, 8 x 8, 32 new tokens, on the project's own reward. Needs TRL
 (`pip install -e .[bench]`).
 
     python scripts/bench_trl.py --shape tiny --repeats 5
     python scripts/bench_trl.py --shape qwen2-reduced --repeats 3
+    python scripts/bench_trl.py --shape smollm2 --repeats 3
     python scripts/bench_trl.py --shape qwen2-reduced --train-only --repeats 3
     python scripts/bench_trl.py --shape tiny --repeats 2 --cpu-time   # CPU seconds, 1 thread
 """

@@ -90,7 +90,7 @@ def measure(receiver, sender) -> dict:
         if not completions:
             continue
         prompt = build_prompt(
-            sender.policy.tokenizer, group.task.question, sender.config.policy.system_prompt
+            sender.policy.tokenizer, group.task.question, sender.config.policy.prompt_format()
         )
         own = completion_logprobs(sender, prompt, completions)
         other = completion_logprobs(receiver, prompt, completions)

@@ -79,7 +79,7 @@ def run_one(receiver_index: int, peer_index: int, lr: float, args) -> dict:
         if r == args.rounds:
             break
         tasks = [build_task(s) for s in sample_specs(mix, 7_000 + args.seed, r, args.questions)]
-        system = receiver.config.policy.system_prompt
+        system = receiver.config.policy.prompt_format()
         peer_prompts = [build_prompt(peer.policy.tokenizer, t.question, system) for t in tasks]
         groups = peer.generator.generate(peer_prompts, args.completions, peer.sampling)
         samples = []

@@ -14,6 +14,7 @@ import random
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 ARMS = ("shared", "plain", "trl")
@@ -26,6 +27,7 @@ def now() -> float:
 
 
 LR = 1e-5
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class Shape:
 
 SHAPES = {
     "tiny": Shape(questions=32, group=8, max_new_tokens=8, micro_batch_size=256),
+    # The real model of node_config/smollm2-cpu.toml, its prompts (worked examples) and round.
+    "smollm2": Shape(questions=8, group=8, max_new_tokens=32, micro_batch_size=64),
     "qwen2-reduced": Shape(
         questions=2,
         group=8,
@@ -88,23 +92,46 @@ class Setup:
 
 
 def tiny_setup(repeats: int, shape: Shape) -> Setup:
+    return task_setup("swarm-tiny", repeats, shape)
+
+
+def smollm2_setup(repeats: int, shape: Shape) -> Setup:
+    """SmolLM2-135M-Instruct with the preset's worked examples (node_config/smollm2-cpu.toml)."""
+    from swarm.config.load import load_config
+
+    config = load_config(ROOT / "node_config" / "smollm2-cpu.toml")
+    return task_setup(config.policy.model, repeats, shape, config.policy.prompt_format())
+
+
+def task_setup(name: str, repeats: int, shape: Shape, form=None) -> Setup:
+    """A model by name on the easy mix's questions and the node's own reward."""
     from transformers import AutoModelForCausalLM
 
     from swarm.policy.model import load_tokenizer, resolve_model_path, stop_token_ids
-    from swarm.policy.prompts import build_prompt
+    from swarm.policy.prompts import PromptFormat, build_prompt
     from swarm.tasks import EASY_MIX, build_task, sample_specs, score_completion
 
-    path = resolve_model_path("swarm-tiny")
+    path = resolve_model_path(name)
     tokenizer = load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     prompts, rewards = [], []
     for r in range(repeats):
         tasks = [build_task(s) for s in sample_specs(EASY_MIX, 0, r, shape.questions)]
-        prompts.append([build_prompt(tokenizer, t.question) for t in tasks])
+        prompts.append([build_prompt(tokenizer, t.question, form or PromptFormat()) for t in tasks])
         rewards.append(
             lambda i, text, tasks=tasks: score_completion(tasks[i], text, format_weight=0.1)
         )
     return Setup(model, tokenizer, stop_token_ids(model, tokenizer), prompts, rewards)
+
+
+def setup_for(shape_name: str, repeats: int) -> Setup:
+    """The model, prompts and rewards a shape runs on."""
+    shape = SHAPES[shape_name]
+    if shape_name == "tiny":
+        return tiny_setup(repeats, shape)
+    if shape_name == "smollm2":
+        return smollm2_setup(repeats, shape)
+    return random_setup(repeats, shape)
 
 
 def word_tokenizer(vocab: int):

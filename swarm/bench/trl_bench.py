@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from swarm.bench.trl_arms import ARMS, CLOCK, LR, SHAPES, ours, random_setup, tiny_setup, trl
+from swarm.bench.trl_arms import ARMS, CLOCK, LR, SHAPES, ours, setup_for, trl
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,7 @@ def train_only(args) -> dict:
 
     torch.set_num_threads(1)
     shape = SHAPES[args.shape]
-    setup = (tiny_setup if args.shape == "tiny" else random_setup)(1, shape)
+    setup = setup_for(args.shape, 1)
     rng = random.Random(1)
     vocab = min(setup.model.config.vocab_size, len(setup.tokenizer)) - 1
     samples = []
@@ -85,7 +85,7 @@ def rounds(args) -> dict:
         CLOCK["now"] = time.process_time
     shape = SHAPES[args.shape]
     repeats = args.repeats + 1  # the first is a warm-up, not counted
-    setup = (tiny_setup if args.shape == "tiny" else random_setup)(repeats, shape)
+    setup = setup_for(args.shape, repeats)
     arms = {"shared": ours(setup, shape, True), "plain": ours(setup, shape, False)}
     arms["trl"] = trl(setup, shape)
     timings: dict[str, list[dict]] = {arm: [] for arm in ARMS}

@@ -93,7 +93,7 @@ def spot_check_cost(config, node, sent, repeat: int) -> tuple[float, int]:
         flagged = 0
         for group, digest in pairs:
             prompt = build_prompt(
-                node.policy.tokenizer, group.question, config.policy.system_prompt
+                node.policy.tokenizer, group.question, config.policy.prompt_format()
             )
             try:
                 checker.check(group, digest, prompt)

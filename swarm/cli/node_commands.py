@@ -249,6 +249,14 @@ def demo(
             "rounds)."
         ),
     ] = None,
+    model: Annotated[
+        str,
+        typer.Option(
+            help="A real model for every node (e.g. smollm2-135m, a .gguf file, a Hugging Face "
+            "name or folder): small rounds for a CPU, lr 1e-5, worked examples in the prompt, "
+            "sharing with same-family peers. Default: the built-in tiny model."
+        ),
+    ] = "",
 ) -> None:
     """Run a local swarm: N node processes on loopback sharing signed rollouts, with a live table.
 
@@ -260,7 +268,7 @@ def demo(
     from swarm.ops.demo import run_demo
 
     folder = out or Path("runs") / f"demo-{_time.strftime('%Y%m%d-%H%M%S')}"
-    summary = run_demo(nodes, rounds, folder, config, list(sets or []), timeout)
+    summary = run_demo(nodes, rounds, folder, config, list(sets or []), timeout, model)
     if any(n["exit_code"] not in (0, None) for n in summary["per_node"]):
         raise typer.Exit(1)
 

@@ -32,6 +32,20 @@ class PolicySection:
         "Solve the task. Think briefly if needed, then give only the final answer between <answer> and </answer>.",
         "System prompt for models with a chat template (the tiny model ignores it).",
     )
+    prompt_examples: list = opt(
+        [],
+        "Worked examples shown before each question under a chat template: a list of tables "
+        "{question, answer}, each an earlier user turn and the assistant's answer in the format "
+        "to learn (e.g. '3 + 4 = 7, so the answer is <answer>7</answer>'). Small instruct "
+        "models tag their answers only when shown; peers verifying spot checks need the same.",
+    )
+
+    def prompt_format(self):
+        """The system prompt and examples as a `swarm.policy.prompts.PromptFormat`."""
+        from swarm.policy.prompts import PromptFormat
+
+        examples = tuple((e["question"], e["answer"]) for e in self.prompt_examples)
+        return PromptFormat(system=self.system_prompt, examples=examples)
 
 
 @dataclass(frozen=True)
@@ -111,9 +125,14 @@ class TrainingSection:
         0.0, "Weight of the KL penalty to the starting model (0: no reference model kept).", min=0.0
     )
     max_grad_norm: float = opt(1.0, "Gradient clipping norm (0: no clipping).", min=0.0)
-    micro_batch_size: int = opt(
+    micro_batch_size: int | str = opt(
         16,
-        "Sequences per forward/backward; gradients accumulate over micro-batches (activation memory grows with it: 64 holds ~250 MB more than 16 for the tiny model).",
+        "Sequences per forward/backward; gradients accumulate over micro-batches, so any "
+        "size gives the same update (activation memory grows with it: 64 holds ~250 MB more "
+        'than 16 for the tiny model). "auto": the largest size whose memory plan fits this '
+        "machine ('swarm-node config --plan' shows it), so a batch too large for one pass "
+        "runs in several.",
+        choices=("auto",),
         min=1,
     )
     minibatch_size: int = opt(

@@ -209,8 +209,8 @@ class VerifySection:
         min=0,
     )
     spot_check_min_prob: float = opt(
-        1e-6,
-        "A spot-checked token less likely than this under the declared sampler marks the group implausible.",
+        1e-10,
+        "A spot-checked token less likely than this under the declared sampler marks the group implausible. An honest sampler draws such a token with a chance of at most this times the vocabulary size (the tokens below it hold at most that much mass): 1e-6 flagged 1 in 1,092 honest SmolLM2-135M tokens (a 49,152-token vocabulary), a tampered token is typically far below 1e-10.",
         min=0.0,
         max=1.0,
     )

@@ -367,7 +367,7 @@ def longest_prompt(config: Config, tokenizer) -> tuple[int, str]:
     specs += eval_specs(mix, config.tasks.eval_seed, min(config.tasks.eval_size, CONTEXT_SAMPLE))
     longest, dataset = 0, ""
     for spec in specs:
-        prompt = build_prompt(tokenizer, build_task(spec).question, config.policy.system_prompt)
+        prompt = build_prompt(tokenizer, build_task(spec).question, config.policy.prompt_format())
         length = len(tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"])
         if length > longest:
             longest, dataset = length, spec.dataset

@@ -49,6 +49,17 @@ def check_cross_field(config: Config, origin) -> None:
         weight = entry.get("weight", 1.0)
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
             raise ConfigError(f"{source}: tasks.mix[{i}].weight must be a positive number")
+    examples = origin("policy", "prompt_examples")
+    for i, entry in enumerate(config.policy.prompt_examples):
+        if (
+            not isinstance(entry, Mapping)
+            or set(entry) != {"question", "answer"}
+            or not all(isinstance(v, str) and v for v in entry.values())
+        ):
+            raise ConfigError(
+                f"{examples}: policy.prompt_examples[{i}] must be a table of two non-empty "
+                "strings, question and answer"
+            )
     _check_budgets(config, origin)
     if config.p2p.cost_ban_at <= config.p2p.cost_graylist_at:
         raise ConfigError(

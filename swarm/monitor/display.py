@@ -58,6 +58,8 @@ class RoundReport:
         str, ...
     ] = ()  # the task family (dataset) of each shared group trained on
     score_s: float = 0.0  # scoring own completions (generate, score and train are parts of total)
+    verify_s: float = 0.0  # checking peers' groups: re-scoring, spot checks (part of other_s)
+    spot_checks: int = 0  # peers' groups whose tokens this node's model re-scored
 
     @property
     def other_s(self) -> float:

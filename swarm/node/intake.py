@@ -23,7 +23,7 @@ from swarm.core.errors import RejectedMessage
 from swarm.core.reasons import Reason
 from swarm.node.state import NodeState
 from swarm.policy.model import Policy
-from swarm.policy.prompts import build_prompt
+from swarm.policy.prompts import PromptFormat, build_prompt
 from swarm.policy.source import same_weights
 from swarm.tasks import Task
 from swarm.verify.gate import Verifier, blamed_peer
@@ -61,13 +61,13 @@ class SpotCheck:
         checker: SpotChecker,
         policy: Policy,
         state: NodeState,
-        system_prompt: str,
+        prompt_format: PromptFormat,
         per_round: int,
     ):
         self.checker = checker
         self.policy = policy
         self.state = state
-        self.system_prompt = system_prompt
+        self.prompt_format = prompt_format
         self.per_round = per_round
         self._left = per_round
 
@@ -79,13 +79,18 @@ class SpotCheck:
             checker,
             policy,
             state,
-            config.policy.system_prompt,
+            config.policy.prompt_format(),
             config.verify.spot_check_groups_per_round,
         )
 
     def new_round(self) -> None:
         """A new round: its budget of spot checks."""
         self._left = self.per_round
+
+    @property
+    def done(self) -> int:
+        """Spot checks made this round."""
+        return self.per_round - self._left
 
     def ours(self, group: RolloutGroup) -> bool:
         """Whether `group` claims this node's model and base weights."""
@@ -101,7 +106,7 @@ class SpotCheck:
         if group.policy_version != self.state.policy_version:
             return
         self._left -= 1
-        prompt = build_prompt(self.policy.tokenizer, group.question, self.system_prompt)
+        prompt = build_prompt(self.policy.tokenizer, group.question, self.prompt_format)
         self.checker.check(group, item.signed.content_hash, prompt)
 
 
@@ -121,6 +126,11 @@ class Intake:
         """A new round (the spot check's budget renews)."""
         if self.spot_check is not None:
             self.spot_check.new_round()
+
+    @property
+    def spot_checks(self) -> int:
+        """Token spot checks made this round."""
+        return self.spot_check.done if self.spot_check is not None else 0
 
     def verify(self, items: Iterable[Accepted], known: frozenset[str]) -> IntakeOutcome:
         """Check each group of the batch; `known` holds the content hashes already in the

@@ -165,6 +165,7 @@ def round_report(
         tagged=metrics.tagged,
         shared_families=tuple(g.family for g in shared),
         score_s=times.score,
+        verify_s=times.verify,
     )
 
 

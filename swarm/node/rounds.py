@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 
 from swarm.batch_choice import (
@@ -95,6 +96,7 @@ class RoundLoop:
         groups = self.generate_groups(times)
         self.sharing.publish(groups)
         self.sharing.receive()
+        times.verify = self.sharing.verify_s
         if self.trainer is None:  # generator role: nothing to train, the followed trainer does it
             batch: BatchChoice = BatchChoice(own=[], shared=[])
             shared_advantages: list[list[float]] = []
@@ -132,6 +134,7 @@ class RoundLoop:
             sharing=self.sharing.stats,
         )
         self.state.round += 1
+        report = dataclasses.replace(report, spot_checks=self.sharing.intake.spot_checks)
         self.reporter.round(report)
         return report
 
@@ -143,7 +146,7 @@ class RoundLoop:
         )
         tasks = [build_task(spec) for spec in specs]
         prompts = [
-            build_prompt(self.policy.tokenizer, task.question, self.config.policy.system_prompt)
+            build_prompt(self.policy.tokenizer, task.question, self.config.policy.prompt_format())
             for task in tasks
         ]
         t = time.perf_counter()
@@ -208,7 +211,7 @@ class RoundLoop:
             settings=s,
             scale_advantages=self.config.training.scale_advantages,
             tokenizer=self.policy.tokenizer,
-            system_prompt=self.config.policy.system_prompt,
+            prompt_format=self.config.policy.prompt_format(),
             max_tokens=4 * self.config.generation.max_new_tokens,
             baselines=baselines,
             generate=generate_for(
@@ -245,7 +248,7 @@ def evaluate_by_family(
     """(accuracy, mean reward, accuracy per dataset) of greedy completions on `tasks`,
     scored under the node's own rule (`tasks.answer_rule`)."""
     prompts = [
-        build_prompt(policy.tokenizer, t.question, config.policy.system_prompt) for t in tasks
+        build_prompt(policy.tokenizer, t.question, config.policy.prompt_format()) for t in tasks
     ]
     greedy = SamplingParams(temperature=0.0, max_new_tokens=config.generation.max_new_tokens)
     outputs = generator.generate(prompts, 1, greedy)

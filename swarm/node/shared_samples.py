@@ -31,7 +31,7 @@ from swarm.policy.grpo import (
     part_weights,
     receiver_advantages,
 )
-from swarm.policy.prompts import build_prompt
+from swarm.policy.prompts import PromptFormat, build_prompt
 from swarm.policy.trainer import TrainSample, retokenized_samples
 from swarm.tasks import Scoring
 
@@ -78,7 +78,7 @@ def shared_part(
     settings: SharingSection,
     scale_advantages: bool = True,
     tokenizer,
-    system_prompt: str,
+    prompt_format: PromptFormat,
     max_tokens: int,
     baselines: dict[str, float],
     generate=None,
@@ -95,7 +95,7 @@ def shared_part(
     group's rewards shuffled (under `seed`) before anything else.
     """
     part = SharedPart()
-    prompts = [build_prompt(tokenizer, g.task.question, system_prompt) for g in groups]
+    prompts = [build_prompt(tokenizer, g.task.question, prompt_format) for g in groups]
     rewards = [
         shuffled(g.rewards, f"{seed}:{g.content_hash}") if shuffle_rewards else g.rewards
         for g in groups

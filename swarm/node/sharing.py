@@ -89,6 +89,7 @@ class Sharing:
         self.reporter = reporter
         self.publishing = publishing  # None: a node without a model publishes nothing
         self.stats = SharingStats()
+        self.verify_s = 0.0  # this round's time in `Intake.verify`
         self.rejections = RejectionLog(
             config.ledger.rejected_rows_per_peer, config.ledger.count_window_s
         )
@@ -112,8 +113,9 @@ class Sharing:
             self.verifier.remember(sender, nonce, content_hash, policy_version, recorded_at)
 
     def new_round(self) -> None:
-        """A new round: its budget of spot checks."""
+        """A new round: its budget of spot checks, its verification time from 0."""
         self.intake.new_round()
+        self.verify_s = 0.0
 
     def validate(self, message: InboundMessage) -> str | None:
         """Gossip validator (runs on the transport's thread): cheap checks, rejections noted
@@ -190,7 +192,9 @@ class Sharing:
 
     def _take_in(self, items: list[Accepted]) -> None:
         """Check `items` (no transaction open), then store every outcome in one transaction."""
+        started = time.perf_counter()
         outcome = self.intake.verify(items, self._known(items))
+        self.verify_s += time.perf_counter() - started
         now = time.time()
         for r in outcome.rejected + outcome.duplicates:
             self.rejections.note(r, now)

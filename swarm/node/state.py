@@ -30,6 +30,7 @@ class RoundTimes:
     generate: float = 0.0
     score: float = 0.0
     train: float = 0.0
+    verify: float = 0.0  # checking peers' groups (re-scoring, spot checks): part of other
     total: float = 0.0
 
     @property

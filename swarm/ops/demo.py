@@ -28,8 +28,11 @@ from rich.live import Live
 from rich.table import Table
 
 from swarm.core.errors import SwarmError
+from swarm.ops.demo_costs import group_bytes, round_costs, vm_hwm_mb
+from swarm.policy.prompts import ARITHMETIC_EXAMPLES
 
-# Settings for a swarm of tiny-model nodes sharing 2 CPU cores; --config and --set override them.
+# Settings for a swarm of tiny-model nodes sharing 2 CPU cores; a key the --config file sets,
+# and --set, override them.
 DEMO_DEFAULTS = (
     'policy.device="cpu"',
     "generation.questions_per_round=16",
@@ -44,6 +47,59 @@ DEMO_DEFAULTS = (
 )
 
 
+def examples_toml(examples) -> str:
+    """Worked examples as a TOML inline array of tables, for `--set policy.prompt_examples=`."""
+    tables = (f"{{question = {json.dumps(q)}, answer = {json.dumps(a)}}}" for q, a in examples)
+    return "[" + ", ".join(tables) + "]"
+
+
+EXAMPLES_TOML = examples_toml(ARITHMETIC_EXAMPLES)
+# For a real model (--model, e.g. smollm2-135m): rounds small enough for four of them on
+# 2 cores, its learning rate, and the worked examples that teach it the answer format
+# (node_config/smollm2-cpu.toml); sharing only with peers of its own model family.
+REAL_DEMO_DEFAULTS = (
+    'policy.device="cpu"',
+    'policy.dtype="float32"',
+    "policy.prompt_examples=" + EXAMPLES_TOML,
+    "generation.questions_per_round=4",
+    "generation.completions_per_question=8",
+    "generation.max_new_tokens=32",
+    "training.lr=1e-5",
+    "training.own_groups=4",
+    "sharing.shared_groups=4",
+    'sharing.shared_from="same-family"',
+    "tasks.eval_size=32",
+    "tasks.eval_every=10",
+    "node.checkpoint_every=10",
+    "node.keep_checkpoints=1",
+)
+SECONDS_A_ROUND = {"tiny": 30.0, "real": 240.0}  # per node sharing a core: the default timeout
+
+
+def demo_defaults(model: str) -> tuple[str, ...]:
+    """The demo's settings for a model: the tiny model's, or a real model's."""
+    from swarm.policy.source import is_builtin
+
+    if not model or is_builtin(model):
+        return DEMO_DEFAULTS
+    return (f'policy.model="{model}"', *REAL_DEMO_DEFAULTS)
+
+
+def unset_by_file(defaults: tuple[str, ...], base_config: Path | None) -> list[str]:
+    """The `defaults` whose key the config file does not set (the file wins over them)."""
+    from swarm.config.load import load_with_origins
+
+    if base_config is None:
+        return list(defaults)
+    origins = load_with_origins(base_config, env={}).origins
+    kept = []
+    for item in defaults:
+        section, _, key = item.partition("=")[0].partition(".")
+        if (section, key) not in origins:
+            kept.append(item)
+    return kept
+
+
 @dataclass
 class DemoNode:
     """One node process of the demo and what the parent knows of it."""
@@ -55,6 +111,7 @@ class DemoNode:
     process: subprocess.Popen | None = None
     exit_code: int | None = None
     stats: dict = field(default_factory=dict)
+    peak_rss_mb: float = 0.0  # the node process's peak resident memory, sampled while it ran
 
     @property
     def name(self) -> str:
@@ -81,7 +138,12 @@ def free_ports(count: int) -> list[int]:
 
 
 def prepare(
-    out: Path, nodes: int, rounds: int, base_config: Path | None, sets: list[str]
+    out: Path,
+    nodes: int,
+    rounds: int,
+    base_config: Path | None,
+    sets: list[str],
+    defaults: tuple[str, ...] = DEMO_DEFAULTS,
 ) -> list[DemoNode]:
     """Create identities (or reuse those of an earlier demo in `out`) and per-node config files."""
     from swarm.config.load import load_config
@@ -109,7 +171,7 @@ def prepare(
         if node.index > 1:
             bootstrap.append(demo[node.index - 1].addr)
         overrides = [
-            *DEMO_DEFAULTS,
+            *unset_by_file(defaults, base_config),
             *sets,
             f'node.name="{node.name}"',
             f'node.run_dir="{node.folder}"',
@@ -239,6 +301,8 @@ def watch(demo: list[DemoNode], rounds: int, timeout: float, console: Console) -
             while any(n.exit_code is None for n in demo):
                 for node in demo:
                     if node.exit_code is None and node.process is not None:
+                        peak = vm_hwm_mb(node.process.pid)
+                        node.peak_rss_mb = max(node.peak_rss_mb, peak or 0.0)
                         node.exit_code = node.process.poll()
                     node.stats = read_stats(node) or node.stats
                 live.update(render(demo, rounds, time.monotonic() - start))
@@ -282,13 +346,40 @@ def summarize(out: Path, demo: list[DemoNode], rounds: int, wall_s: float) -> di
         "processes": "separate swarm-node join processes over libp2p on 127.0.0.1",
         "wall_s": wall_s,
         "per_node": [
-            {"name": n.name, "peer_id": n.peer_id, "exit_code": n.exit_code, **n.stats}
+            {
+                "name": n.name,
+                "peer_id": n.peer_id,
+                "exit_code": n.exit_code,
+                **n.stats,
+                "peak_rss_mb": n.peak_rss_mb,
+                **round_costs(n.folder),
+                **group_bytes(n.folder),
+            }
             for n in demo
         ],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     plot_rewards(out / "reward.png", demo)
     return summary
+
+
+def costs_table(summary: dict) -> Table:
+    """What each node cost: round time, verification's share, spot checks, memory, bytes."""
+    table = Table(title="what each node cost", header_style="bold")
+    for column in ("node", "round s", "verify %", "spot checks", "shared trained",
+                   "group bytes", "peak MB"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for n in summary["per_node"]:
+        table.add_row(
+            n["name"],
+            f"{n.get('round_s_median', 0.0):.1f}",
+            f"{100 * n.get('verify_share', 0.0):.1f}",
+            str(n.get("spot_checks", 0)),
+            str(n.get("shared_trained", 0)),
+            f"{n.get('accepted_group_bytes', n.get('sent_group_bytes', 0.0)):,.0f}",
+            f"{n['peak_rss_mb']:,.0f}",
+        )
+    return table
 
 
 def plot_rewards(path: Path, demo: list[DemoNode]) -> None:
@@ -337,15 +428,21 @@ def run_demo(
     base_config: Path | None,
     sets: list[str],
     timeout: float | None,
+    model: str = "",
 ) -> dict:
+    """Run the local swarm; `model` (a model name or path) picks the real-model settings."""
     from swarm.config.load import load_config
     from swarm.config.preflight import preflight
 
     console = Console()
-    demo = prepare(out, nodes, rounds, base_config, sets)
-    preflight(load_config(demo[0].folder / "config.toml"))  # a config mistake: one line, not N logs
+    defaults = demo_defaults(model)
+    demo = prepare(out, nodes, rounds, base_config, sets, defaults)
+    first = load_config(demo[0].folder / "config.toml")
+    preflight(first)  # a config mistake: one line, not N logs (a GGUF model is converted here)
+    kind = "tiny" if first.policy.model.startswith("swarm-tiny") else "real"
+    timeout = timeout or (120 + SECONDS_A_ROUND[kind] * rounds * max(1, nodes / 2))
 
-    if load_config(base_config, [*DEMO_DEFAULTS, *sets]).policy.model == "swarm-tiny":
+    if first.policy.model == "swarm-tiny":
         from transformers.utils import logging as hf_logging
 
         from swarm.policy.tiny import ensure_tiny_model
@@ -359,11 +456,12 @@ def run_demo(
     try:
         for node in demo:
             launch(node)
-        completed = watch(demo, rounds, timeout or (120 + 30 * rounds * max(1, nodes / 2)), console)
+        completed = watch(demo, rounds, timeout, console)
     finally:
         stop_all(demo, grace=30)
     summary = summarize(out, demo, rounds, time.monotonic() - started)
     failed = [n.name for n in demo if n.exit_code not in (0, None)]
+    console.print(costs_table(summary))
     console.print(f"wrote {out / 'summary.json'} and {out / 'reward.png'}")
     if failed:
         console.print(f"[red]nodes that failed: {', '.join(failed)} (see their log.txt)[/red]")

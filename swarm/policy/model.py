@@ -67,11 +67,15 @@ def pick_dtype(preference: str, device: torch.device) -> torch.dtype:
 
 
 def resolve_model_path(name: str) -> str:
-    """A loadable name or path: built-in tiny models are built (or found in the cache) first."""
+    """A loadable name or path: built-in tiny models are built, GGUF sources converted (or
+    found in the cache) first."""
+    from swarm.policy.gguf import ensure_gguf_model, is_gguf_source
     from swarm.policy.tiny import TINY_MODELS, ensure_tiny_model
 
     if name in TINY_MODELS:
         return str(ensure_tiny_model(name))
+    if is_gguf_source(name):
+        return str(ensure_gguf_model(name))
     return name
 
 

@@ -1,6 +1,7 @@
 """Where a policy model comes from, checked without loading it.
 
-`policy.model` is a built-in tiny model's name (`swarm-tiny`), a local folder, or a Hugging
+`policy.model` is a built-in tiny model's name (`swarm-tiny`), a local folder, a GGUF file
+or packaged GGUF model (`smollm2-135m`, converted once: `swarm.policy.gguf`), or a Hugging
 Face model name (`Qwen/Qwen2.5-0.5B-Instruct`). `model_problem` says in one line what is
 wrong with one before any weights are read: a path that does not exist (rather than the
 hub's complaint about a malformed repo id), a folder without config, weights or tokenizer,
@@ -69,13 +70,17 @@ def local_folder(name: str) -> Path | None:
 
 def model_problem(name: str) -> str | None:
     """What is wrong with `name` as a model source, in one line; None if nothing is seen."""
+    from swarm.policy.gguf import gguf_problem, is_gguf_source
+
+    if is_gguf_source(name):
+        return gguf_problem(name)
     folder = local_folder(name)
     if folder is not None:
         return folder_problem(folder)
     if looks_like_path(name):
         return (
-            "no such folder: give a local model folder, a Hugging Face model name "
-            "(e.g. Qwen/Qwen2.5-0.5B-Instruct) or swarm-tiny"
+            "no such folder: give a local model folder, a .gguf file, a Hugging Face model "
+            "name (e.g. Qwen/Qwen2.5-0.5B-Instruct), smollm2-135m or swarm-tiny"
         )
     if is_builtin(name):
         from swarm.policy.tiny import TINY_MODELS
@@ -185,7 +190,11 @@ def use_cache_offline(name: str) -> bool:
 
     Without this the hub client retries each file for most of a minute before falling back
     to the cache. Returns whether offline mode was switched on."""
+    from swarm.policy.gguf import is_gguf_source
+
     if local_folder(name) is not None or is_builtin(name) or looks_like_path(name):
+        return False
+    if is_gguf_source(name):
         return False
     if hub_offline() or cached_folder(name) is None or hub_reachable(hub_endpoint()):
         return False
@@ -226,8 +235,12 @@ class ContextSource:
 
 
 def context_source(name: str) -> ContextSource | None:
-    """The tokenizer and context length of `name`; None for a hub model not on this machine."""
-    folder = local_folder(name)
+    """The tokenizer and context length of `name`; None for a hub model not on this machine.
+
+    A GGUF source is converted first (once: `swarm.policy.gguf`)."""
+    from swarm.policy.gguf import ensure_gguf_model, is_gguf_source
+
+    folder = ensure_gguf_model(name) if is_gguf_source(name) else local_folder(name)
     if folder is None and is_builtin(name):
         from swarm.policy.tiny import TINY_MODELS
         from swarm.policy.tiny_context import light_tokenizer
@@ -255,9 +268,18 @@ def model_identity(name: str, base_hash: str, shown: str = "") -> str:
     (never the folder's name). `<content>` is a short hash of the model's config and of
     `base_hash` (its version-0 weights), so copies of one model agree wherever and under
     whatever name they are stored. A built-in model is its name alone (its recipe fixes its
-    weights), or `<shown>@<name>` when a name is chosen. Peers compare identities by
+    weights), or `<shown>@<name>` when a name is chosen. A GGUF source is its converted
+    folder, named by its packaged name or the model type. Peers compare identities by
     `same_model` (content only), together with `base_hash`.
     """
+    from swarm.policy.gguf import cached_conversion, is_gguf_source, is_packaged
+
+    if is_gguf_source(name):
+        converted = cached_conversion(name)
+        content = (
+            content_digest(converted, base_hash) if converted else base_hash[:IDENTITY_HASH_CHARS]
+        )
+        return f"{shown or (name if is_packaged(name) else declared_name(converted))}@{content}"
     folder = local_folder(name)
     if folder is None and is_builtin(name):
         return f"{shown}@{name}" if shown else name

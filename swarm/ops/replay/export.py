@@ -79,4 +79,4 @@ def prompt_formatter(config) -> Callable[[str], str]:
     from swarm.policy.prompts import build_prompt
 
     tokenizer = load_tokenizer(resolve_model_path(config.policy.model))
-    return lambda question: build_prompt(tokenizer, question, config.policy.system_prompt)
+    return lambda question: build_prompt(tokenizer, question, config.policy.prompt_format())

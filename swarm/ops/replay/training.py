@@ -52,14 +52,14 @@ def plan_updates(
 
 
 def train_samples(
-    tokenizer, system_prompt: str, item: StoredGroup, scale_advantages: bool, max_tokens: int
+    tokenizer, prompt_format, item: StoredGroup, scale_advantages: bool, max_tokens: int
 ):
     """Per-completion samples of one group, re-tokenized with our tokenizer (as the node does for shared groups)."""
     from swarm.policy.grpo import group_advantages
     from swarm.policy.prompts import build_prompt
     from swarm.policy.trainer import retokenized_samples
 
-    prompt = build_prompt(tokenizer, item.rollout.question, system_prompt)
+    prompt = build_prompt(tokenizer, item.rollout.question, prompt_format)
     advantages = group_advantages(item.rewards, scale_by_std=scale_advantages)
     return retokenized_samples(
         tokenizer, prompt, item.rollout.completions, item.rollout.finished, advantages, max_tokens
@@ -123,7 +123,7 @@ def train_offline(
                     for g in chosen
                     for s in train_samples(
                         policy.tokenizer,
-                        config.policy.system_prompt,
+                        config.policy.prompt_format(),
                         g,
                         config.training.scale_advantages,
                         max_tokens,

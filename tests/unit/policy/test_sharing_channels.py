@@ -27,6 +27,7 @@ from swarm.policy.grpo import (
     receiver_advantages,
     shaped_weight,
 )
+from swarm.policy.prompts import PromptFormat
 from swarm.policy.skills import FAMILIES
 from swarm.policy.tiny import build_tokenizer
 from swarm.policy.trainer import TrainSample
@@ -167,7 +168,7 @@ def _part(tokenizer, group, **kw):
         [group],
         settings=_settings(**kw.pop("settings", {})),
         tokenizer=tokenizer,
-        system_prompt="",
+        prompt_format=PromptFormat(system=""),
         max_tokens=64,
         baselines=kw.pop("baselines", {}),
         **kw,
