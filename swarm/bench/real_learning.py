@@ -6,7 +6,7 @@ by default) in its own run folder under the output folder, `node.seed` set to th
 unit that reached its rounds is read back, not rerun; one that stopped early resumes from its
 checkpoint (`join` on the same folder). Units run `--parallel` at a time, each with
 `--threads` torch threads; every process stops by itself after its rounds, and on any error
-the ones still running are stopped. Writes JSON (per seed: held-out by round, reward by
+the ones still running are stopped after their round (SIGINT), killed past a grace. Writes JSON (per seed: held-out by round, reward by
 round, round times) and `reward.png` (mean sampled reward and held-out accuracy by round).
 """
 
@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from swarm.bench.experiment import paired_ci
 
 UNIT_TIMEOUT_S = 4 * 3600
+STOP_GRACE_S = 300  # a real-model round on a busy CPU takes minutes
 
 
 @dataclass(frozen=True)
@@ -61,39 +64,39 @@ def run_units(plan: Plan) -> None:
     """Run every unfinished seed, `plan.parallel` at a time; stop the rest on any failure."""
     todo = [s for s in plan.seeds if not unit_done(plan.out / f"seed-{s}", plan.rounds)]
     env = {**os.environ, "OMP_NUM_THREADS": str(plan.threads), "PYTHONUNBUFFERED": "1"}
-    running: dict[int, tuple[subprocess.Popen, object, float]] = {}
+    running: dict[int, tuple[subprocess.Popen, IO[bytes], float]] = {}
     plan.out.mkdir(parents=True, exist_ok=True)
     try:
         while todo or running:
             while todo and len(running) < plan.parallel:
                 seed = todo.pop(0)
-                log = open(plan.out / f"seed-{seed}.log", "a")  # noqa: SIM115 - closed below
+                log = open(plan.out / f"seed-{seed}.log", "ab")  # noqa: SIM115 - closed below
                 proc = subprocess.Popen(
                     unit_command(plan, seed), stdout=log, stderr=subprocess.STDOUT, env=env
                 )
                 running[seed] = (proc, log, time.monotonic())
                 print(f"seed {seed}: started (pid {proc.pid})", flush=True)
             time.sleep(2.0)
-            for seed, (proc, log, started) in list(running.items()):
+            for seed, (proc, handle, started) in list(running.items()):
                 if proc.poll() is None and time.monotonic() - started < UNIT_TIMEOUT_S:
                     continue
                 if proc.poll() is None:
                     proc.kill()
                 proc.wait()
-                log.close()
+                handle.close()
                 del running[seed]
                 if proc.returncode != 0 or not unit_done(plan.out / f"seed-{seed}", plan.rounds):
                     raise SystemExit(f"seed {seed} failed (see {plan.out}/seed-{seed}.log)")
                 print(f"seed {seed}: done", flush=True)
     finally:
-        for proc, log, _ in running.values():
-            proc.terminate()
+        for proc, handle, _ in running.values():
+            proc.send_signal(signal.SIGINT)  # a clean stop after the round, checkpoint written
             try:
-                proc.wait(30)
+                proc.wait(STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            log.close()
+            handle.close()
 
 
 def unit_result(run_dir: Path, rounds: int) -> dict:

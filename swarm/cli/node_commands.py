@@ -36,7 +36,7 @@ def join(
     model: Annotated[
         str | None,
         typer.Option(
-            help="Hugging Face model name, local model folder, or 'swarm-tiny' (overrides "
+            help="Hugging Face model name, local model folder, .gguf file, 'smollm2-135m' (a real model fetched once) or 'swarm-tiny' (overrides "
             "policy.model)."
         ),
     ] = None,

