@@ -296,13 +296,24 @@ def config_cmd(
             "--config' reads back. Checks only the values, not the machine.",
         ),
     ] = False,
+    plan: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="After every check, print the memory plan as a table: each part's peak "
+            "memory (weights, master weights, gradients, optimizer, generation cache, "
+            "activations with and without checkpointing, verification worker) against what "
+            "this machine has. Exit 2 if it does not fit.",
+        ),
+    ] = False,
 ) -> None:
     """Check a config as 'join' would, before loading anything, and print the effective values.
 
     Catches every config error 'join' would hit at start: values, addresses (and whether the
     listen port is free), the swarm key, the identity against the allow-list, the model
-    folder, the task mix and whether its prompts fit the model's context. With --run-dir,
-    the config of that node folder, and one line on stderr of what the folder holds.
+    folder, the task mix, whether its prompts fit the model's context, and whether a round's
+    peak memory fits this machine (--plan prints each part). With --run-dir, the config of
+    that node folder, and one line on stderr of what the folder holds.
     """
     from swarm.config import describe_config
 
@@ -320,6 +331,9 @@ def config_cmd(
         )
         typer.echo(dump_config(loaded.config, header), nl=False)
         return
+    if plan:
+        _print_plan(loaded)
+        return
     from swarm.config.preflight import preflight
 
     preflight(loaded.config, loaded.where)
@@ -330,6 +344,29 @@ def config_cmd(
 
         typer.echo(run_folder_summary(loaded.config.run_dir), err=True)
     typer.echo(json.dumps(loaded.config.to_dict(), indent=2))
+
+
+def _print_plan(loaded) -> None:
+    """Every check; then the memory plan's table, and its refusal (exit 2) if it does not fit."""
+    from swarm.config.memory import PlanRefused, config_plan, plan_table
+    from swarm.config.preflight import preflight
+
+    try:
+        preflight(loaded.config, loaded.where)
+    except PlanRefused as refused:
+        typer.echo("\n".join(plan_table(refused.plan)))
+        raise
+    planned = config_plan(loaded.config)
+    if planned is None:
+        cfg = loaded.config
+        why = (
+            "an observer loads no model"
+            if cfg.node.role == "observer"
+            else f"{cfg.policy.model}'s config.json is not on this machine"
+        )
+        typer.echo(f"no memory plan: {why}")
+        return
+    typer.echo("\n".join(plan_table(planned)))
 
 
 @app.command()

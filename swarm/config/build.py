@@ -81,6 +81,8 @@ def _build_section(cls: type, section: str, data: Mapping[str, Any], source: str
 
 
 def _check_value(value: Any, expected: Any, meta: Mapping[str, Any], where: str) -> Any:
+    if expected == int | str:  # a number, or one of the key's words ("auto")
+        return _check_number_or_word(value, meta, where)
     value = _check_type(value, expected, where)
     if meta.get("choices") and value not in meta["choices"]:
         raise ConfigError(
@@ -92,6 +94,16 @@ def _check_value(value: Any, expected: Any, meta: Mapping[str, Any], where: str)
         if meta.get("max") is not None and value > meta["max"]:
             raise ConfigError(f"{where}: {value} is above the maximum {meta['max']}")
     return value
+
+
+def _check_number_or_word(value: Any, meta: Mapping[str, Any], where: str) -> Any:
+    words = meta.get("choices", ())
+    if isinstance(value, str) and value in words:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        said = " or ".join(repr(w) for w in words)
+        raise ConfigError(f"{where}: expected an integer or {said}, got {value!r}")
+    return _check_value(value, int, {**meta, "choices": ()}, where)
 
 
 def _check_type(value: Any, expected: Any, where: str) -> Any:

@@ -21,7 +21,9 @@ Cheapest checks first, so most mistakes are refused within a second or two:
    cache or the hub answers within seconds (no identity or ledger is made before); CUDA and
    vLLM are there when asked for; the task mix's prompts (a sample of the questions, formatted as the node
    formats them) plus `generation.max_new_tokens` fit the model's context (an observer has no
-   model: none of these apply to it).
+   model: none of these apply to it);
+6. the memory plan: a round's peak memory, estimated from the model's config.json, fits the
+   device (`swarm.config.memory`).
 
 Deliberately not here: whether another process holds the run folder (`swarm.node.runlock`),
 or anything that needs the model's weights.
@@ -35,9 +37,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from swarm.config.memory import check_memory
 from swarm.config.nat import NO_LISTEN, check_own_relay, warn_relays
 from swarm.config.renames import CHANGED, changed_meanings
-from swarm.config.schema import Config, task_mix
+from swarm.config.schema import Config, longest_prompt, task_mix
 from swarm.core.errors import ConfigError, SwarmError
 from swarm.core.install import GPU_INSTALL_HINT
 from swarm.p2p.addresses import (
@@ -54,7 +57,6 @@ logger = logging.getLogger(__name__)
 ROLES = ("trainer", "generator", "observer")
 OBSERVER = "observer"  # the role without a model
 OBSERVER_MODEL = "none (observer)"  # what an observer's ledger says its model is
-CONTEXT_SAMPLE = 64  # questions of the training stream (and as many held-out ones) measured
 
 Where = Callable[..., str]
 
@@ -89,6 +91,7 @@ def preflight(config: Config, where: Where = _nowhere) -> None:
         check_model,
         check_device,
         check_context,
+        check_memory,
     ):
         check(config, where)
 
@@ -354,24 +357,6 @@ def check_context(config: Config, where: Where = _nowhere) -> None:
         f"generation.max_new_tokens = {budget} exceeds the {limit} positions of "
         f"{config.policy.model!r}: {fix}"
     )
-
-
-def longest_prompt(config: Config, tokenizer) -> tuple[int, str]:
-    """Tokens of the longest prompt among a sample of the mix's training and held-out
-    questions, formatted as the node formats them, and its dataset."""
-    from swarm.policy.prompts import build_prompt
-    from swarm.tasks import build_task, eval_specs, sample_specs
-
-    mix = task_mix(config)
-    specs = sample_specs(mix, config.task_seed, 0, CONTEXT_SAMPLE)
-    specs += eval_specs(mix, config.tasks.eval_seed, min(config.tasks.eval_size, CONTEXT_SAMPLE))
-    longest, dataset = 0, ""
-    for spec in specs:
-        prompt = build_prompt(tokenizer, build_task(spec).question, config.policy.prompt_format())
-        length = len(tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"])
-        if length > longest:
-            longest, dataset = length, spec.dataset
-    return longest, dataset
 
 
 def check_monitor(config: Config, where: Where = _nowhere) -> None:

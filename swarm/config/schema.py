@@ -1,5 +1,6 @@
 """The whole configuration: `Config` (one field per section), the section table, and what
-is derived from a config (the task mix it selects, every key with its default and help)."""
+is derived from a config (the task mix it selects, the longest prompt of a sample of its
+questions, every key with its default and help)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from swarm.config.daemon import LedgerSection, MonitorSection, NodeSection
 from swarm.config.learning import GenerationSection, PolicySection, TasksSection, TrainingSection
 from swarm.config.peers import P2PSection, SyncSection, VerifySection
 from swarm.config.sharing import SharingSection
+
+CONTEXT_SAMPLE = 64  # questions of the training stream (and as many held-out ones) measured
 
 
 @dataclass(frozen=True)
@@ -71,3 +74,21 @@ def describe_config() -> list[tuple[str, str, str]]:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
             rows.append((f"{section}.{f.name}", repr(default), f.metadata.get("help", "")))
     return rows
+
+
+def longest_prompt(config: Config, tokenizer) -> tuple[int, str]:
+    """Tokens of the longest prompt among a sample of the mix's training and held-out
+    questions, formatted as the node formats them, and its dataset."""
+    from swarm.policy.prompts import build_prompt
+    from swarm.tasks import build_task, eval_specs, sample_specs
+
+    mix = task_mix(config)
+    specs = sample_specs(mix, config.task_seed, 0, CONTEXT_SAMPLE)
+    specs += eval_specs(mix, config.tasks.eval_seed, min(config.tasks.eval_size, CONTEXT_SAMPLE))
+    longest, dataset = 0, ""
+    for spec in specs:
+        prompt = build_prompt(tokenizer, build_task(spec).question, config.policy.prompt_format())
+        length = len(tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"])
+        if length > longest:
+            longest, dataset = length, spec.dataset
+    return longest, dataset

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from swarm.config import Config
+from swarm.config import Config, memory
+from swarm.config.memory import AUTO, prompt_tokens
 from swarm.config.preflight import identity_problem
 from swarm.core.errors import ConfigError, TransportError
 from swarm.core.identity import (
@@ -44,6 +45,7 @@ from swarm.policy.backends import (
 )
 from swarm.policy.delta import bf16_state_dict
 from swarm.policy.generator import Generator, SamplingParams, TransformersGenerator
+from swarm.policy.memory import checkpointing_on, model_shape
 from swarm.policy.model import Policy
 from swarm.policy.trainer import GRPOTrainer, OptimizerKind, TrainerSettings
 from swarm.sync.follower import DeltaFollower
@@ -218,13 +220,12 @@ def trainer_settings(config: Config, policy: Policy) -> TrainerSettings:
         clip_high=t.clip_high,
         kl_coef=t.kl_coef,
         max_grad_norm=t.max_grad_norm,
-        micro_batch_size=t.micro_batch_size,
+        micro_batch_size=micro_batch_size(config, policy),
         minibatch_size=t.minibatch_size,
         epochs=t.epochs,
         optimizer=OptimizerKind(t.optimizer),
         shared_prefix=t.shared_prefix,
-        gradient_checkpointing=t.gradient_checkpointing == "on"
-        or (t.gradient_checkpointing == "auto" and parameter_count(policy) >= CHECKPOINTING_PARAMS),
+        gradient_checkpointing=checkpointing_on(t.gradient_checkpointing, parameter_count(policy)),
         autocast_bf16=bf16,  # the trainer's weights are fp32 whatever the policy's dtype
         importance_cap=config.generation.importance_cap
         if logprobs_can_differ(
@@ -234,12 +235,19 @@ def trainer_settings(config: Config, policy: Policy) -> TrainerSettings:
     )
 
 
-CHECKPOINTING_PARAMS = 10_000_000  # "auto" checkpoints any real LM; built-in tiny ones: < 1 M
-
-
 def parameter_count(policy: Policy) -> int:
     """How many parameters the policy's model has."""
     return sum(p.numel() for p in policy.model.parameters())
+
+
+def micro_batch_size(config: Config, policy: Policy) -> int:
+    """`training.micro_batch_size`, with "auto" the largest micro-batch whose memory plan
+    fits this machine (`swarm.config.memory`), for the loaded model and its tokenizer."""
+    if config.training.micro_batch_size != AUTO:
+        return int(config.training.micro_batch_size)
+    shape = model_shape(policy.model.config.to_dict())
+    prompt = prompt_tokens(config, policy.tokenizer)
+    return memory.micro_batch_size(config, shape, prompt, policy.device.type == "cuda")
 
 
 def make_trainer(config: Config, policy: Policy) -> GRPOTrainer | None:

@@ -106,7 +106,8 @@ def test_gradient_checkpointing_is_an_option_with_the_same_gradient():
 
 
 def test_checkpointing_is_on_by_default_for_real_models_only(tmp_path):
-    from swarm.node.makers import CHECKPOINTING_PARAMS, parameter_count, trainer_settings
+    from swarm.node.makers import parameter_count, trainer_settings
+    from swarm.policy.memory import CHECKPOINTING_PARAMS
     from swarm.policy.model import Policy
     from tests.conftest import small_config
 
