@@ -461,8 +461,8 @@ def run_demo(
         stop_all(demo, grace=30)
     summary = summarize(out, demo, rounds, time.monotonic() - started)
     failed = [n.name for n in demo if n.exit_code not in (0, None)]
-    console.print(costs_table(summary))
     console.print(f"wrote {out / 'summary.json'} and {out / 'reward.png'}")
+    console.print(costs_table(summary))
     if failed:
         console.print(f"[red]nodes that failed: {', '.join(failed)} (see their log.txt)[/red]")
     if not completed:
