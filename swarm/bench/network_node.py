@@ -170,6 +170,7 @@ class NetworkNode:
         view = getattr(self.exchange, "view", None)
         if view is not None:
             cost.extra["view_size"] = len(view.peers())
+        cost.extra["banned"] = len(self.verifier.banned)
         cost.cheap_checked = cost.extra.get("cheap_checked", cost.cheap_checked)
         self.round += 1
         return cost
@@ -186,7 +187,7 @@ class NetworkNode:
                 sender=self.peer_id,
                 model=SYNTHETIC_MODEL,
                 base_hash=SYNTHETIC_BASE,
-                policy_version=0,
+                policy_version=self.settings.policy_version,
                 round_index=self.round,
                 created_at=now,
                 format_bonus=self.settings.format_bonus,
@@ -302,6 +303,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shared", type=int, default=8, help="J")
     parser.add_argument("--lists", type=int, default=8, help="pull: peers asked a round")
     parser.add_argument("--pulls", type=int, default=10, help="pull: groups pulled a round")
+    parser.add_argument(
+        "--per-peer-cap", type=int, default=2, help="pull: groups a round per sender"
+    )
+    parser.add_argument("--version", type=int, default=0, help="the policy version it claims")
     parser.add_argument("--max-connections", type=int, default=64)
     parser.add_argument("--no-peer-exchange", action="store_true", help="discover by views only")
     parser.add_argument("--relay", action="append", default=[], help="a relay's multiaddr")
@@ -316,7 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         exchange=ExchangeKind(args.exchange),
         groups_per_round=args.groups,
         shared_groups=args.shared,
-        pull=PullSettings(args.lists, args.pulls),
+        per_peer_cap=args.per_peer_cap,
+        pull=PullSettings(args.lists, args.pulls, args.per_peer_cap),
+        policy_version=args.version,
     )
     node = NetworkNode.over_libp2p(
         settings,

@@ -44,6 +44,7 @@ class NetworkNodeSettings:
     pool_size: int = 4096
     verify: VerifySettings | None = None  # default: this swarm, default bounds
     pull: PullSettings = field(default_factory=PullSettings)  # the pull exchange's budget
+    policy_version: int = 0  # the version its groups claim (they are synthetic: no model)
 
 
 @dataclass

@@ -14,10 +14,15 @@ Then, by mode:
 - `silent-view`: one peer that takes every view request and never answers it.
 - `stall-groups`: one network-only node announcing `--groups` groups; it takes every group
   fetch and never answers it.
+- `old-lists`: one network-only node announcing `--groups` groups of policy version 0 (a
+  node at version 2 or more, with `max_version_lag` 1, pulls none of them) and serving them.
+- `wrong-bytes`: one network-only node announcing `--groups` groups and serving, under each
+  group's key, other bytes of the announced size (the last byte changed).
 
 Every peer keeps fetching the node's list and view every second (it is heard of anew).
 Prints {"event": "ready", "peers": [...]} once each has fetched from the node; exits when
-stdin closes or after --max-lifetime seconds.
+stdin closes or after --max-lifetime seconds, printing {"event": "served", "lists": n}: the
+fetches of its list it served.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from swarm.core.identity import create_identity, peer_id_of
 from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 from swarm.p2p.libp2p import blobs as blob_module
 from swarm.p2p.libp2p.framing import read_frame
-from swarm.wire import ANNOUNCEMENTS_KEY, pack_announcements
+from swarm.wire import ANNOUNCEMENTS_KEY, group_key, pack_announcements
 from swarm.wire.streams import VIEW_KEY, ViewEntry, encode_view
 
 LISTEN = "/ip4/127.0.0.1/tcp/0"
@@ -79,6 +84,19 @@ def blackhole() -> tuple[socket.socket, list[socket.socket], int]:
     filler = socket.socket()
     filler.connect(("127.0.0.1", port))
     return listener, [filler], port
+
+
+def serve_wrong_bytes(t: Libp2pTransport) -> None:
+    """Make `t` serve, under every group's key, other bytes of the same size."""
+    serve = t.serve_blob
+    prefix = group_key("")
+
+    def wrong(key: str, data: bytes) -> None:
+        if key.startswith(prefix) and data:
+            data = data[:-1] + bytes([data[-1] ^ 1])
+        serve(key, data)
+
+    t.serve_blob = wrong  # type: ignore[method-assign]
 
 
 def own_entry(t: Libp2pTransport) -> ViewEntry:
@@ -125,7 +143,8 @@ def main() -> int:
         stall_keys(["pull/group/"])
     peers: list[Libp2pTransport] = []
     member = None
-    if args.mode == "stall-groups":
+    members = ("stall-groups", "old-lists", "wrong-bytes")
+    if args.mode in members:
         from swarm.bench.network_node import (
             ExchangeKind,
             NetworkNode,
@@ -136,6 +155,8 @@ def main() -> int:
         settings = NetworkNodeSettings(exchange=ExchangeKind.PULL, groups_per_round=args.groups)
         member = NetworkNode.over_libp2p(settings, listen=LISTEN, bootstrap=[args.bootstrap])
         member.start()
+        if args.mode == "wrong-bytes":
+            serve_wrong_bytes(member.transport)  # type: ignore[arg-type]
         member.publish_round(RoundCost(round=0))
         peers.append(member.transport)  # type: ignore[arg-type]
     else:
@@ -153,7 +174,7 @@ def main() -> int:
         dead = f"/ip4/127.0.0.1/tcp/{hole[2]}"
         made_up = [ViewEntry(peer_id_of(create_identity()), (dead,), 0) for _ in range(64)]
         peers[0].serve_blob(VIEW_KEY, encode_view([entries[0], *made_up]))
-    elif args.mode != "stall-groups":
+    elif args.mode not in members:
         for t, entry in zip(peers, entries, strict=True):
             t.serve_blob(VIEW_KEY, encode_view([entry]))
     for t in peers:  # the node hears of each as a fetcher (a busy node may be slow to answer)
@@ -162,6 +183,7 @@ def main() -> int:
     stop = threading.Event()
     asker = threading.Thread(target=keep_asking, args=(peers, node, stop), daemon=True)
     asker.start()
+    peers[0].served_blobs(ANNOUNCEMENTS_KEY)  # counted from now on
     emit({"event": "ready", "peers": [t.peer_id for t in peers]})
     closed = threading.Event()
 
@@ -175,6 +197,7 @@ def main() -> int:
     threading.Thread(target=read_stdin, daemon=True).start()
     closed.wait(args.max_lifetime)
     stop.set()
+    emit({"event": "served", "lists": len(peers[0].served_blobs(ANNOUNCEMENTS_KEY))})
     if member is not None:
         member.close()
     else:

@@ -11,6 +11,8 @@ each member carries what the verifier needs to know about it:
   rejections, duplicates the network delivered twice).
 - `unsigned`: the rejection comes before the signature is known to be good, so the claimed
   sender proves nothing and only the transport-authenticated source is blamed.
+- `proof`: the rejection proves bad faith by itself (no honest peer, however slow or
+  misconfigured, produces it): one bans the peer at once (`swarm.verify.reputation`).
 
 `Status` is the outcome column of the ledger's `groups` and `deltas` tables and `Direction`
 their direction column. All three are `StrEnum`s: a member is its string value, so the
@@ -26,16 +28,21 @@ import enum
 
 
 class Reason(enum.StrEnum):
-    """Why a message was refused: a stable code, its reputation weight, whether it is unsigned."""
+    """Why a message was refused: a stable code, its reputation weight, whether it is
+    unsigned, whether it is proof of bad faith."""
 
     weight: float
     unsigned: bool
+    proof: bool
 
-    def __new__(cls, code: str, weight: float = 1.0, unsigned: bool = False) -> Reason:
+    def __new__(
+        cls, code: str, weight: float = 1.0, unsigned: bool = False, proof: bool = False
+    ) -> Reason:
         member = str.__new__(cls, code)
         member._value_ = code
         member.weight = weight
         member.unsigned = unsigned
+        member.proof = proof
         return member
 
     # Wire decoding and the signature (`swarm.wire`, `swarm.wire.signing`): before the signature
@@ -71,6 +78,10 @@ class Reason(enum.StrEnum):
     ANNOUNCEMENT_MISMATCH = "announcement_mismatch"  # the pulled group is not the one announced
     PULL_FAILED = "pull_failed", 0.2  # soft: an announced group its sender did not serve
     NOT_SERVED = "not_served"  # the same, past `pull.unserved_ban_after` in a row: towards a ban
+    # Served under a group's key, bytes of the announced size that do not hash to it, or the
+    # sender's own group at another size than it signed: proof (an honest peer serves under a
+    # content key only bytes it hashed), so the server is banned at once.
+    WRONG_BYTES = "wrong_bytes", 1.0, False, True
     # Following a trainer's deltas (`swarm.sync.rules`); recorded in the ledger, not scored.
     NOT_FOLLOWED = "not_followed"
     WRONG_BASE = "wrong_base"

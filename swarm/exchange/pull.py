@@ -14,14 +14,19 @@ on J of them. Here a node's cost per round depends on its own settings only
   `swarm.exchange.pull_fetch`, each capped at the size it may have): it refreshes its view of
   the swarm (`swarm.exchange.peer_view`), asks `pull_lists` peers sampled from it for
   their lists, checks each announcement cheaply (`swarm.verify.announcements`), keeps the
-  fresh ones as candidates, chooses `pull_groups` of them with the trainer's sampler
+  fresh ones as candidates (a list taken again unchanged is not checked again, and a peer
+  whose list offers nothing it would pull is asked less often: `swarm.exchange.pull_lists`),
+  chooses `pull_groups` of them with the trainer's sampler
   (uniform, at most `per_peer_cap` per sender, only groups whose claimed rewards carry
   signal, none the batch would skip as more than `max_version_lag` versions behind the
   version of this node's latest published groups) taken one sender at a time
   (`balanced`), and pulls them, content-addressed, from their sender and its known
   holders in a random order (the load spreads over holders; `swarm.exchange.pull_groups`);
 - exact blame: served bytes of another size or hash are the serving peer's fault alone
-  (refused before decoding; the next source is tried); the announced bytes are the
+  (refused before decoding; the next source is tried), and when they prove it (bytes of
+  the announced size that do not hash to the key they were served under, or a sender
+  serving another size than it signed: `wrong_bytes`) it is banned at once; the announced
+  bytes are the
   sender's, so whatever is wrong with them (signature, fields) is blamed on the sender; a
   pull that admits nothing counts as failed; a sender that announces and does not serve
   leaves the view, and past `unserved_ban_after` such pulls in a row each is a hard
@@ -64,6 +69,7 @@ from swarm.exchange.pull_choice import OwnVersion, choose_pulls
 from swarm.exchange.pull_fetch import Fetcher, Outcome, Request
 from swarm.exchange.pull_groups import GroupPuller
 from swarm.exchange.pull_later import OffRound
+from swarm.exchange.pull_lists import ListBackoff, ListVerdicts, Verdict
 from swarm.exchange.pull_serve import PullServer
 from swarm.exchange.pull_settings import HINT_MEMORY, PullCounters, PullSettings
 from swarm.p2p.transport import Transport
@@ -173,6 +179,8 @@ class PullExchange:
         # blob hashes this node chose to pull (never candidates again, whoever announces them)
         self._chosen: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.last_asked: list[str] = []  # the peers asked for their lists in the last round
+        self.verdicts = ListVerdicts()  # each peer's last list, checked once
+        self.rests = ListBackoff()  # peers whose lists offered nothing, asked less often
         # this node's model and version, as its latest published groups state them (a round
         # publishes, then collects); None until it publishes (an observer never does)
         self.own: OwnVersion | None = None
@@ -229,7 +237,8 @@ class PullExchange:
             outcomes = self._fresh_lists(started)
         else:  # in memory: one after another, as the simulation charges them
             self.view.refresh(view_timeout)
-            asked = self.last_asked = self.view.sample(lists)
+            resting = self.rests.resting_peers(self.round)
+            asked = self.last_asked = self.view.sample(lists, busy=resting)
             self.counters.lists_asked += len(asked)
             requests = [
                 Request(p, ANNOUNCEMENTS_KEY, MAX_ANNOUNCEMENTS_MESSAGE_BYTES) for p in asked
@@ -251,29 +260,40 @@ class PullExchange:
                 del self.candidates[digest]
         self._ask_later(lists, view_timeout)
         self.counters.suspended = self.view.backoff.count(self.view.refreshes)
+        self.counters.resting = len(self.rests.resting_peers(self.round))
         return accepted, rejected
 
     def _fresh_lists(self, started: float) -> list[Outcome]:
         """The lists fetched off the round; those older than `fresh_list_s` asked again
-        now, of the peers that sent them (alive a moment ago)."""
+        now, of the peers that sent them (alive a moment ago), but for an unchanged list
+        that offered nothing (asked again, it would offer nothing either)."""
         s = self.settings
         assert self.later is not None
-        taken = self.later.take_lists(s.list_wait_s)
-        stale = [
-            dataclasses.replace(o.request, timeout=min(s.fetch_timeout_s, REFETCH_TIMEOUT_S))
-            for o, age in taken
-            if o.data is not None and age > s.fresh_list_s
-        ]
-        outcomes = [o for o, age in taken if not (o.data is not None and age > s.fresh_list_s)]
+        outcomes: list[Outcome] = []
+        stale: list[Request] = []
+        for o, age in self.later.take_lists(s.list_wait_s):
+            if o.data is None or age <= s.fresh_list_s or self._offers_nothing(o):
+                outcomes.append(o)
+            else:
+                timeout = min(s.fetch_timeout_s, REFETCH_TIMEOUT_S)
+                stale.append(dataclasses.replace(o.request, timeout=timeout))
         self.counters.lists_refreshed += len(stale)
         return outcomes + self.fetcher.fetch_all(stale, started + s.round_budget_s / 2)
+
+    def _offers_nothing(self, outcome: Outcome) -> bool:
+        """Whether this list is one taken before, unchanged, that offers nothing now."""
+        assert outcome.data is not None
+        digest = hashlib.sha256(outcome.data).hexdigest()
+        verdict = self._known(outcome.request.peer, digest)
+        return verdict is not None and not self._offers(verdict)
 
     def _ask_later(self, lists: int, view_timeout: float) -> None:
         """Over libp2p: start the next round's view refresh and lists off the round."""
         if self.later is None:
             return
         probes, failed = self.later.probes, self.later.probes_failed
-        asked = self.last_asked = self.later.start(lists, view_timeout)
+        resting = self.rests.resting_peers(self.round)
+        asked = self.last_asked = self.later.start(lists, view_timeout, skip=resting)
         self.counters.lists_asked += len(asked)
         self.counters.probes += self.later.probes - probes
         self.counters.probes_failed += self.later.probes_failed - failed
@@ -287,15 +307,54 @@ class PullExchange:
             self.view.forget(peer, outcome.slow)  # if slow, not asked until heard of anew
             return []
         self.view.backoff.answered(peer)
-        data = outcome.data
         try:
-            if outcome.error is not None:
-                raise outcome.error
-            items, hints = unpack_announcements(data)
+            verdict, rejected = self._verdict(peer, outcome.data, outcome.error)
         except RejectedMessage as e:
             self.counters.lists_failed += 1
-            return [Rejection(e.reason, e.detail, peer, hashlib.sha256(data).hexdigest())]
-        rejected, now = [], self.clock()
+            digest = hashlib.sha256(outcome.data).hexdigest()
+            return [Rejection(e.reason, e.detail, peer, digest)]
+        self._take_verdict(peer, verdict)
+        return rejected
+
+    def _verdict(
+        self, peer: str, data: bytes, error: RejectedMessage | None
+    ) -> tuple[Verdict, list[Rejection]]:
+        """A list's verdict: kept from before if the list is unchanged (not checked again,
+        `ListVerdicts`), else checked and kept; `RejectedMessage` if it does not decode."""
+        digest = hashlib.sha256(data).hexdigest()
+        known = self._known(peer, digest)
+        if known is not None:
+            self.counters.lists_unchanged += 1
+            return known, []
+        if error is not None:
+            raise error
+        verdict, rejected = self._check_list(peer, data)
+        self.verdicts.put(peer, digest, verdict)
+        return verdict, rejected
+
+    def _take_verdict(self, peer: str, verdict: Verdict) -> None:
+        """A list's announcements become candidates (but those chosen already), with their
+        holder hints; a peer whose list offers nothing rests (`ListBackoff`)."""
+        for announcement in verdict.announcements:
+            if announcement.blob_hash not in self._chosen:
+                self.candidates[announcement.blob_hash] = (announcement, self.round)
+        for hint in verdict.hints:
+            if hint.content_hash in self.candidates:
+                self.server.hint(hint.content_hash, hint.peer_id, hint.addrs)
+        self.rests.offered(peer, self._offers(verdict), self.round)
+
+    def _known(self, peer: str, digest: str) -> Verdict | None:
+        """The verdict of `peer`'s list if it is unchanged (and the peer not banned since:
+        then its announcements are checked, and refused, again)."""
+        return None if peer in self.verifier.banned else self.verdicts.get(peer, digest)
+
+    def _check_list(self, peer: str, data: bytes) -> tuple[Verdict, list[Rejection]]:
+        """Every announcement of a list through the cheap checks; `RejectedMessage` if the
+        list itself does not decode."""
+        items, hints = unpack_announcements(data)
+        kept: list[GroupAnnouncement] = []
+        rejected: list[Rejection] = []
+        now = self.clock()
         for signed in items:
             self.counters.cheap_checked += 1
             try:  # seen before and not pulled: a candidate again, now with its holders
@@ -308,12 +367,13 @@ class PullExchange:
             if self.settings.same_family and announcement.family != self.settings.family:
                 self.counters.other_family += 1  # not wanted, not wrong: never pulled
                 continue
-            if announcement.blob_hash not in self._chosen:
-                self.candidates[announcement.blob_hash] = (announcement, self.round)
-        for hint in hints:
-            if hint.content_hash in self.candidates:
-                self.server.hint(hint.content_hash, hint.peer_id, hint.addrs)
-        return rejected
+            kept.append(announcement)
+        return Verdict(tuple(kept), tuple(hints)), rejected
+
+    def _offers(self, verdict: Verdict) -> bool:
+        """Whether a list offers a group this node would pull now (one not pulled yet)."""
+        fresh = [a for a in verdict.announcements if a.blob_hash not in self._chosen]
+        return bool(self._pullable(fresh, 1))
 
     def _choose(self) -> list[GroupAnnouncement]:
         """This round's pulls: the trainer's uniform, per-sender-capped draw over candidates."""
@@ -322,9 +382,20 @@ class PullExchange:
             if learned <= self.round - s.candidate_rounds:
                 del self.candidates[digest]
         self.counters.candidates = len(self.candidates)
-        chosen = choose_pulls(
-            [a for a, _ in self.candidates.values()],
-            s.pull_groups,
+        chosen = self._pullable([a for a, _ in self.candidates.values()], s.pull_groups)
+        for announcement in chosen:
+            self.candidates.pop(announcement.blob_hash, None)
+            self._chosen[announcement.blob_hash] = None
+        while len(self._chosen) > HINT_MEMORY:
+            self._chosen.popitem(last=False)
+        return chosen
+
+    def _pullable(self, announcements: list[GroupAnnouncement], k: int) -> list[GroupAnnouncement]:
+        """Up to `k` of `announcements` this node would pull now (`choose_pulls`)."""
+        s = self.settings
+        return choose_pulls(
+            announcements,
+            k,
             seed=f"{self.own_id}:pull:{self.round}",
             now=self.clock(),
             max_age_s=self.verifier.settings.max_age_s,  # older would be rejected (stale)
@@ -333,12 +404,6 @@ class PullExchange:
             own=self.own,
             max_version_lag=s.max_version_lag,
         )
-        for announcement in chosen:
-            self.candidates.pop(announcement.blob_hash, None)
-            self._chosen[announcement.blob_hash] = None
-        while len(self._chosen) > HINT_MEMORY:
-            self._chosen.popitem(last=False)
-        return chosen
 
     def _drop_candidates_of(self, senders: set[str]) -> None:
         """Senders that stalled a group fetch: their other announcements are not pulled (the

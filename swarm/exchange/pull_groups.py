@@ -4,7 +4,8 @@ A chosen group is pulled from its sender and up to `max_holders` of its hinted h
 in one random order (the load of a popular group spreads over whoever holds it), in waves:
 each wave fetches every pending group from its next source, side by side, by the round's
 deadline (`swarm.exchange.pull_fetch`). Exact blame: served bytes of another size or hash
-are the serving peer's fault alone (refused before decoding; the next source is tried); the
+are the serving peer's fault alone (refused before decoding; the next source is tried; when
+they prove it, `wrong_bytes`, which bans the peer at once); the
 announced bytes are the sender's, so whatever is wrong with them is blamed on the sender; a
 pull that admits nothing counts as failed; a sender that announces and does not serve leaves
 the view, and past `unserved_ban_after` such pulls in a row each is a hard rejection
@@ -27,7 +28,7 @@ from swarm.exchange.pull_choice import Attempt
 from swarm.exchange.pull_fetch import Fetcher, Outcome, Request
 from swarm.exchange.pull_serve import PullServer
 from swarm.exchange.pull_settings import HINT_MEMORY, PullCounters, PullSettings
-from swarm.verify.announcements import check_matches, check_served
+from swarm.verify.announcements import check_matches, check_served, wrong_bytes_proven
 from swarm.verify.gate import Verifier
 from swarm.verify.message import Accepted, Rejection
 from swarm.wire import (
@@ -161,7 +162,10 @@ class GroupPuller:
             check_served(a, data)
         except RejectedMessage as e:
             self.counters.bad_holders += 1
-            attempt.refused.append(Rejection(e.reason, e.detail, source, digest, ""))
+            sized = outcome.error is None  # the bytes came, of the announced size
+            proof = wrong_bytes_proven(a, source, e, sized)
+            reason = Reason.WRONG_BYTES if proof else e.reason
+            attempt.refused.append(Rejection(reason, e.detail, source, digest, ""))
             return
         attempt.done = True
         self.counters.pulled_from_holders += source != sender

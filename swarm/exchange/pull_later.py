@@ -20,6 +20,7 @@ fetches in turn, as the simulation charges them.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_any
 from dataclasses import dataclass
@@ -51,9 +52,10 @@ class OffRound:
         self.probes = 0  # views started
         self.probes_failed = 0
 
-    def start(self, lists: int, view_timeout: float) -> list[str]:
+    def start(self, lists: int, view_timeout: float, skip: Collection[str] = ()) -> list[str]:
         """Refresh the view (`PeerView.plan`) and start its shuffle, the views it hears and
-        the lists of `lists` peers sampled from it; the peers newly asked for lists."""
+        the lists of `lists` peers sampled from it, none of `skip` (resting: their lists
+        offered nothing); the peers newly asked for lists."""
         partner = self.view.plan()
         busy = {p.peer for p in self._views}
         if partner is not None and partner not in busy:
@@ -67,7 +69,7 @@ class OffRound:
             self._views.append(_Pending(peer, self.fetcher.later(request)))
         self.probes += len(hearing) + (partner is not None)
         asking = {p.peer for p in self._lists}
-        asked = self.view.sample(lists, busy=asking)
+        asked = self.view.sample(lists, busy=asking | set(skip))
         for peer in asked:
             request = Request(peer, ANNOUNCEMENTS_KEY, MAX_ANNOUNCEMENTS_MESSAGE_BYTES)
             started = time.monotonic()

@@ -54,6 +54,7 @@ class PullCounters:
     lists_asked: int = 0
     lists_failed: int = 0
     lists_refreshed: int = 0  # lists asked off the round, asked again in it (too old)
+    lists_unchanged: int = 0  # lists taken unchanged since the peer's last: not checked again
     announcements_refused: int = 0
     candidates: int = 0
     other_family: int = 0  # announcements skipped: another model family (same_family)
@@ -69,6 +70,7 @@ class PullCounters:
     probes: int = 0  # views fetched off the round (peers not vouched for, or only heard)
     probes_failed: int = 0
     suspended: int = 0  # peers not asked now: they failed to answer (`PeerBackoff`)
+    resting: int = 0  # peers not asked for lists now: theirs offered nothing (`ListBackoff`)
 
     def take(self) -> dict:
         """The counts so far, as a dict; all back to 0."""

@@ -12,6 +12,10 @@ A pulled group must then be the one announced: the served bytes (`[body, signatu
 the announced size and hash to the announced `blob_hash` (content addressing: any holder
 may serve them, and a holder that serves anything else is blamed alone, before anything is
 decoded), and the group agrees with every announced field (else its sender is blamed).
+Served bytes of the announced size that do not hash to the key they were served under, or
+a sender's own group served at another size than it signed, are proof of bad faith
+(`wrong_bytes_proven`: `Reason.WRONG_BYTES`); another size from a holder is not (the
+sender may have announced a wrong size to frame the holders it hints).
 After that it goes through the same checks as a gossiped group (`Verifier.admit`, then
 `Verifier.verify_content` before training).
 
@@ -60,6 +64,18 @@ def check_served(announcement: GroupAnnouncement, data: bytes) -> None:
         raise RejectedMessage(
             Reason.ANNOUNCEMENT_MISMATCH, "the served bytes do not hash to the announced hash"
         )
+
+
+def wrong_bytes_proven(
+    announcement: GroupAnnouncement, source: str, refused: RejectedMessage, sized: bool
+) -> bool:
+    """Whether a source's answer refused by `check_served` (or on its size, before it was
+    read) proves that it served other bytes: bytes of the announced size (`sized`) that do
+    not hash to the key asked for, which no honest peer serves, or anything else from the
+    sender itself, which signed that size and hash."""
+    if refused.reason != Reason.ANNOUNCEMENT_MISMATCH:
+        return False
+    return sized or source == announcement.sender
 
 
 def check_matches(announcement: GroupAnnouncement, group: RolloutGroup) -> None:

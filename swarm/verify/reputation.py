@@ -11,7 +11,10 @@ or a group over the rate limit only a little, and collateral rejections (a good 
 message with a bad one, a duplicate the network delivered twice) not at all. Below
 `throttle_below` a peer's rate limit refills at `score` times the normal rate. Only hard
 failures ban: once the penalty from reasons of weight 1 reaches `ban_after` with a score
-below `ban_below`, the peer is banned. Soft signals (copycat, stale, over the rate limit,
+below `ban_below`, the peer is banned; a rejection that is proof of bad faith by itself
+(`Reason.proof`: bytes served under a group's key that are not the group) bans it at once,
+however few groups the node pulls from it a round (unless `ban_after` is 0: no automatic
+bans). Soft signals (copycat, stale, over the rate limit,
 never-terminating completions) throttle but never ban on their own, because honest nodes
 can produce them: two nodes left at the same `node.seed` draw the same task specs and, with
 the same model, near-identical completions.
@@ -51,6 +54,11 @@ class PeerRecord:
     def hard_penalty(self) -> float:
         """Rejections that only bad faith (or a broken node) produces: the ones that can ban."""
         return float(sum(n for reason, n in self.rejected.items() if reason.weight >= 1.0))
+
+    @property
+    def proven(self) -> list[Reason]:
+        """The rejections that prove bad faith by themselves (`Reason.proof`)."""
+        return [reason for reason, n in self.rejected.items() if reason.proof and n > 0]
 
     @property
     def score(self) -> float:
@@ -120,12 +128,9 @@ class Reputation:
     def should_ban(self, peer: str) -> bool:
         rec = self._peers.get(peer)
         s = self.settings
-        return (
-            rec is not None
-            and s.ban_after > 0
-            and rec.hard_penalty >= s.ban_after
-            and rec.score < s.ban_below
-        )
+        if rec is None or s.ban_after <= 0:
+            return False
+        return bool(rec.proven) or (rec.hard_penalty >= s.ban_after and rec.score < s.ban_below)
 
     def forget(self, peer: str) -> None:
         """Start a peer afresh (after its user lifted a ban)."""

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from swarm.core.reasons import Reason, Status
 from swarm.verify.message import Accepted, Rejection
-from swarm.verify.reputation import Reputation, ReputationSettings
+from swarm.verify.reputation import PeerRecord, Reputation, ReputationSettings
 
 
 def blamed_peer(source: str, sender: str, reason: Reason | None = None) -> str:
@@ -24,6 +24,13 @@ def blamed_peer(source: str, sender: str, reason: Reason | None = None) -> str:
     about the claimed sender, so only the (transport-authenticated) source is blamed.
     """
     return source or ("" if reason is not None and reason.unsigned else sender)
+
+
+def ban_reason(rec: PeerRecord) -> str:
+    """Why a peer is banned automatically, for the ledger's ban row."""
+    if rec.proven:
+        return "proof of bad faith: " + ", ".join(rec.proven)
+    return f"score {rec.score:.3f} after {sum(rec.rejected.values())} rejected groups"
 
 
 class PeerStanding:
@@ -64,10 +71,7 @@ class PeerStanding:
                 and peer not in self.allow_list
                 and self.reputation.should_ban(peer)
             ):
-                rec = self.reputation.record(peer)
-                to_ban[peer] = (
-                    f"score {rec.score:.3f} after {sum(rec.rejected.values())} rejected groups"
-                )
+                to_ban[peer] = ban_reason(self.reputation.record(peer))
         if to_ban:
             self.banned = self.banned | frozenset(to_ban)
         return list(to_ban.items())

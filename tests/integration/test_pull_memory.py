@@ -10,7 +10,7 @@ import msgspec
 
 from swarm.bench.synthetic import SyntheticRollouts, SyntheticShape, wire_group
 from swarm.core.identity import create_identity, peer_id_of
-from swarm.ledger import GroupRow, GroupUseRow, Ledger
+from swarm.ledger import BanRow, GroupRow, GroupUseRow, Ledger
 from swarm.node import Node
 from swarm.p2p import MemoryHub, MemoryTransport
 from swarm.tasks import EASY_MIX, Scoring, stream_seed
@@ -128,10 +128,12 @@ def test_pull_nodes_train_on_verified_pulled_groups_and_record_lies(tmp_path, ti
             assert node.sharing.stats.exchange["pulls_failed"] == 1  # mallory's, below
             # every accepted group was pulled and verified; mallory's lies are on record
             assert sorted({(r.reason, r.source) for r in rejected}) == [
-                ("announcement_mismatch", mallory.peer_id),  # served bytes not as announced
                 ("foreign_task", mallory.peer_id),
                 ("pull_failed", mallory.peer_id),  # no other holder: the pull failed
+                ("wrong_bytes", mallory.peer_id),  # served bytes not as announced: proof
             ]
+            bans = [(b.peer_id, b.source) for b in _rows(node, BanRow)]
+            assert bans == [(mallory.peer_id, "auto")]  # at once, on that proof
             uses = _rows(node, GroupUseRow)
             assert uses and {u.content_hash for u in uses} <= {r.content_hash for r in accepted}
     finally:

@@ -76,7 +76,8 @@ def test_a_holder_serving_the_body_with_a_broken_signature_is_blamed_not_the_sen
         assert [a.group.sender for a in accepted] == [sender.peer_id]
         assert all(r.reason == Reason.PULL_FAILED or r.sender == "" for r in rejected)
         blamed += [(r.reason, r.source) for r in rejected if r.reason != Reason.PULL_FAILED]
-    assert blamed and set(blamed) == {(Reason.ANNOUNCEMENT_MISMATCH, liar.peer_id)}
+    # bytes of the announced size that are not the group: proof against the holder alone
+    assert blamed and set(blamed) == {(Reason.WRONG_BYTES, liar.peer_id)}
 
 
 def test_only_a_broken_signature_served_the_pull_fails_and_the_sender_is_not_blamed_for_it():
@@ -91,7 +92,7 @@ def test_only_a_broken_signature_served_the_pull_fails_and_the_sender_is_not_bla
     accepted, rejected = puller.exchange.collect()
     assert accepted == []
     assert puller.exchange.take_counters()["pulls_failed"] == 1
-    assert (Reason.ANNOUNCEMENT_MISMATCH, liar.peer_id) in [(r.reason, r.source) for r in rejected]
+    assert (Reason.WRONG_BYTES, liar.peer_id) in [(r.reason, r.source) for r in rejected]
     assert Reason.BAD_SIGNATURE not in [r.reason for r in rejected]
 
 

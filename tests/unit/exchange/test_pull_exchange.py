@@ -118,7 +118,9 @@ def _holder_setup(bad_holders: int, good_holders: int):
             original = decode_signed_group(data)
             group = decode_group(original.body)
             forged = msgspec.structs.replace(group, sender=holder.peer_id, rewards=(1.0,) * 8)
+            size = len(data)
             data = encode_signed_group(sign_group(forged, keys[2 + i]))
+            assert len(data) == size  # of the announced size: only its hash differs
         holder.serve_blob(key, data)
     sender.exchange.collect()  # serves its list again, with the holders as hints
     transports[0].unserve_blob(key)
@@ -132,7 +134,8 @@ def test_a_holder_serving_other_bytes_is_refused_and_blamed_then_a_good_holder_s
     assert [served_hash(a.signed) for a in accepted] == [digest]
     counters = puller.exchange.take_counters()
     assert counters["pulled_from_holders"] == 1
-    mismatches = [r for r in rejected if r.reason == Reason.ANNOUNCEMENT_MISMATCH]
+    # bytes of the announced size that are not the group: proof against whoever served them
+    mismatches = [r for r in rejected if r.reason == Reason.WRONG_BYTES]
     assert len(mismatches) == counters["bad_holders"]
     assert {r.source for r in mismatches} <= set(bad)
 
@@ -143,7 +146,7 @@ def test_only_bad_holders_left_the_pull_fails_and_every_bad_holder_is_recorded()
     accepted, rejected = puller.exchange.collect()
     assert accepted == []
     reasons = sorted((r.reason, r.source) for r in rejected)
-    expected = [(Reason.ANNOUNCEMENT_MISMATCH, b) for b in bad]
+    expected = [(Reason.WRONG_BYTES, b) for b in bad]
     assert reasons == sorted([*expected, (Reason.PULL_FAILED, sender.peer_id)])
     assert puller.exchange.take_counters()["pulls_failed"] == 1
 
