@@ -13,7 +13,9 @@ betas 0.9/0.99, gradient clipping at 1, no KL, no activation checkpointing):
   the batch's tokens, as here), `beta=0`.
 
 The arms alternate within each repeat (after one warm-up repeat each), so a busy machine
-slows them alike. Shapes: `tiny` is the built-in model on the project's own questions and
+slows them alike. Each arm keeps what it builds across repeats (ours their generator and
+trainer, TRL's one `GRPOTrainer` and its optimizer), so the warm-up repeat warms all three
+alike and no timed round pays for building a trainer. Shapes: `tiny` is the built-in model on the project's own questions and
 reward, 32 x 8, 8 new tokens; `qwen2-reduced` is a random Qwen2-shaped model (grouped-query
 attention, q/k/v biases, untied head; reduced width and depth so it runs on a CPU) with
 300-token prompts and exactly 200-token completions (its stop token lies outside the

@@ -13,9 +13,18 @@ seeds the process's Python, numpy, torch and CUDA generators (vllm.utils.torch_u
 set_random_seed, at worker start and again after warm-up) and sets torch to one thread; a
 multiprocess engine (the default) serialises `collective_rpc`'s arguments as its engine core
 receives them; `sleep` needs `enable_sleep_mode` and an engine asleep serves no request
-until `wake_up`. Installed as `sys.modules["vllm"]` by `install`.
+until `wake_up`. An in-process engine sets up the process's distributed state
+(vllm.distributed.parallel_state's world group, as the GPU worker's
+init_distributed_environment does); `LLM` has no shutdown of its own, and
+`llm.llm_engine.engine_core.shutdown()` stops the engine (vllm/v1/engine/core_client.py):
+in-process `InprocClient` runs `EngineCore.shutdown` (vllm/v1/engine/core.py: the executor
+and its worker, the scheduler, then `cleanup_dist_env_and_memory`, which destroys the
+distributed state, collects garbage and empties the CUDA cache while the `LLM` still holds
+the model), a multiprocess client ends its core process; a stopped engine serves nothing.
+Installed as `sys.modules["vllm"]` (and `vllm.distributed.parallel_state`) by `install`.
 """
 
+import gc
 import json
 import os
 import random
@@ -381,6 +390,64 @@ class RequestOutput:
     outputs: list[CompletionOutput] = field(default_factory=list)
 
 
+class ParallelState(types.ModuleType):
+    """vllm.distributed.parallel_state: the process's world group and its cleanup."""
+
+    def __init__(self) -> None:
+        super().__init__("vllm.distributed.parallel_state")
+        self.world = None  # vLLM's _WORLD: the world group
+        self.cleanups = 0
+
+    def cleanup_dist_env_and_memory(self, shutdown_ray: bool = False) -> None:
+        self.world = None  # destroy_model_parallel, destroy_distributed_environment
+        gc.collect()
+        torch.cuda.empty_cache()
+        self.cleanups += 1
+
+
+STATE = ParallelState()
+
+
+class EngineCore:
+    """vllm.v1.engine.core.EngineCore's shutdown, in this process."""
+
+    def __init__(self, worker) -> None:
+        self.worker = worker
+
+    def shutdown(self) -> None:
+        STATE.cleanup_dist_env_and_memory()
+
+
+class InprocClient:
+    """The engine-core client of an in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0)."""
+
+    def __init__(self, worker) -> None:
+        self.engine_core = EngineCore(worker)
+        self.stopped = False
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self.engine_core.shutdown()
+
+
+class SyncMPClient:
+    """The engine-core client of a multiprocess engine: shutdown ends the core process."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        self.stopped = True
+
+
+class LLMEngine:
+    """vllm.v1.engine.llm_engine.LLMEngine: what `LLM.llm_engine` holds."""
+
+    def __init__(self, engine_core) -> None:
+        self.engine_core = engine_core
+
+
 class LLM:
     """vllm.LLM with 0.32.0's constructor signature; `script` answers `generate`."""
 
@@ -456,9 +523,16 @@ class LLM:
         self.asleep = 0  # the sleep level, 0: awake
         self.sleeps = 0
         if not self.multiprocess:  # what an in-process engine does to the process
+            STATE.world = STATE.world or object()
             set_random_seed(seed)
             torch.set_num_threads(1)
+        core = SyncMPClient() if self.multiprocess else InprocClient(self.worker)
+        self.llm_engine = LLMEngine(core)
         LLM.built.append(self)
+
+    def _serving(self) -> None:
+        if self.llm_engine.engine_core.stopped:
+            raise RuntimeError("EngineDeadError: the engine core was shut down")
 
     def generate(
         self,
@@ -471,11 +545,13 @@ class LLM:
         tokenization_kwargs=None,
         mm_processor_kwargs=None,
     ) -> list[RequestOutput]:
+        self._serving()
         if self.asleep:
             raise RuntimeError("the engine is asleep: wake_up() before generating")
         return LLM.script(prompts, sampling_params)
 
     def collective_rpc(self, method, timeout=None, args=(), kwargs=None) -> list:
+        self._serving()
         if self.asleep and self.asleep > 1:
             raise RuntimeError("the engine's weights were discarded (sleep level 2)")
         if self.multiprocess:
@@ -514,6 +590,12 @@ def install(monkeypatch) -> types.ModuleType:
     module.__version__ = VERSION
     module.LLM = LLM
     module.SamplingParams = SamplingParams
+    distributed = types.ModuleType("vllm.distributed")
+    distributed.parallel_state = STATE
+    module.distributed = distributed
     LLM.built = []
+    STATE.world, STATE.cleanups = None, 0
     monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setitem(sys.modules, "vllm.distributed", distributed)
+    monkeypatch.setitem(sys.modules, "vllm.distributed.parallel_state", STATE)
     return module

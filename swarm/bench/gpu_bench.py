@@ -5,13 +5,17 @@ Each backend arm runs a node's round: Q questions x G completions at temperature
 random model never stops: every completion is `max_new_tokens` long), a reward (a hash of
 the text), group advantages, one optimizer step as a node takes it (fp32 master weights,
 bf16 autocast on a GPU, gradient checkpointing, the shared prefix, truncated importance
-sampling where the generator's log-probs can differ). A short warm-up generation comes
-first (CUDA graphs, kernels), then one timed round. Figures per arm: generated tokens/s,
-training tokens/s (the tokens the trainer runs: each micro-batch's distinct prompts once,
-every completion token) and MFU (6 x parameters x those tokens / seconds / the card's bf16
-peak), the round's seconds, and peak GPU memory (torch's allocator; vLLM's engine is not in
-it). The physical limits stand beside them: decoding bound by memory bandwidth, training by
-the bf16 peak. `scripts/gpu_bench.py` is the command.
+sampling where the generator's log-probs can differ). Every arm, TRL's too, first makes
+the same small warm-up round (`warm_up_shape`: 2 questions x 2 completions of up to 16
+tokens, generation and one update: kernels, CUDA graphs, library handles, the optimizer's
+state), then one timed round. Figures per arm: generated tokens/s, training tokens/s (the
+tokens the trainer runs: each micro-batch's distinct prompts once, every completion token)
+and MFU (6 x parameters x those tokens / seconds / the card's bf16 peak), the round's
+seconds, and peak GPU memory through torch's allocator, which holds everything this process
+allocates: for vLLM's in-process engine that includes its weights and its KV cache, which
+vLLM reserves up front (`gpu_memory_utilization` of the card, used or not; the arm records
+`engine_in_peak` and the share). The physical limits stand beside them: decoding bound by
+memory bandwidth, training by the bf16 peak. `scripts/gpu_bench.py` is the command.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import gc
 import hashlib
 import importlib.util
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from swarm.bench.gpu_shapes import (
     Shape,
@@ -35,6 +39,7 @@ from swarm.bench.gpu_shapes import (
 )
 
 BACKENDS = ("continuous", "transformers", "vllm")
+VLLM_MEMORY_SHARE = 0.35  # vLLM's gpu_memory_utilization: its weights and KV cache
 
 
 class Clock:
@@ -83,11 +88,56 @@ def make_generator(backend: str, model, tokenizer, shape: Shape, folder):
     from swarm.policy.vllm_generator import VLLMGenerator
 
     policy = load_policy(str(folder), device="cuda", dtype="bfloat16")
-    return VLLMGenerator(policy, gpu_memory_utilization=0.35, seed=0)
+    return VLLMGenerator(policy, gpu_memory_utilization=VLLM_MEMORY_SHARE, seed=0)
+
+
+def warm_up_shape(shape: Shape) -> Shape:
+    """The warm-up round every arm makes before its timed one: 2 questions x 2 completions
+    of up to 16 tokens, with the shape's prompts, model and micro-batch."""
+    return replace(
+        shape,
+        questions=2,
+        group=2,
+        max_new_tokens=min(16, shape.max_new_tokens),
+        micro_batch_size=min(4, shape.micro_batch_size),
+    )
+
+
+def warm_up(generator, trainer, model, shape: Shape) -> None:
+    """One of our arms' warm-up round: generation, scores, one update, the weights pushed."""
+    from swarm.node.shared_samples import own_samples
+    from swarm.policy.generator import SamplingParams
+    from swarm.policy.grpo import group_advantages
+
+    warm = warm_up_shape(shape)
+    params = SamplingParams(temperature=1.0, max_new_tokens=warm.max_new_tokens)
+    samples = []
+    for group in generator.generate(random_prompts(warm, 99), warm.group, params):
+        rewards = [reward(c.text) for c in group]
+        samples += own_samples(group, group_advantages(rewards), eos=None)
+    trainer.update(samples)
+    generator.sync_weights(model)
+
+
+def memory_figures(generator=None) -> dict:
+    """Peak GPU memory through torch's allocator since the arm began, which holds all this
+    process allocates: with vLLM's in-process engine, its weights and the KV cache it
+    reserved up front (`engine_in_peak`, with the share of the card it was given)."""
+    import torch
+
+    figures = {
+        "peak_allocated_gb": torch.cuda.max_memory_allocated() / 1e9,
+        "peak_reserved_gb": torch.cuda.max_memory_reserved() / 1e9,
+    }
+    in_process = getattr(generator, "in_process", None)
+    if in_process is not None:  # a vLLM engine: in this process, or in a core process of its own
+        figures["engine_in_peak"] = bool(in_process)
+        figures["engine_memory_share"] = VLLM_MEMORY_SHARE
+    return figures
 
 
 def backend_round(backend: str, base, tokenizer, shape: Shape, device: str, folder) -> dict:
-    """One warm-up generation and one timed round of `backend`; its figures."""
+    """One warm-up round and one timed round of `backend`; its figures."""
     import torch
 
     from swarm.node.shared_samples import own_samples
@@ -111,8 +161,9 @@ def backend_round(backend: str, base, tokenizer, shape: Shape, device: str, fold
     trainer = GRPOTrainer(model, 0, settings)  # fp32 master weights, as a node's
     generator = make_generator(backend, model, tokenizer, shape, folder)
     try:
-        warm = SamplingParams(temperature=1.0, max_new_tokens=min(16, shape.max_new_tokens))
-        generator.generate(random_prompts(shape, 99)[:2], 2, warm)
+        start = clock()
+        warm_up(generator, trainer, model, shape)
+        warm_up_s = clock() - start
         prompts = random_prompts(shape, 1)
         params = SamplingParams(temperature=1.0, max_new_tokens=shape.max_new_tokens)
         t0 = clock()
@@ -125,6 +176,7 @@ def backend_round(backend: str, base, tokenizer, shape: Shape, device: str, fold
         result = trainer.update(samples)
         generator.sync_weights(model)
         t2 = clock()
+        memory = memory_figures(generator) if cuda else {}  # before close() frees the engine
     finally:
         generator.close()
     generated = sum(len(c.token_ids) for g in groups for c in g)
@@ -140,24 +192,65 @@ def backend_round(backend: str, base, tokenizer, shape: Shape, device: str, fold
         "training_tokens_per_s": trained / (t2 - t1),
         "skipped_update": result.skipped,
         "importance_cap": settings.importance_cap,
+        "warm_up_s": warm_up_s,
+        **memory,
     }
-    if cuda:
-        figures["peak_allocated_gb"] = torch.cuda.max_memory_allocated() / 1e9
-        figures["peak_reserved_gb"] = torch.cuda.max_memory_reserved() / 1e9
     del model, trainer, generator
     gc.collect()
     return figures
 
 
-def trl_round(base, tokenizer, shape: Shape, device: str) -> dict:
-    """TRL's GRPOTrainer doing the same step: one generate of the whole batch (transformers),
-    one optimizer step over it in micro-batches, bf16 autocast and checkpointing on a GPU."""
+def trl_trainer(model, tokenizer, shape: Shape, device: str, prompts: list[str], callbacks=()):
+    """TRL's GRPOTrainer for one step of `shape` on `prompts`: one generate of the whole batch
+    (transformers), one optimizer step over it in micro-batches, bf16 autocast and
+    checkpointing on a GPU."""
     import tempfile
 
-    import torch
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+
+    cuda = device.startswith("cuda")
+    batch = shape.questions * shape.group
+    config = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="gpu-bench-trl-"),
+        per_device_train_batch_size=shape.micro_batch_size,
+        gradient_accumulation_steps=batch // shape.micro_batch_size,
+        num_generations=shape.group,
+        max_completion_length=shape.max_new_tokens,
+        temperature=1.0,
+        learning_rate=1e-6,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        loss_type="dapo",
+        gradient_checkpointing=True,
+        bf16=cuda,
+        use_cpu=not cuda,
+        max_steps=1,
+        report_to="none",
+        save_strategy="no",
+        shuffle_dataset=False,
+        seed=0,
+    )
+
+    def rewards(prompts, completions, **kwargs):
+        return [reward(text) for text in completions]
+
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=rewards,
+        args=config,
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+    )
+
+
+def trl_round(base, tokenizer, shape: Shape, device: str) -> dict:
+    """TRL's GRPOTrainer doing the same step (`trl_trainer`), after the same warm-up round as
+    ours: a step of `warm_up_shape` on the same module (its first generate, backward and
+    optimizer step, and accelerate's preparing of the module, stay out of the timed step)."""
+    import torch
+    from transformers import TrainerCallback
 
     cuda = device.startswith("cuda")
     if cuda:
@@ -184,41 +277,17 @@ def trl_round(base, tokenizer, shape: Shape, device: str) -> dict:
         def on_step_end(self, args, state, control, **kwargs):
             steps.append(clock() - spent["start"])
 
+    warm = warm_up_shape(shape)
+    start = clock()
+    warming = trl_trainer(model, tokenizer, warm, device, random_prompts(warm, 99))
+    warming.train()
+    warm_up_s = clock() - start
+    del warming  # and its optimizer's state: the timed trainer makes its own
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
     batch = shape.questions * shape.group
-    config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="gpu-bench-trl-"),
-        per_device_train_batch_size=shape.micro_batch_size,
-        gradient_accumulation_steps=batch // shape.micro_batch_size,
-        num_generations=shape.group,
-        max_completion_length=shape.max_new_tokens,
-        temperature=1.0,
-        learning_rate=1e-6,
-        lr_scheduler_type="constant",
-        beta=0.0,
-        loss_type="dapo",
-        gradient_checkpointing=True,
-        bf16=cuda,
-        use_cpu=not cuda,
-        max_steps=1,
-        report_to="none",
-        save_strategy="no",
-        shuffle_dataset=False,
-        seed=0,
-    )
-    prompts = random_prompts(shape, 1)
-
-    def rewards(prompts, completions, **kwargs):
-        return [reward(text) for text in completions]
-
-    data = Dataset.from_dict({"prompt": prompts})
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=rewards,
-        args=config,
-        train_dataset=data,
-        processing_class=tokenizer,
-        callbacks=[StepTimer()],
-    )
+    trainer = trl_trainer(model, tokenizer, shape, device, random_prompts(shape, 1), [StepTimer()])
     trainer.train()
     round_s, generate_s = steps[-1], spent["generate"]
     tokens = batch * (shape.prompt_tokens + shape.max_new_tokens)
@@ -231,10 +300,9 @@ def trl_round(base, tokenizer, shape: Shape, device: str) -> dict:
         "generation_tokens_per_s": batch * shape.max_new_tokens / generate_s,
         "trained_tokens": tokens,
         "training_tokens_per_s": tokens / (round_s - generate_s),
+        "warm_up_s": warm_up_s,
+        **(memory_figures() if cuda else {}),
     }
-    if cuda:
-        figures["peak_allocated_gb"] = torch.cuda.max_memory_allocated() / 1e9
-        figures["peak_reserved_gb"] = torch.cuda.max_memory_reserved() / 1e9
     del model, trainer
     gc.collect()
     return figures

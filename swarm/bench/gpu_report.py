@@ -84,11 +84,23 @@ def table(result: dict) -> Table:
             f"{arm['training_tokens_per_s']:,.0f}",
             f"{arm['mfu']:.1%}" if "mfu" in arm else "-",
             f"{arm['round_s']:.2f}",
-            f"{arm['peak_reserved_gb']:.1f}" if "peak_reserved_gb" in arm else "-",
+            peak(arm),
         )
     for arm, why in result["skipped"].items():
         grid.add_row(arm, f"not run: {why}", "", "", "", "")
+    if any(arm.get("engine_in_peak") for arm in result["arms"]):
+        grid.caption = (
+            "* with vLLM's in-process engine: its weights and the KV cache it reserves up front "
+            "(gpu_memory_utilization of the card, used or not)"
+        )
     return grid
+
+
+def peak(arm: dict) -> str:
+    """An arm's peak GPU memory (torch's allocator); starred where a vLLM engine is in it."""
+    if "peak_reserved_gb" not in arm:
+        return "-"
+    return f"{arm['peak_reserved_gb']:.1f}" + ("*" if arm.get("engine_in_peak") else "")
 
 
 def write(result: dict, out: Path) -> None:

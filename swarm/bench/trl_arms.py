@@ -217,7 +217,13 @@ def ours(setup: Setup, shape: Shape, shared: bool):
 
 
 def trl(setup: Setup, shape: Shape):
-    """A round function for TRL's GRPOTrainer: one `train()` of one step per call."""
+    """A round function for TRL's GRPOTrainer: one `train()` of one step per call.
+
+    One trainer serves every repeat, as one generator and trainer serve ours: its optimizer
+    and whatever TRL prepares on its first call carry over, so the warm-up repeat warms TRL
+    as it warms ours and no timed round pays for a new trainer. Each call swaps in that
+    repeat's prompts and reward.
+    """
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -276,25 +282,32 @@ def trl(setup: Setup, shape: Shape):
         seed=0,
     )
     torch.set_num_threads(torch.get_num_threads())  # TRL/accelerate leave it as it was
+    current = {"repeat": 0}
+
+    def reward(prompts, completions, index, **kwargs):
+        score = setup.rewards[current["repeat"]]
+        return [score(i, text) for i, text in zip(index, completions, strict=True)]
+
+    def data(r: int):
+        prompts = setup.prompts[r]
+        return Dataset.from_dict({"prompt": prompts, "index": list(range(len(prompts)))})
+
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=data(0),
+        processing_class=setup.tokenizer,
+        callbacks=[StepTimer()],
+    )
 
     def round_(r: int) -> dict:
-        prompts = setup.prompts[r]
-
-        def reward(prompts, completions, index, **kwargs):
-            return [setup.rewards[r](i, text) for i, text in zip(index, completions, strict=True)]
-
-        data = Dataset.from_dict({"prompt": prompts, "index": list(range(len(prompts)))})
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=reward,
-            args=config,
-            train_dataset=data,
-            processing_class=setup.tokenizer,
-            callbacks=[StepTimer()],
-        )
+        current["repeat"] = r
+        trainer.train_dataset = data(r)
         trainer.train()
         step = steps[-1]
         return {"generate": spent["generate"], "score": 0.0, "train": step - spent["generate"],
                 "round": step, "trained": batch}  # fmt: skip
 
+    round_.trainer = trainer  # type: ignore[attr-defined]
     return round_

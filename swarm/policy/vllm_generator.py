@@ -21,11 +21,14 @@ tensors: they are written, one tensor at a time, to a safetensors file in a fold
 generator's own (in /dev/shm where there is one), and the worker reloads from that path.
 
 With `sleep` the engine sleeps (level 1: weights to CPU memory, its cache freed) between a
-round's generation and the next weight update, leaving the GPU to the trainer.
+round's generation and the next weight update, leaving the GPU to the trainer. `close` stops
+the engine and frees what it holds: an in-process engine's weights, KV cache and the
+process's distributed state, an isolated one's core process and weights folder.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import shutil
@@ -252,9 +255,27 @@ class VLLMGenerator(Generator):
             ) from None
 
     def close(self) -> None:
+        """Stop the engine and give back what it holds; a second call does nothing.
+
+        vLLM 0.32.0's `LLM` has no shutdown of its own: its engine-core client's `shutdown`
+        stops it. In-process that is `EngineCore.shutdown` (the executor and its worker, the
+        scheduler, then `cleanup_dist_env_and_memory`: the process's distributed groups
+        destroyed, garbage collected, the CUDA cache emptied), run while the `LLM` still
+        holds the model; so once nothing holds the engine, the cleanup runs again, freeing
+        its weights and KV cache for the trainer or a next engine. Isolated, the engine's
+        core process ends (its GPU memory with it) and its weights folder is removed.
+        """
         _in_process_engines.discard(self)
-        self.llm = None
+        llm, self.llm = self.llm, None
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
+            del llm
+            if self.in_process:
+                from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+                cleanup_dist_env_and_memory()
         self._remove_folder()
+        gc.collect()
         torch.cuda.empty_cache()
 
     def _remove_folder(self) -> None:

@@ -190,6 +190,23 @@ def _compose():
     return yaml.safe_load((ROOT / "compose.yaml").read_text())
 
 
+def _bytes(size: str) -> int:
+    """A Docker size ("64m", "4gb", a plain number of bytes) in bytes."""
+    units = {"b": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+    text = str(size).lower().removesuffix("b") or "0"
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def test_compose_gives_each_container_room_in_dev_shm_for_an_engines_weights():
+    # An isolated vLLM engine reloads from a safetensors file the node writes to /dev/shm
+    # (swarm.policy.vllm_generator.weights_folder), bf16: Docker's default /dev/shm is 64 MB.
+    qwen_1_5b = 1_543_714_304  # Qwen2.5-1.5B's parameters: the larger GPU bench shape
+    assert _bytes("64m") == 64 * 2**20 and _bytes("4gb") == 4 * 2**30
+    for name, service in _compose()["services"].items():
+        assert "shm_size" in service, name
+        assert _bytes(service["shm_size"]) >= 2 * qwen_1_5b, name
+
+
 def test_compose_cluster_references_files_that_exist(tmp_path):
     import ipaddress
 

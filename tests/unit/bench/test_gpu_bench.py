@@ -1,9 +1,10 @@
 """The GPU check's CPU dry run: `scripts/gpu_bench.py --device cpu --shape tiny`, so it never rots.
 
 The same code as on a GPU at a shape a CPU runs in seconds: every backend that can run here
-makes a full round (the random model never stops, so every completion has the shape's
-length), vLLM is listed as not run with its reason, the goals are judged only from what
-was measured, and the bench's bounds are the card's published peaks. The 4-node swarm of
+and TRL's GRPOTrainer (TRL is in the dev extra) make a full round after the same warm-up
+(the random model never stops, so every completion has the shape's length), vLLM is listed
+as not run with its reason, the goals are judged only from what was measured, and the
+bench's bounds are the card's published peaks. The 4-node swarm of
 `join` processes runs in the slow suite.
 """
 
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from swarm.bench.gpu_report import goals
+from swarm.bench import gpu_bench
+from swarm.bench.gpu_report import goals, table
 from swarm.bench.gpu_shapes import SHAPES, card_of, decode_bound, training_bound
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,7 +35,7 @@ def test_the_dry_run_makes_a_round_per_backend_and_writes_its_json(tmp_path, cap
     result = json.loads(out.read_text())
     shape = SHAPES["tiny"]
     arms = {a["backend"]: a for a in result["arms"]}
-    assert {"transformers", "continuous"} <= set(arms)
+    assert {"transformers", "continuous", "trl"} <= set(arms)  # TRL is in the dev extra
     assert result["skipped"]["vllm"] == "vLLM needs CUDA"
     assert not [why for why in result["skipped"].values() if why.startswith("failed")]
     batch = shape.questions * shape.group
@@ -47,11 +49,54 @@ def test_the_dry_run_makes_a_round_per_backend_and_writes_its_json(tmp_path, cap
         assert arm["round_s"] >= arm["generate_s"] > 0 and not arm["skipped_update"]
     assert arms["continuous"]["importance_cap"] == 3.0  # its log-probs can differ
     assert arms["transformers"]["importance_cap"] == 0.0  # same module, same precision on a CPU
-    if "trl" in arms:
-        assert arms["trl"]["generated_tokens"] == batch * shape.max_new_tokens
+    assert arms["trl"]["generated_tokens"] == batch * shape.max_new_tokens
+    assert arms["trl"]["round_s"] >= arms["trl"]["generate_s"] > 0
+    # every arm, TRL's too, made the same warm-up round before its timed one
+    assert all(arm["warm_up_s"] > 0 for arm in arms.values())
     assert "continuous_over_generate_5x" in result["goals"]
     assert "training_mfu_30pct" not in result["goals"]  # no card peak on a CPU: not measured
     assert "GPU bench: tiny" in capsys.readouterr().out
+
+
+def test_the_warm_up_round_is_small_and_the_same_for_every_arm(monkeypatch):
+    shape = SHAPES["qwen2.5-0.5b"]
+    warm = gpu_bench.warm_up_shape(shape)
+    assert (warm.questions, warm.group, warm.max_new_tokens) == (2, 2, 16)
+    assert (warm.prompt_tokens, warm.vocab, warm.micro_batch_size) == (300, shape.vocab, 4)
+    seen = []  # TRL's warm-up: a trainer of the warm-up shape, trained before the timed one
+    made = gpu_bench.trl_trainer
+
+    def trainer(model, tokenizer, shape, device, prompts, callbacks=()):
+        seen.append((shape, len(prompts), bool(callbacks)))
+        return made(model, tokenizer, shape, device, prompts, callbacks)
+
+    monkeypatch.setattr(gpu_bench, "trl_trainer", trainer)
+    tiny = SHAPES["tiny"]
+    base, tokenizer = gpu_bench.random_model(tiny), gpu_bench.word_tokenizer(tiny.vocab)
+    figures = gpu_bench.trl_round(base, tokenizer, tiny, "cpu")
+    assert seen == [(gpu_bench.warm_up_shape(tiny), 2, False), (tiny, tiny.questions, True)]
+    assert figures["warm_up_s"] > 0
+
+
+def test_peak_memory_says_whether_a_vllm_engine_is_in_it(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 30e9)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 31e9)
+
+    class Engine:
+        in_process = True  # vLLM's weights and KV cache come through torch's allocator
+
+    figures = gpu_bench.memory_figures(Engine())
+    assert figures["peak_reserved_gb"] == 31.0 and figures["engine_in_peak"] is True
+    assert figures["engine_memory_share"] == gpu_bench.VLLM_MEMORY_SHARE
+    assert "engine_in_peak" not in gpu_bench.memory_figures(object())  # transformers' arms
+    assert "not in it" not in gpu_bench.__doc__
+    arm = {"backend": "vllm", "generation_tokens_per_s": 1.0, "training_tokens_per_s": 1.0,
+           "round_s": 1.0, **figures}  # fmt: skip
+    grid = table({"shape": "tiny", "parameters": 1, "limits": {"card": "H100"}, "arms": [arm],
+                  "skipped": {}})  # fmt: skip
+    assert "KV cache" in grid.caption and list(grid.columns[-1].cells) == ["31.0*"]
 
 
 def test_a_bad_backend_or_a_missing_gpu_is_one_line(capsys):

@@ -7,6 +7,8 @@ finished completion keeps the stop token it sampled. (Weight routes, seeds and s
 `test_vllm_weights.py`.)
 """
 
+import weakref
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -168,6 +170,42 @@ def test_a_second_in_process_engine_is_refused_in_one_line(policy, vllm, monkeyp
     assert len(vllm.LLM.built) == 1  # refused before vLLM was asked for a second engine
     first.close()
     VLLMGenerator(policy, seed=3)  # the first is gone: one in-process engine again
+
+
+def test_close_stops_an_in_process_engine_and_frees_it(policy, vllm, monkeypatch):
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    state = vllm.distributed.parallel_state
+    generator = VLLMGenerator(policy, seed=1)
+    (llm,) = vllm.LLM.built
+    assert state.world is not None  # the engine set up the process's distributed state
+    core = weakref.ref(llm.llm_engine.engine_core)
+    weights = weakref.ref(llm.worker.weights["lm_head.weight"])
+    vllm.LLM.built.clear()
+    del llm
+    emptied = []  # at each emptying of the CUDA cache: were the engine's weights gone?
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(weights() is None))
+    generator.close()
+    assert state.world is None and core() is None
+    assert state.cleanups == 2  # EngineCore.shutdown's, and again once the engine was garbage
+    assert emptied[0] is False  # the first, in EngineCore.shutdown, while the LLM held it all
+    assert weights() is None and emptied[-1] is True  # emptied once nothing held them
+    generator.close()  # a second close does nothing
+    assert state.cleanups == 2
+    VLLMGenerator(policy, seed=2).close()  # the process takes a new in-process engine
+
+
+def test_close_ends_an_isolated_engines_core_and_its_folder(policy, vllm, monkeypatch):
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    isolate_engines()
+    generator = VLLMGenerator(policy, seed=1)
+    (llm,) = vllm.LLM.built
+    folder = generator.folder
+    assert folder.is_dir()
+    generator.close()
+    assert llm.llm_engine.engine_core.stopped and not folder.exists()
+    assert vllm.distributed.parallel_state.cleanups == 0  # nothing of it in this process
+    with pytest.raises(RuntimeError, match="shut down"):
+        llm.generate([{"prompt_token_ids": [1]}])
 
 
 def test_isolated_engines_each_run_apart_and_reload_from_their_own_file(policy, vllm, monkeypatch):
