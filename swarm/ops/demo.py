@@ -66,6 +66,7 @@ REAL_DEMO_DEFAULTS = (
     "generation.max_new_tokens=32",
     "training.lr=1e-5",
     "training.own_groups=4",
+    "training.micro_batch_size=16",  # activations a quarter of 64's (swarm-node config --plan)
     "sharing.shared_groups=4",
     'sharing.shared_from="same-family"',
     "tasks.eval_size=32",
