@@ -48,7 +48,9 @@ class Shape:
 SHAPES = {
     "tiny": Shape(questions=32, group=8, max_new_tokens=8, micro_batch_size=256),
     # The real model of node_config/smollm2-cpu.toml, its prompts (worked examples) and round.
-    "smollm2": Shape(questions=8, group=8, max_new_tokens=32, micro_batch_size=64),
+    # Micro-batches of 16: without activation checkpointing 64 sequences of this model need
+    # about 6 GB of activations (swarm-node config --plan), too much beside three copies.
+    "smollm2": Shape(questions=8, group=8, max_new_tokens=32, micro_batch_size=16),
     "qwen2-reduced": Shape(
         questions=2,
         group=8,
@@ -254,7 +256,9 @@ def trl(setup: Setup, shape: Shape):
     out = tempfile.mkdtemp(prefix="bench-trl-")
     config = GRPOConfig(
         output_dir=out,
-        per_device_train_batch_size=batch,
+        # micro-batches of the shape's size, accumulated into one optimizer step, as ours
+        per_device_train_batch_size=min(batch, shape.micro_batch_size),
+        gradient_accumulation_steps=max(1, batch // shape.micro_batch_size),
         generation_batch_size=batch,  # one generate for the whole batch
         num_generations=shape.group,
         max_completion_length=shape.max_new_tokens,
