@@ -210,7 +210,7 @@ class VerifySection:
     )
     spot_check_min_prob: float = opt(
         1e-10,
-        "A spot-checked token less likely than this under the declared sampler marks the group implausible. An honest sampler draws such a token with a chance of at most this times the vocabulary size (the tokens below it hold at most that much mass): 1e-6 flagged 1 in 1,092 honest SmolLM2-135M tokens (a 49,152-token vocabulary), a tampered token is typically far below 1e-10.",
+        "A spot-checked token less likely than this under the declared sampler marks the group implausible. An honest sampler draws such a token with a chance of at most this times the vocabulary size, per token (the tokens below the bound hold at most that much mass together): 1e-10 bounds it at 5e-6 for SmolLM2's 49,152 tokens, where 1e-6 allowed up to 5 %.",
         min=0.0,
         max=1.0,
     )
