@@ -12,7 +12,8 @@ completions with an advantage, so "planned" is the same plan at the sizes the ru
 (recorded in the join process: the largest generate call, training pass and update, the
 longest prompt and completion), and "error" compares it with the measured peak. The cases:
 
-- `default`: the default config (16 x 8 a round, 16 new tokens, micro-batches of 16);
+- `default`: the config as it is (without `--config`, the defaults: 16 x 8 a round, 16 new
+  tokens, micro-batches of 16);
 - `large`: 32 questions x 8, 64 new tokens, the update's 256 sequences in one pass;
 - `large, checkpointing`: the same with gradient checkpointing on;
 - `large, plain path`: the same without the shared prefix (every row runs its prompt);

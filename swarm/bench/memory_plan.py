@@ -129,9 +129,9 @@ def run_join(
     argv += ["--rounds", str(rounds), "--display", "none"]
     for s in sets:
         argv += ["--set", s]
-    sizes = run_dir.parent / f"{run_dir.name}-sizes.json"
+    sizes = run_dir / "bench-sizes.json"
     spec = json.dumps({"argv": argv, "sizes": str(sizes), "full_length": full_length})
-    log = run_dir.parent / f"{run_dir.name}.log"
+    log = run_dir / "bench-join.log"
     with open(log, "w") as out:
         cmd = [sys.executable, "-m", "swarm.bench.memory_plan", spec]
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)

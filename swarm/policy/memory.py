@@ -224,8 +224,9 @@ def layer_bytes_per_token(shape: ModelShape, setup: Setup) -> int:
 def pass_tokens(work: Workload, setup: Setup, rows: int) -> int:
     """Tokens one training pass over `rows` sequences runs through the decoder: with the
     shared prefix each distinct prompt once and every completion, else every row in full."""
-    if setup.shared_prefix:
-        prompts = min(work.questions, math.ceil(rows / work.completions) + 1)
+    if setup.shared_prefix:  # a pass may start in one group and end in another
+        groups = math.ceil(work.update_rows / work.completions)
+        prompts = min(groups, math.ceil(rows / work.completions) + 1)
         return prompts * work.prompt_tokens + rows * work.new_tokens
     return rows * (work.prompt_tokens + work.new_tokens)
 
