@@ -10,13 +10,16 @@ naming the key to change; `micro_batch_size` resolves `training.micro_batch_size
 to the largest micro-batch that fits. `plan_table` is `swarm-node config --plan`'s table.
 
 A model whose config.json is not on this machine (a hub model not yet downloaded) has no
-plan: nothing is refused for it. No torch is imported unless the device is CUDA.
+plan: nothing is refused for it. No torch is imported (a card's memory comes from
+nvidia-smi where it can say).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -183,15 +186,31 @@ def _generator(backend: str, cuda: bool) -> Generator:
 
 
 def cuda_device(device: str) -> bool:
-    """Whether `policy.device` runs on CUDA. "auto" asks torch only where an NVIDIA device
-    exists, so a machine without one checks a config without importing torch."""
+    """Whether `policy.device` runs on CUDA. "auto": an NVIDIA device is there and torch is a
+    CUDA build (read from its version file), so checking a config imports no torch."""
     if device != AUTO:
         return device.startswith("cuda")
-    if not (Path("/proc/driver/nvidia/gpus").is_dir() or Path("/dev/nvidia0").exists()):
-        return False
-    import torch
+    nvidia = Path("/proc/driver/nvidia/gpus").is_dir() or Path("/dev/nvidia0").exists()
+    return nvidia and torch_cuda_build()
 
-    return torch.cuda.is_available()
+
+def torch_cuda_build() -> bool:
+    """Whether the installed torch was built for CUDA, without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except OSError:
+        return False
+    return declares_cuda(text)
+
+
+def declares_cuda(version_file: str) -> bool:
+    """Whether torch's version.py names a CUDA version (`cuda = '12.8'`, not `None`)."""
+    return re.search(r"^cuda\b[^=\n]*=\s*['\"]", version_file, re.M) is not None
 
 
 def memory_there(cuda: bool, device: str) -> tuple[int, int]:
@@ -200,10 +219,38 @@ def memory_there(cuda: bool, device: str) -> tuple[int, int]:
     host = ram_available() + own_resident()
     if not cuda:
         return host, host
+    return card_memory(int(device.partition(":")[2] or 0)), host
+
+
+def card_memory(index: int) -> int:
+    """The memory of CUDA device `index`: nvidia-smi's figure (no torch), else torch's."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
+    physical = visible[index] if index < len(visible) else str(index)
+    total = smi_memory(physical) if physical.isdigit() else None
+    if total is not None:
+        return total
     import torch
 
-    index = int(device.partition(":")[2] or 0)
-    return torch.cuda.get_device_properties(index).total_memory, host
+    return torch.cuda.get_device_properties(index).total_memory
+
+
+def smi_memory(physical: str) -> int | None:
+    """A device's total memory as nvidia-smi reports it, in bytes; None if it cannot say."""
+    query = [
+        "nvidia-smi",
+        "-i",
+        physical,
+        "--query-gpu=memory.total",
+        "--format=csv,noheader,nounits",
+    ]
+    try:
+        done = subprocess.run(query, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    first = done.stdout.strip().splitlines()[:1]
+    if done.returncode != 0 or not first or not first[0].strip().isdigit():
+        return None
+    return int(first[0]) * MB  # MiB
 
 
 def ram_available() -> int:

@@ -177,3 +177,24 @@ def test_the_table_has_a_row_per_part(tmp_path):
     planned = config_plan(_config(tmp_path))
     lines = plan_table(planned)
     assert len(lines) == 2 + len(planned.plan.parts) + 3
+
+
+def test_a_cuda_build_of_torch_is_read_from_its_version_file():
+    assert memory.declares_cuda("__version__ = '2.13.0'\ncuda: Optional[str] = '13.0'\n")
+    assert memory.declares_cuda("cuda = '12.8'")
+    assert not memory.declares_cuda("cuda: Optional[str] = None\nhip: Optional[str] = '6.2'\n")
+
+
+def test_a_cards_memory_is_asked_of_the_card_torch_numbers_that_way(monkeypatch):
+    asked = []
+
+    def smi(physical: str) -> int:
+        asked.append(physical)
+        return 80 << 30
+
+    monkeypatch.setattr(memory, "smi_memory", smi)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert memory.card_memory(1) == 80 << 30
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    memory.card_memory(0)
+    assert asked == ["3", "0"]
