@@ -434,13 +434,14 @@ def run_demo(
     """Run the local swarm; `model` (a model name or path) picks the real-model settings."""
     from swarm.config.load import load_config
     from swarm.config.preflight import preflight
+    from swarm.policy.source import is_builtin
 
     console = Console()
     defaults = demo_defaults(model)
     demo = prepare(out, nodes, rounds, base_config, sets, defaults)
     first = load_config(demo[0].folder / "config.toml")
     preflight(first)  # a config mistake: one line, not N logs (a GGUF model is converted here)
-    kind = "tiny" if first.policy.model.startswith("swarm-tiny") else "real"
+    kind = "tiny" if is_builtin(first.policy.model) else "real"
     timeout = timeout or (120 + SECONDS_A_ROUND[kind] * rounds * max(1, nodes / 2))
 
     if first.policy.model == "swarm-tiny":

@@ -15,6 +15,7 @@ Reading GGUF needs the `gguf` and `accelerate` packages (dependencies of swarm-n
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -96,6 +97,14 @@ def gguf_problem(name: str) -> str | None:
 
 
 def file_sha256(path: Path) -> str:
+    """sha256 of a file, computed once per (path, size, modification time) in this process:
+    loading, naming and checking one model would otherwise hash the file three times."""
+    stat = path.stat()
+    return _sha256_of(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
