@@ -1,34 +1,45 @@
-"""The continuous-batching generator: transformers' `generate_batch` over the trainer's module.
+"""The continuous-batching generator: sequences join the batch as others finish, over the
+trainer's own weights.
 
-transformers 5.x ships continuous batching (`ContinuousBatchingManager`, reached through
-`model.generate_batch`): a paged key/value cache, sequences joining the batch as others
-finish instead of a padded batch waiting for its longest row, one prompt's completions
-sharing its cache blocks, CUDA graphs on a GPU. It runs the very module the trainer
-updates, so there is nothing to sync after a step and no second copy of the weights.
+Two engines, chosen per machine by `swarm.policy.decode_plan`:
 
-For the duration of a call the manager switches the model to its paged attention and then
-back, and frees its cache when it stops, so the trainer gets the model and the memory back.
-The cache is sized to hold every request of the call at once and takes the module's dtype:
-fp32 under a trainer's master weights (a second copy in bf16 is what sharing avoids).
-Sampling is the one `SamplingParams` definition (temperature 0: greedy; top-k 0: off), with
-the model folder's generation defaults overridden (no repetition penalty). The manager
-returns the log-prob of each sampled token under the distribution it sampled from; with
-temperature 1 and no top-p/top-k that is the raw model's, as `Completion.logprobs` is
-defined; with any other sampler the raw log-probs are recomputed by one forward pass.
+- **paged** (`swarm.policy.paged`, the default): a paged key/value cache and an attention
+  function that reads each sequence's own pages, so a decode step of N sequences costs N x
+  the longest context, on a CPU or a GPU. One prompt's completions share its prefill.
+- **transformers' continuous batching** (`model.generate_batch`) where it can run flash
+  attention (CUDA, 16-bit, the flash-attn package): per-sequence flash kernels, its decode
+  fast path over a block table, and CUDA graphs (it captures them only on its flash paths,
+  where no mask is needed). Its sdpa path ("library" without flash) attends every query to
+  every sequence of the step through a dense mask; it is kept for comparison.
+
+Precision: on CUDA with bf16 an fp32 trainer module is sampled through a bf16 copy of its
+weights, refreshed (one cast-copy) at every call, so a training step shows at once; its
+cache is bf16 too. On a CPU the module itself runs, in fp32, and no copy is kept.
+
+Either engine switches the module's attention for the call and back, and frees its cache
+when it stops. Sampling is the one `SamplingParams` definition (temperature 0: greedy; top-k
+0: off), with the model folder's generation defaults overridden (no repetition penalty).
+The log-prob returned for each token is the raw model's (temperature 1, no top-p/top-k), as
+`Completion.logprobs` is defined: the paged engine computes it at each step; transformers'
+manager returns the sampler's, recomputed by one forward pass where the two differ.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import torch
 
 from swarm.core.errors import GeneratorError
+from swarm.policy.decode_plan import DecodePlan, decode_plan
 from swarm.policy.generator import Completion, Generator, SamplingParams
+from swarm.policy.paged import PagedDecoder
 from swarm.policy.prefix import hidden_logprobs
 
 PAGE_TOKENS = 256  # transformers' default page (block) size, in tokens
 RECOMPUTE_ROWS = 16  # rows a raw log-prob recomputation runs at once
+FLASH_MODULES = ("flash_attn", "flash_attn_interface", "kernels")  # FA2, FA3, hub kernels
 
 
 def plain_sampler(params: SamplingParams) -> bool:
@@ -55,23 +66,82 @@ def generation_config(params: SamplingParams, stop_ids: list[int], pad_id: int |
 
 
 def batching_config(
-    inputs: list[list[int]], max_new_tokens: int, max_sequences: int, max_batch_tokens: int
+    inputs: list[list[int]],
+    max_new_tokens: int,
+    max_sequences: int,
+    max_batch_tokens: int,
+    plan: DecodePlan | None = None,
 ):
-    """A cache that holds every request at once (pages rounded up per request) and a step of
-    at most `max_sequences` sequences and `max_batch_tokens` tokens; log-probs returned."""
+    """transformers' continuous batching config: a cache that holds every request at once
+    (pages rounded up per request), a step of at most `max_sequences` sequences and
+    `max_batch_tokens` tokens, log-probs returned; CUDA graphs as `plan` says, and no
+    switch to flash attention where `plan` runs sdpa (where the version has that switch)."""
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     pages = sum(math.ceil((len(ids) + max_new_tokens) / PAGE_TOKENS) for ids in inputs)
+    extra = {}
+    if plan is not None:
+        extra["use_cuda_graph"] = plan.cuda_graphs
+        if (
+            plan.attention != "flash"
+            and "auto_switch_to_flash" in ContinuousBatchingConfig.__dataclass_fields__
+        ):
+            extra["auto_switch_to_flash"] = False
     return ContinuousBatchingConfig(
         num_blocks=pages + 1,
         max_batch_tokens=max(max_batch_tokens, max_sequences),
         max_requests_per_batch=max_sequences,
         return_logprobs=True,
+        **extra,
     )
 
 
+def machine_plan(model, attention: str = "auto") -> DecodePlan:
+    """`decode_plan` for `model` on the machine this runs on."""
+    import transformers
+
+    param = next(model.parameters())
+    cuda = param.device.type == "cuda"
+    found = [importlib.util.find_spec(m) is not None for m in FLASH_MODULES]
+    package, importable = any(found[:2]), any(found[:2]) or (cuda and found[2])
+    return decode_plan(
+        param.device.type,
+        str(param.dtype).removeprefix("torch."),
+        transformers.__version__,
+        bf16_supported=cuda and torch.cuda.is_bf16_supported(),
+        flash_package=package,
+        flash_importable=importable,
+        attention=attention,
+    )
+
+
+def generation_copy(model, dtype: torch.dtype):
+    """An empty twin of `model` (its own config, the same parameter names) with parameters
+    in `dtype` and buffers as the model's; `refresh` fills it."""
+    import copy
+
+    with torch.device("meta"):
+        twin = type(model)(copy.deepcopy(model.config))
+    twin = twin.to_empty(device=next(model.parameters()).device)
+    twin.tie_weights()  # tied as the model's are (one copy of a tied head)
+    for p in twin.parameters():
+        p.data = p.data.to(dtype)
+    twin.requires_grad_(False)
+    return twin.eval()
+
+
+@torch.no_grad()
+def refresh(twin, model) -> None:
+    """Copy `model`'s weights (cast) and buffers into `twin`."""
+    source = dict(model.named_parameters(remove_duplicate=False))
+    source |= dict(model.named_buffers(remove_duplicate=False))
+    for name, tensor in [*twin.named_parameters(), *twin.named_buffers()]:
+        tensor.copy_(source[name])
+
+
 class ContinuousGenerator(Generator):
-    """Continuous batching over the trainer's module (CPU or GPU; CUDA graphs on a GPU)."""
+    """Continuous batching over the trainer's module (module docstring): the paged engine,
+    or transformers' manager where it runs flash attention (with CUDA graphs)."""
 
     def __init__(
         self,
@@ -80,6 +150,7 @@ class ContinuousGenerator(Generator):
         stop_ids: set[int],
         max_sequences: int = 256,
         max_batch_tokens: int = 0,
+        attention: str = "auto",
     ):
         if max_sequences < 1:
             raise GeneratorError("the continuous backend needs at least 1 sequence a step")
@@ -100,6 +171,9 @@ class ContinuousGenerator(Generator):
         self.max_sequences = max_sequences
         cpu = next(model.parameters()).device.type == "cpu"
         self.max_batch_tokens = max_batch_tokens or (512 if cpu else 8192)
+        self.plan = machine_plan(model, attention)
+        self._twin = None  # the generation copy of the weights (plan.copy)
+        self.last_cache_bytes = 0  # the paged engine's cache in the last call
 
     def generate(
         self, prompts: list[str], n: int, params: SamplingParams
@@ -108,29 +182,63 @@ class ContinuousGenerator(Generator):
         inputs = [list(ids) for ids in prompt_ids for _ in range(n)]
         if not inputs:
             return [[] for _ in prompts]
-        outputs = self._run(inputs, params)
-        tokens = [list(o.generated_tokens) for o in outputs]
-        if plain_sampler(params):
-            logprobs = [list(o.logprobs) for o in outputs]
+        if self.plan.attention == "paged":
+            tokens, logprobs = self._run_paged(prompt_ids, n, params)
         else:
-            logprobs = self.raw_logprobs(inputs, tokens)
+            outputs = self._run(inputs, params)
+            tokens = [list(o.generated_tokens) for o in outputs]
+            if plain_sampler(params):
+                logprobs = [list(o.logprobs) for o in outputs]
+            else:
+                logprobs = self.raw_logprobs(inputs, tokens)
         flat = [
             self._completion(ids, toks, lps, params.max_new_tokens)
             for ids, toks, lps in zip(inputs, tokens, logprobs, strict=True)
         ]
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
-    def _run(self, inputs: list[list[int]], params: SamplingParams) -> list:
-        """The manager's outputs, one per input, in input order."""
-        config = generation_config(params, self.stop_ids, self.tokenizer.pad_token_id)
-        batching = batching_config(
-            inputs, params.max_new_tokens, self.max_sequences, self.max_batch_tokens
-        )
-        was_training = self.model.training
-        self.model.eval()
+    def close(self) -> None:
+        self._twin = None
+
+    def _module(self):
+        """The module generation runs: the trainer's, or its refreshed generation copy."""
+        if not self.plan.copy:
+            return self.model
+        if self._twin is None:
+            self._twin = generation_copy(self.model, getattr(torch, self.plan.dtype))
+        refresh(self._twin, self.model)
+        return self._twin
+
+    def _run_paged(self, prompt_ids, n, params):
+        module = self._module()
+        decoder = PagedDecoder(module, self.max_sequences, self.max_batch_tokens)
+        was_training = module.training
+        module.eval()
         try:
             with torch.no_grad():
-                results = self.model.generate_batch(
+                done = decoder.run(prompt_ids, n, params, set(self.stop_ids))
+        except (RuntimeError, ValueError, MemoryError) as e:
+            raise GeneratorError(f"paged decoding failed: {e.__class__.__name__}: {e}") from None
+        finally:
+            module.train(was_training)
+        self.last_cache_bytes = decoder.peak_cache_bytes
+        return [s.tokens for s in done], [s.logprobs for s in done]
+
+    def _run(self, inputs: list[list[int]], params: SamplingParams) -> list:
+        """transformers' manager's outputs, one per input, in input order."""
+        module = self._module()
+        config = generation_config(params, self.stop_ids, self.tokenizer.pad_token_id)
+        batching = batching_config(
+            inputs, params.max_new_tokens, self.max_sequences, self.max_batch_tokens, self.plan
+        )
+        was_training = module.training
+        original = getattr(module.config, "_attn_implementation", None)
+        module.eval()
+        try:
+            if self.plan.pin_sdpa:  # 5.17-5.24 never switch a "paged|" implementation to flash
+                module.set_attn_implementation("paged|sdpa")
+            with torch.no_grad():
+                results = module.generate_batch(
                     inputs,
                     generation_config=config,
                     continuous_batching_config=batching,
@@ -141,7 +249,9 @@ class ContinuousGenerator(Generator):
                 f"continuous batching failed: {e.__class__.__name__}: {e}"
             ) from None
         finally:
-            self.model.train(was_training)
+            if self.plan.pin_sdpa:
+                module.set_attn_implementation(original)
+            module.train(was_training)
         ordered = sorted(results.values(), key=lambda o: int(str(o.request_id).rsplit("_", 1)[1]))
         failed = [o for o in ordered if o.error]
         if len(ordered) != len(inputs) or failed:
