@@ -270,9 +270,34 @@ def doctor(
             "version against the pins), against what the config asks for; needs no run folder.",
         ),
     ] = False,
+    network: Annotated[
+        bool,
+        typer.Option(
+            "--network",
+            help="Check only the network, as this node would join it (its config, identity "
+            "and swarm key): dial each p2p.bootstrap address and say in one line each how far "
+            "it got (reached, refused, timed out, unreachable, wrong swarm key, wrong peer ID, "
+            "not on its allow-list, other protocol version); then AutoNAT's verdict (reached "
+            "peers asked to dial this node back) and the address peers see it at, the "
+            "reservation each p2p.relays relay holds, and what peers' dated announcements say "
+            "of the clocks. Exits 0 when the node can take part: a bootstrap peer reached, or "
+            "none configured and others can reach it (it listens, or a relay holds a "
+            "reservation).",
+        ),
+    ] = False,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            max=120.0,
+            help="With --network: seconds each step of a dial may take (TCP connection, first "
+            "answer, handshake).",
+        ),
+    ] = 5.0,
     json_out: JsonOption = False,
 ) -> None:
-    """Check a node's ledger, checkpoints and this machine's GPU stack: SQLite integrity,
+    """Check a node's ledger, checkpoints and this machine's GPU stack (or, with --network,
+    whether it reaches its swarm and the swarm reaches it): SQLite integrity,
     schema version, round history (no gaps, no duplicate live rounds), the ledger's size (on
     disk, in use, rows), checkpoints loadable, the newest one backed by the ledger; CUDA,
     the torch build (CPU or CUDA, version), vLLM's import and version against
@@ -281,25 +306,33 @@ def doctor(
     Safe on a running node: the ledger is read from a consistent snapshot. Exits 0 when
     healthy, 1 when a problem was found (the GPU stack is a problem only where the config
     asks for CUDA or vLLM). With --ledger only the ledger is checked; with --gpu only the
-    GPU stack.
+    GPU stack; with --network only the network (see --network), which reads the run folder's
+    identity and writes nothing.
     """
     import json
 
     from swarm.ops.doctor import diagnose, healthy
 
+    if network and (gpu_only or ledger is not None):
+        raise SwarmError("--network checks only the network: give it without --gpu and --ledger")
     cfg = load(config, sets, _run_dir_flag(run_dir))
     findings = []
-    if not gpu_only:
+    if network:
+        from swarm.ops.network_doctor import network_findings
+
+        findings = network_findings(cfg, timeout)
+    elif not gpu_only:
         url = ledger_url(cfg, ledger)  # a file that is no ledger is a finding, not a usage error
         checkpoints = None if ledger is not None else cfg.run_dir / "checkpoints"
         findings = diagnose(url, checkpoints)
-    if gpu_only or ledger is None:
+    if not network and (gpu_only or ledger is None):
         from swarm.ops.gpu_stack import GpuNeeds, gpu_pins, probe, stack_findings
 
         findings += stack_findings(probe(), GpuNeeds.from_config(cfg), *gpu_pins())
     if json_out:
         out = {"healthy": healthy(findings), "findings": [f.__dict__ for f in findings]}
-        typer.echo(json.dumps({"ledger": None if gpu_only else url, **out}, indent=2))
+        where = {} if network else {"ledger": None if gpu_only else url}
+        typer.echo(json.dumps({**where, **out}, indent=2))
     else:
         marks = {"ok": "ok     ", "warning": "warning", "problem": "PROBLEM"}
         for f in findings:
