@@ -127,6 +127,23 @@ def family_success(
     return {f: min(1.0, max(0.0, total[f] / (count[f] * max_reward))) for f in total if count[f]}
 
 
+def learning_families(groups: Iterable[tuple[str, Sequence[float]]]) -> frozenset[str]:
+    """Families on which at least one of these (family, rewards) groups carries learning
+    signal (rewards that differ). Fed a node's own recent groups, these are the families it
+    is learning by itself, where `sharing.shared_weight_control = "own-signal"` gives peers'
+    groups `own_signal_weight`: a node's own evidence, nothing a peer says."""
+    return frozenset(family for family, rewards in groups if has_signal(rewards))
+
+
+def own_signal_weights(
+    families: Sequence[str], learning: Iterable[str], weight: float, learning_weight: float
+) -> list[float]:
+    """Each shared sample's weight relative to the own part, by its task family:
+    `learning_weight` on a family in `learning` (`learning_families`), `weight` elsewhere."""
+    mine = frozenset(learning)
+    return [learning_weight if f in mine else weight for f in families]
+
+
 def has_signal_against(rewards: Sequence[float], baseline: float | None, eps: float = 1e-6) -> bool:
     """Whether a shared group can teach a node whose mean reward on its family is `baseline`:
     its rewards differ from each other or from the baseline (None: the group's own rule)."""

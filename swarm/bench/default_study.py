@@ -68,6 +68,10 @@ class Judgement:
     def mean_vs_8_0(self) -> float:
         return statistics.fmean(r.mean for r in self.against_8_0)
 
+    @property
+    def mean_vs_equal_cost(self) -> float:
+        return statistics.fmean(r.mean for r in self.equal_cost)
+
 
 def against(
     testbed: str,
@@ -114,6 +118,13 @@ def judge(
     arm, base = CANDIDATES[name], EQUAL_COST[name]
     equal = tuple(against(t, arm, base, *by_testbed[t]) for t in TESTBEDS)
     vs_8_0 = tuple(against(t, arm, "8/0", *by_testbed[t]) for t in TESTBEDS)
+    why = failures(equal, base)
+    return Judgement(name, arm, equal, vs_8_0, not why, tuple(why))
+
+
+def failures(equal: Sequence[TestbedResult], base: str) -> list[str]:
+    """The rule's clauses a candidate misses against its equal-cost baseline `base`, one
+    line each ([] when it passes); `equal`: its result on each testbed."""
     why = []
     for r in equal:
         if r.mean < MIN_MEAN:
@@ -124,7 +135,7 @@ def judge(
             why.append(f"{r.testbed}: held-out lower on " + ", ".join(r.held_out_losses))
     if not any(r.mean >= MIN_GAIN and r.ci_low > 1.0 for r in equal):
         why.append(f"no testbed at >= {MIN_GAIN:.2f} x {base} with a CI above 1")
-    return Judgement(name, arm, equal, vs_8_0, not why, tuple(why))
+    return why
 
 
 def decide(judgements: Sequence[Judgement]) -> str:

@@ -52,6 +52,16 @@ CHANNELS: dict[str, dict] = {
     "recv": {"shared_advantage": "receiver"},
     "shape": {"shared_shaping": 0.1},
     "parts": {"shared_normalizer": "parts", "shared_weight": 0.5},
+    # study 4: own tokens never diluted, peers' groups at a quarter of the own part's weight
+    "parts25": {"shared_normalizer": "parts", "shared_weight": 0.25},
+    # study 4: per family, peers' groups weigh 0.5 where the node's own groups carried no
+    # signal lately and 0.1 where they did (a family it is learning by itself)
+    "gate": {
+        "shared_normalizer": "parts",
+        "shared_weight": 0.5,
+        "shared_weight_control": "own-signal",
+        "own_signal_weight": 0.1,
+    },
     "shuf": {},
     # not a channel but a peer filter: pull only from peers of this node's model family
     "fam": {"shared_from": "same-family"},
@@ -123,6 +133,9 @@ class Study:
     folder_prefix: str = ""  # results/sapo/<prefix><protocol>-<testbed>
     controls: tuple[tuple[str, str], ...] = ()  # (control, baseline): no gain expected
     seeds: tuple[int, ...] = VERDICT_SEEDS  # the verdict's seeds
+    # tuning beyond the grid (`swarm.bench.tuning`): "" none, "below" one step below when the
+    # smallest rate wins (study 3), "both" until the best rate is bracketed (study 4)
+    bracket: str = ""
 
     def folder(self, protocol: str, testbed: str) -> str:
         return f"{self.folder_prefix}{protocol}-{testbed}"
@@ -162,6 +175,20 @@ STUDIES: dict[str, Study] = {
         (),  # judged by its own rule across both testbeds (`swarm.bench.default_study`)
         folder_prefix="default-",
         seeds=tuple(range(6, 12)),
+        bracket="below",
+    ),
+    # The fourth (both testbeds): sharing that never costs a node its own learning. Two
+    # candidates that keep own tokens undiluted, against 4/0 (which generates as much); the
+    # rule is study 3's (`swarm.bench.protect_study`).
+    "protect": Study(
+        "protect",
+        ("4/0", "4/4-parts25+fam", "4/4-gate+fam"),
+        (3e-5, 1e-4, 3e-4),
+        300,
+        (),  # judged by study 3's rule across both testbeds (`swarm.bench.protect_study`)
+        folder_prefix="protect-",
+        seeds=tuple(range(12, 18)),
+        bracket="both",
     ),
 }
 # Pre-registered acceptance of the first two studies (docs/SAPO.md), for a candidate arm
@@ -367,29 +394,6 @@ def _family_deltas(cand: Mapping, base: Mapping, seeds: Sequence[int]) -> dict[s
         if pairs:
             deltas[f] = statistics.fmean(c - b for c, b in pairs)
     return deltas
-
-
-def best_lr(scores: Mapping[float, float]) -> float:
-    """The learning rate with the highest cumulative reward (ties: the smaller rate)."""
-    if not scores:
-        raise ConfigError("no tuning result to choose a learning rate from")
-    return max(sorted(scores), key=lambda lr: scores[lr])
-
-
-def rates_below(
-    tuned: Sequence[Mapping], arms: Sequence[str], grid: Sequence[float]
-) -> dict[str, float]:
-    """Arms whose best tuning result is the grid's smallest rate, with the rate one step
-    below it (a third, at one significant figure: 3e-5 -> 1e-5), once every grid rate of the
-    arm has run. `tuned`: tuning units (dicts with arm, lr, cumulative_own_reward)."""
-    lowest = min(grid)
-    below = float(f"{lowest / 3:.0e}")
-    out = {}
-    for arm in arms:
-        scores = {u["lr"]: u["cumulative_own_reward"] for u in tuned if u["arm"] == arm}
-        if all(lr in scores for lr in grid) and best_lr(scores) == lowest:
-            out[arm] = below
-    return out
 
 
 def best_channel(

@@ -18,7 +18,6 @@ from swarm.bench.experiment import (
     Testbed,
     best_channel,
     parse_arm,
-    rates_below,
 )
 from swarm.bench.sapo_units import (
     code_commit,
@@ -29,6 +28,7 @@ from swarm.bench.sapo_units import (
     unit_path,
     write_json,
 )
+from swarm.bench.tuning import bracketing_rates, rates_below, unbracketed
 from swarm.core.errors import ConfigError
 
 DESCRIPTION = """Does sharing pay? The SAPO experiment: arms of 8 nodes, tuned, run over paired seeds, judged.
@@ -75,8 +75,10 @@ def parse_args(argv=None):
         "--study",
         default="channels",
         choices=list(STUDIES),
-        help="which pre-registered study: channels (sharing channels, gap testbed by default) "
-        "or sharing (the first verdict: plain SAPO on the skills testbed)",
+        help="which pre-registered study (docs/SAPO.md): sharing (the first verdict: plain SAPO "
+        "on the skills testbed), channels (sharing channels, gap testbed by default), default "
+        "(study 3: the default of a joining node) or protect (study 4: sharing that keeps a "
+        "node's own learning; both testbeds, run each with --testbed)",
     )
     parser.add_argument(
         "--protocol",
@@ -96,8 +98,9 @@ def parse_args(argv=None):
         "--arms",
         default="",
         help="arms, comma-separated, I/J[-option+option] with options need, joint, recv, "
-        "shape, parts, shuf (default: the study's arms; the channels study on a testbed other "
-        "than gap: 8/0, 4/0 and the best channel of the gap verdict; quick: 4/0,4/4)",
+        "shape, parts, parts25, gate, shuf, fam (default: the study's arms; the channels "
+        "study on a testbed other than gap: 8/0, 4/0 and the best channel of the gap verdict; "
+        "quick: 4/0,4/4)",
     )
     parser.add_argument(
         "--seeds", default="", help="seeds, comma-separated (run; default: the verdict seeds)"
@@ -187,17 +190,30 @@ def units_for(args) -> list[tuple[Arm, int, float]]:
     arms = [parse_arm(a) for a in study_arms(args).split(",") if a.strip()]
     if args.command == "tune":
         grid = [(arm, TUNING_SEED, lr) for arm in arms for lr in study.learning_rates]
-        if study.name != "default":
+        if not study.bracket:
             return grid
-        from swarm.bench.sapo_report import (
-            load_units,  # the grid's smallest rate won: one step below
-        )
+        from swarm.bench.sapo_report import load_units  # rates beyond the grid (tuning.py)
 
         tuned = [u for u in load_units(unit_folder(args)) if u["seed"] == TUNING_SEED]
-        lower = rates_below(tuned, [a.name for a in arms], study.learning_rates)
-        return grid + [(parse_arm(name), TUNING_SEED, lr) for name, lr in lower.items()]
+        names = [a.name for a in arms]
+        if study.bracket == "below":  # study 3: the grid's smallest rate won, one step below
+            lower = rates_below(tuned, names, study.learning_rates)
+            return grid + [(parse_arm(name), TUNING_SEED, lr) for name, lr in lower.items()]
+        beyond = bracketing_rates(tuned, names, study.learning_rates)
+        return grid + [
+            (parse_arm(name), TUNING_SEED, lr) for name, rates in beyond.items() for lr in rates
+        ]
     if args.command == "verdict":
-        from swarm.bench.sapo_report import chosen_lrs
+        from swarm.bench.sapo_report import chosen_lrs, load_units
+
+        if study.bracket == "both":
+            tuned = [u for u in load_units(unit_folder(args)) if u["seed"] == TUNING_SEED]
+            pending = unbracketed(tuned, [a.name for a in arms], study.learning_rates)
+            if pending:
+                raise SystemExit(
+                    f"error: tuning is not bracketed yet ({', '.join(pending)} to run): run "
+                    "the tune command again"
+                )
 
         lrs = chosen_lrs(unit_folder(args), arms, study.learning_rates)
         return [(arm, seed, lrs[arm.name]) for seed in study.seeds for arm in arms]
@@ -211,10 +227,10 @@ def main(argv=None) -> int:
         args.arms, args.rounds, args.eval_size = args.arms or "4/0,4/4", min(args.rounds, 3), 8
         args.seeds, args.command = args.seeds or "0", "run"
         args.results = args.results if args.results != "results/sapo" else "runs/sapo-quick"
-    if args.command == "report" and args.study == "default":
+    if args.command == "report" and args.study in ("default", "protect"):
         from swarm.bench.sapo_report import report_default
 
-        return report_default(Path(args.results), console, args.protocol)
+        return report_default(Path(args.results), console, args.protocol, args.study)
     if args.command == "report":
         from swarm.bench.sapo_report import report
 

@@ -5,7 +5,8 @@
 Reads <results>/<protocol>-<testbed>/units/*.json; writes report.json and cumulative.png
 beside them. The acceptance rule is `swarm.bench.experiment.compare`, pre-registered in
 docs/SAPO.md before the verdict run. The default study (`--study default`) is judged across
-both testbeds by `swarm.bench.default_study` (`report_default`): default-decision.json.
+both testbeds by `swarm.bench.default_study` (`report_default`): default-decision.json; study 4
+(`--study protect`) by the same rule in `swarm.bench.protect_study`: protect-decision.json.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from swarm.bench.experiment import (
     Arm,
     Study,
     best_channel,
-    best_lr,
     compare,
 )
 from swarm.bench.sapo_tables import (
@@ -42,6 +42,7 @@ from swarm.bench.sapo_tables import (
     warmed_table,
     weak_table,
 )
+from swarm.bench.tuning import best_lr
 from swarm.core.errors import ConfigError
 
 
@@ -114,7 +115,10 @@ def report(folder: Path, console: Console, study: Study = STUDIES["sharing"]) ->
         "folder": str(folder),
         "study": study.name,
         "model_digests": next(iter(model_sets(units))),
-        "tuning": tuning_table(tuning, console, study.learning_rates),
+        # the grid's rates and any beyond it that bracketing ran (swarm.bench.tuning)
+        "tuning": tuning_table(
+            tuning, console, tuple(sorted({*study.learning_rates, *(u["lr"] for u in tuning)}))
+        ),
     }
     chosen = _at_tuned_rates(units)
     cumulative: dict[str, dict[int, float]] = defaultdict(dict)
@@ -159,16 +163,30 @@ def report(folder: Path, console: Console, study: Study = STUDIES["sharing"]) ->
     return 0
 
 
-def report_default(results: Path, console: Console, protocol: str = "paper") -> int:
-    """Each testbed's tables, then the default study's rule over both, the cost of each arm,
-    and the decision (once every verdict unit of both testbeds is in): default-decision.json."""
-    from swarm.bench.default_study import CANDIDATES, TESTBEDS, cost_rows, decide, judge
+# the studies judged across both testbeds: their rule's module and the decision file it writes
+RULES = {
+    "default": ("swarm.bench.default_study", "default-decision.json"),
+    "protect": ("swarm.bench.protect_study", "protect-decision.json"),
+}
 
-    study = STUDIES["default"]
+
+def report_default(
+    results: Path, console: Console, protocol: str = "paper", study_name: str = "default"
+) -> int:
+    """Each testbed's tables, then the study's rule over both (study 3, `default`, or study 4,
+    `protect`), the cost of each arm, and the decision (once every verdict unit of both
+    testbeds is in): default-decision.json or protect-decision.json."""
+    import importlib
+
+    module, decision_file = RULES[study_name]
+    rule = importlib.import_module(module)
+    from swarm.bench.default_study import cost_rows
+
+    study = STUDIES[study_name]
     by_testbed: dict[str, tuple] = {}
     testbeds: dict[str, dict] = {}
-    payload: dict[str, Any] = {"study": "default", "testbeds": testbeds}
-    for testbed in TESTBEDS:
+    payload: dict[str, Any] = {"study": study_name, "testbeds": testbeds}
+    for testbed in rule.TESTBEDS:
         folder = results / study.folder(protocol, testbed)
         if not load_units(folder):
             console.print(f"{testbed}: no units yet in {folder / 'units'}")
@@ -191,12 +209,20 @@ def report_default(results: Path, console: Console, protocol: str = "paper") -> 
         cost = cost_rows(chosen)
         cost_table(testbed, cost, console)
         testbeds[testbed] = {"missing": missing, "cost": cost}
-    if len(by_testbed) < len(TESTBEDS) or any(t["missing"] for t in testbeds.values()):
+    if len(by_testbed) < len(rule.TESTBEDS) or any(t["missing"] for t in testbeds.values()):
         console.print("decision: not yet (every arm needs every verdict seed on both testbeds)")
     else:
-        judgements = [judge(name, by_testbed) for name in CANDIDATES]
-        payload["judgements"] = [asdict(j) | {"mean_vs_8_0": j.mean_vs_8_0} for j in judgements]
-        payload["default"] = decide(judgements)
+        judgements = [rule.judge(name, by_testbed) for name in rule.CANDIDATES]
+        payload["judgements"] = [
+            asdict(j)
+            | (
+                {"mean_vs_8_0": j.mean_vs_8_0}
+                if j.against_8_0
+                else {"mean_vs_equal_cost": j.mean_vs_equal_cost}
+            )
+            for j in judgements
+        ]
+        payload["default"] = rule.decide(judgements)
         for j in judgements:
             verdict = "PASS" if j.passed else "fail: " + "; ".join(j.why)
             ratios = ", ".join(
@@ -204,7 +230,7 @@ def report_default(results: Path, console: Console, protocol: str = "paper") -> 
             )
             console.print(f"{j.name} ({j.arm}) vs {j.equal_cost[0].baseline}: {ratios}; {verdict}")
         console.print(f"decision: {payload['default'] or 'neither passes: shared_groups stays 0'}")
-    path = results / "default-decision.json"
+    path = results / decision_file
     path.write_text(json.dumps(payload, indent=1))
     console.print(f"wrote {path}")
     return 0

@@ -11,7 +11,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from swarm.bench.experiment import TUNING_SEED, Study, best_lr
+from swarm.bench.experiment import TUNING_SEED, Study
+from swarm.bench.tuning import best_lr
 from swarm.policy.skills import GAP_SWARM, SKILL_SWARM, family_of
 
 # Families a model knows without a systematic error on every example ("strong").

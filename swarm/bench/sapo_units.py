@@ -165,6 +165,12 @@ def run_unit(args, arm: Arm, seed: int, lr: float) -> dict:
             dict(sum((Counter(row[k]["shared_by_family"]) for row in rounds), Counter()))
             for k in range(len(nodes))
         ],
+        # own-signal control (study 4's gate): per node, rounds each family was one the node
+        # was learning by itself, its peers' groups there at sharing.own_signal_weight
+        "learning_rounds": [
+            dict(sum((Counter(row[k].get("learning", ())) for row in rounds), Counter()))
+            for k in range(len(nodes))
+        ],
         "commit": code_commit(),
         # per node: what the exchange failed to fetch and the groups it refused, by reason (an
         # honest in-process swarm has none: any is a fault of the run, e.g. a missed deadline)
@@ -240,6 +246,8 @@ def _run_rounds(args, nodes, label: str, rounds: list, log_path: Path) -> None:
                     "accepted": rep.accepted,
                     "rejected": rep.rejected,
                     "seconds": round(rep.total_s, 3),
+                    # own-signal control: the families whose shared groups weighed less
+                    **({"learning": sorted(node.rounds.learning)} if node.rounds.learning else {}),
                 }
             )
         rounds.append(row)

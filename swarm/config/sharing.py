@@ -77,8 +77,9 @@ class SharingSection:
     )
     need_window: int = opt(
         10,
-        "shared_sampling = need, or shared_advantage = receiver: rounds of this node's own "
-        "groups its success per family is measured over.",
+        "shared_sampling = need, shared_advantage = receiver or shared_weight_control = "
+        "own-signal: rounds of this node's own groups its success (or signal) per family is "
+        "measured over.",
         min=1,
     )
     shared_advantage: str = opt(
@@ -107,4 +108,19 @@ class SharingSection:
         "batch: every token of the batch weighs the same (shared tokens can swamp own ones); "
         "parts: own and shared tokens are normalised apart, the shared part times shared_weight.",
         choices=("batch", "parts"),
+    )
+    shared_weight_control: str = opt(
+        "fixed",
+        "With shared_normalizer = parts, how a shared group's weight is set: fixed "
+        "(shared_weight for every one) or own-signal (per task family, from this node's own "
+        "groups alone: own_signal_weight on a family where one of its own groups carried "
+        "learning signal within the last need_window rounds, i.e. one it is learning by "
+        "itself; shared_weight elsewhere). See docs/SAPO.md, study 4.",
+        choices=("fixed", "own-signal"),
+    )
+    own_signal_weight: float = opt(
+        0.1,
+        "shared_weight_control = own-signal: the weight, relative to the own part, of shared "
+        "groups of a family this node is learning by itself (shared_weight on the others).",
+        min=0.0,
     )

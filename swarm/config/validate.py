@@ -90,6 +90,13 @@ def check_cross_field(config: Config, origin) -> None:
             f'{config.sharing.shared_from!r} needs p2p.exchange = "pull" (gossip delivers '
             "every peer's groups before their family is known)"
         )
+    s = config.sharing
+    if s.shared_weight_control != "fixed" and s.shared_normalizer != "parts":
+        raise ConfigError(
+            f"{origin('sharing', 'shared_weight_control', 'sharing.shared_normalizer')}: "
+            f"sharing.shared_weight_control = {s.shared_weight_control!r} needs "
+            'sharing.shared_normalizer = "parts" (under "batch" no part has a weight to set)'
+        )
     if config.generation.temperature == 0 and config.node.role != "observer":
         raise ConfigError(
             f"{origin('generation', 'temperature', 'node.role')}: generation.temperature = 0 gives every group equal rewards and GRPO nothing to learn"

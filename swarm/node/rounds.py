@@ -22,6 +22,8 @@ from swarm.batch_choice import (
     Staleness,
     choose_batch,
     family_success,
+    learning_families,
+    own_signal_weights,
 )
 from swarm.config import Config
 from swarm.experience import ExperiencePool, SharedGroup
@@ -85,6 +87,9 @@ class RoundLoop:
         # option): each shared group's rewards shuffled over its completions before training,
         # so sharing should teach nothing. Set before the first round.
         self.shuffle_shared_rewards = False
+        # Families this node was learning by itself at its last update, whose shared groups
+        # weighed sharing.own_signal_weight (shared_weight_control = "own-signal"; else empty).
+        self.learning: frozenset[str] = frozenset()
 
     def run_round(self) -> RoundReport:
         times = RoundTimes()
@@ -109,7 +114,10 @@ class RoundLoop:
             times.generate += time.perf_counter() - t if shared.generated else 0.0
             shared_advantages = shared.advantages
             samples = weighted(
-                own_group_samples + shared.own_samples, shared.samples, self.config.sharing
+                own_group_samples + shared.own_samples,
+                shared.samples,
+                self.config.sharing,
+                self._relative_weights(shared.families),
             )
             t = time.perf_counter()
             result = self.trainer.update(samples)
@@ -197,6 +205,16 @@ class RoundLoop:
         top = 1.0 + self.scoring.format_weight  # family_success is a share of the top reward
         success = family_success((pair for rnd in self._recent_own for pair in rnd), top)
         return {f: share * top for f, share in success.items()}
+
+    def _relative_weights(self, families: list[str]) -> list[float] | None:
+        """Each shared sample's weight under `shared_weight_control = "own-signal"`, from this
+        node's own groups of the last `need_window` rounds (None under "fixed")."""
+        s = self.config.sharing
+        if s.shared_weight_control != "own-signal":
+            self.learning = frozenset()
+            return None
+        self.learning = learning_families(pair for rnd in self._recent_own for pair in rnd)
+        return own_signal_weights(families, self.learning, s.shared_weight, s.own_signal_weight)
 
     def _shared_part(self, groups: list[SharedGroup]) -> SharedPart:
         """Peers' completions re-tokenized with our tokenizer, under the sharing channel

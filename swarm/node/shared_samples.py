@@ -11,7 +11,9 @@ no net push. The channels here change that, each a `[sharing]` option:
   task's family (`grpo.receiver_advantages`), no extra generation.
 - `shared_shaping = γ`: the shared tokens' loss is LUFFY's regularised importance weight.
 - `shared_normalizer = "parts"`: own and shared tokens are normalised apart, the shared part
-  weighing `shared_weight` times the own part (`grpo.part_weights`).
+  weighing `shared_weight` times the own part (`grpo.part_weights`); with
+  `shared_weight_control = "own-signal"` each shared group weighs by its task family, less
+  where the node is learning the family by itself (`batch_choice.own_signal_weights`).
 - `shuffle_rewards` (no config key: an experiment's negative control, set through
   `RoundLoop.shuffle_shared_rewards`): rewards shuffled within each shared group.
 """
@@ -43,6 +45,7 @@ class SharedPart:
     samples: list[TrainSample] = field(default_factory=list)  # peers' completions
     own_samples: list[TrainSample] = field(default_factory=list)  # joint: ours on their tasks
     advantages: list[list[float]] = field(default_factory=list)  # per group, as recorded
+    families: list[str] = field(default_factory=list)  # each sample's task family
     generated: int = 0  # completions generated for the joint baseline
 
 
@@ -124,6 +127,7 @@ def shared_part(
             tokenizer, prompt, group.completions, group.finished, advantages, max_tokens
         )
         part.samples += [replace(s, shaping=settings.shared_shaping) for s in samples]
+        part.families += [group.family] * len(samples)
     return part
 
 
@@ -140,12 +144,18 @@ def _advantages(
 
 
 def weighted(
-    own: list[TrainSample], shared: list[TrainSample], settings: SharingSection
+    own: list[TrainSample],
+    shared: list[TrainSample],
+    settings: SharingSection,
+    relative: Sequence[float] | None = None,
 ) -> list[TrainSample]:
     """`own + shared`, with the per-token weights of `shared_normalizer = "parts"`.
 
     Only completions that train (non-zero advantage, non-empty) count as tokens, as in the
-    trainer's normaliser.
+    trainer's normaliser. `relative`: each shared sample's weight relative to the own part
+    (`shared_weight_control = "own-signal"`); None: `shared_weight` for every one. The loss
+    is then sum(own)/N_own + sum_i relative_i * loss_i / N_shared: own tokens keep their
+    weight whatever the shared part holds.
     """
     if settings.shared_normalizer != "parts":
         return own + shared
@@ -153,8 +163,15 @@ def weighted(
     def tokens(samples: list[TrainSample]) -> int:
         return sum(len(s.completion_ids) for s in samples if s.advantage != 0.0)
 
-    w_own, w_shared = part_weights(tokens(own), tokens(shared), settings.shared_weight)
-    return [replace(s, weight=w_own) for s in own] + [replace(s, weight=w_shared) for s in shared]
+    if relative is None:
+        w_own, w_shared = part_weights(tokens(own), tokens(shared), settings.shared_weight)
+        return [replace(s, weight=w_own) for s in own] + [
+            replace(s, weight=w_shared) for s in shared
+        ]
+    w_own, unit = part_weights(tokens(own), tokens(shared), 1.0)
+    return [replace(s, weight=w_own) for s in own] + [
+        replace(s, weight=unit * r) for s, r in zip(shared, relative, strict=True)
+    ]
 
 
 def generate_for(generator: Generator, completions: int, sampling: SamplingParams):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from swarm.bench.default_study import cost_rows, decide, held_out_losses, judge
-from swarm.bench.experiment import STUDIES, parse_arm, rates_below
+from swarm.bench.experiment import STUDIES, parse_arm
+from swarm.bench.tuning import rates_below
 
 SEEDS = range(6, 12)
 

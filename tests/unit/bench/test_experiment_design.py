@@ -13,12 +13,12 @@ from swarm.bench.experiment import (
     Protocol,
     RunShape,
     best_channel,
-    best_lr,
     compare,
     node_config,
     paired_ci,
     parse_arm,
 )
+from swarm.bench.tuning import best_lr
 from swarm.config import build_config
 from swarm.core.errors import ConfigError
 from swarm.node import trainer_settings
