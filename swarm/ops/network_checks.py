@@ -49,14 +49,16 @@ class Outcome(enum.StrEnum):
 
 @dataclass(frozen=True)
 class PeerResult:
-    """How far a dial to one bootstrap address got: its outcome, the rest of its line, and
-    the address the peer saw this node at (reached peers only)."""
+    """How far a dial to one bootstrap address got: its outcome, the rest of its line, the
+    address the peer saw this node at (reached peers only), and this machine's own IP on the
+    connection."""
 
     peer_id: str
     addr: str
     outcome: Outcome
     detail: str
     observed: str = ""
+    local_ip: str = ""
 
 
 def short(peer_id: str) -> str:
@@ -214,27 +216,33 @@ def summary(results: Sequence[PeerResult], listens: bool, reservations: int) -> 
     )
 
 
-def seen_as_finding(results: Sequence[PeerResult], listen_host: str | None) -> Finding | None:
-    """Where peers saw this node's connections come from (their Identify answers)."""
+def seen_as_finding(results: Sequence[PeerResult]) -> Finding | None:
+    """Where peers saw this node's connections come from (their Identify answers), and
+    whether that is another IP than this machine's own on those connections (NAT)."""
     seen: dict[str, list[str]] = {}
+    translated: set[str] = set()
     for r in results:
         ip = _ip_of(r.observed)
-        if ip:
-            seen.setdefault(ip, []).append(short(r.peer_id))
+        if not ip:
+            continue
+        seen.setdefault(ip, []).append(short(r.peer_id))
+        if r.local_ip and r.local_ip != ip:
+            translated.add(r.local_ip)
     if not seen:
         return None
     where = "; ".join(f"{ip} (by {', '.join(peers)})" for ip, peers in seen.items())
     message = f"peers see this node's connections come from {where}"
-    if listen_host and _specific(listen_host) and listen_host not in seen:
+    if translated:
         message += (
-            f": not its listen address {listen_host}, so a router translates them (NAT); "
-            "peers dial it only where AutoNAT says so, else through p2p.relays"
+            f", not from this machine's own {', '.join(sorted(translated))}: a router "
+            "translates them (NAT); peers dial it only where AutoNAT says so, else through "
+            "p2p.relays"
         )
     return ok("seen as", message)
 
 
-def _ip_of(observed: str) -> str:
-    parts = observed.split("/")
+def _ip_of(addr: str) -> str:
+    parts = addr.split("/")
     return parts[2] if len(parts) > 2 and parts[1] in ("ip4", "ip6") else ""
 
 
@@ -247,9 +255,14 @@ def _specific(host: str) -> bool:
 
 
 def autonat_finding(
-    listens: bool, peers_reached: int, answers: Mapping[str, bool], addrs: Sequence[str]
+    listens: bool,
+    peers_reached: int,
+    answers: Mapping[str, bool],
+    addrs: Sequence[str],
+    seen_ips: Sequence[str] = (),
 ) -> Finding:
-    """AutoNAT's verdict from the answers of the peers asked to dial this node back."""
+    """AutoNAT's verdict from the answers of the peers asked to dial this node back at
+    `addrs`; `seen_ips`: where those peers saw it (they dial back only there)."""
     if not listens:
         return ok(
             "AutoNAT",
@@ -261,6 +274,14 @@ def autonat_finding(
     where = ", ".join(addrs) or "its listen address"
     n = len(answers)
     back = sum(answers.values())
+    elsewhere = [a for a in addrs if _specific(_ip_of(a)) and _ip_of(a) not in seen_ips]
+    if not n and seen_ips and elsewhere:
+        return warning(
+            "AutoNAT",
+            f"undecided: peers dial back only at the IP they see this node at "
+            f"({', '.join(seen_ips)}), not at {', '.join(elsewhere)}: listen on 0.0.0.0, or "
+            "set p2p.announce to the address peers can dial",
+        )
     if not n:
         return ok(
             "AutoNAT",

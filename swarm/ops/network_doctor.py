@@ -111,9 +111,9 @@ def _checks(transport, cfg, bootstraps, relays, psk, timeout) -> list[Finding]:
     circuits = [a for a in transport.listen_addrs() if "/p2p-circuit" in a]
     findings = bootstrap_findings(results)
     findings.append(summary(results, listens, len(circuits)))
-    seen = seen_as_finding(reached, _host_of(cfg.p2p.listen))
+    seen = seen_as_finding(reached)
     findings += [seen] if seen else []
-    findings.append(_autonat(transport, listens, len(reached)))
+    findings.append(_autonat(transport, listens, reached))
     findings += [_relay(r, circuits, psk, timeout, own_id) for r in relays]
     findings.append(_clock(transport, reached, cfg, timeout))
     return findings
@@ -168,10 +168,6 @@ def _listen_addr(listen: str) -> tuple[str, Finding | None]:
     raise ConfigError(f"p2p.listen = {listen!r}: {trouble}")
 
 
-def _host_of(listen: str) -> str | None:
-    return None if listen == NO_LISTEN else parse_listen(listen).host
-
-
 @contextlib.contextmanager
 def _quiet_logs() -> Iterator[None]:
     """The libraries' own warnings about the failures the findings describe, silenced."""
@@ -201,16 +197,17 @@ def _dial_all(transport, targets, psk, timeout, allow_list) -> list[PeerResult]:
         firsts = dict(zip(todo, pool.map(lambda i: _first(targets[i], psk, timeout), todo)))
     results = []
     for i, target in enumerate(targets):
-        verdict, observed = early[i], ""
+        verdict, observed, local_ip = early[i], "", ""
         if verdict is None:
             first = firsts[i]
             key = key_check(first.data, psk) if first.data else None
             where = f"{target.tcp.host}:{target.tcp.port}"
-            verdict = tcp_result(first, key, where, timeout)
+            verdict, local_ip = tcp_result(first, key, where, timeout), first.local_ip
         if verdict is None:
             report = transport.dial_report(target.tcp.peer_id, _bare(target.addr), timeout)
             verdict, observed = dial_result(report, own_id, psk is not None), report.observed
-        results.append(PeerResult(target.tcp.peer_id, target.addr, *verdict, observed=observed))
+        peer_id = target.tcp.peer_id
+        results.append(PeerResult(peer_id, target.addr, *verdict, observed, local_ip))
     return results
 
 
@@ -225,11 +222,13 @@ def _bare(addr: str) -> str:
     return addr.rsplit("/p2p/", 1)[0]
 
 
-def _autonat(transport, listens: bool, reached: int) -> Finding:
+def _autonat(transport, listens: bool, reached: list[PeerResult]) -> Finding:
+    # asked first: a node found private hands out its circuit addresses only
+    addrs = [_bare(a) for a in transport.listen_addrs() if "/p2p-circuit" not in a]
     if listens and reached:
         transport.check_reachability(AUTONAT_WAIT_S)
-    addrs = [_bare(a) for a in transport.listen_addrs() if "/p2p-circuit" not in a]
-    return autonat_finding(listens, reached, transport.autonat_answers(), addrs)
+    seen = list(dict.fromkeys(r.observed.split("/")[2] for r in reached if r.observed))
+    return autonat_finding(listens, len(reached), transport.autonat_answers(), addrs, seen)
 
 
 def _relay(relay: Target, circuits: list[str], psk, timeout, own_id: str) -> Finding:

@@ -21,13 +21,14 @@ class Tcp(enum.Enum):
 @dataclass(frozen=True)
 class FirstBytes:
     """What the first exchange at one address found: its TCP outcome, what the peer wrote
-    (at most the nonce and the multistream header), the connection's setup time, and the
-    error's text."""
+    (at most the nonce and the multistream header), the connection's setup time, the
+    error's text, and this machine's own IP on the connection (where it connected)."""
 
     tcp: Tcp
     data: bytes = b""
     connect_s: float = 0.0
     detail: str = ""
+    local_ip: str = ""
 
 
 class KeyCheck(enum.Enum):

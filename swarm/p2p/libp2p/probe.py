@@ -22,6 +22,7 @@ until the transport closes (AutoNAT and fetches run on it).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import re
@@ -86,8 +87,8 @@ def first_bytes(
             return FirstBytes(Tcp.REFUSED, detail="connection refused")
         except OSError as exc:
             return FirstBytes(Tcp.UNREACHABLE, detail=exc.strerror or str(exc))
-        connect_s = time.monotonic() - began
-        return _exchange(sock, psk, timeout, connect_s)
+        first = _exchange(sock, psk, timeout, time.monotonic() - began)
+        return dataclasses.replace(first, local_ip=str(sock.getsockname()[0]))
 
 
 def _exchange(sock: socket.socket, psk: str | None, timeout: float, connect_s: float) -> FirstBytes:

@@ -27,8 +27,9 @@ PEER = "12D3KooWPeer" + "2" * 40
 OURS = ("/swarm/blob/1.0.0", "/swarm/px/1.0.0")
 
 
-def result(outcome: Outcome, observed: str = "") -> PeerResult:
-    return PeerResult(PEER, f"/ip4/1.2.3.4/tcp/4001/p2p/{PEER}", outcome, "detail", observed)
+def result(outcome: Outcome, observed: str = "", local_ip: str = "") -> PeerResult:
+    addr = f"/ip4/1.2.3.4/tcp/4001/p2p/{PEER}"
+    return PeerResult(PEER, addr, outcome, "detail", observed, local_ip)
 
 
 def test_the_node_itself_and_a_peer_off_its_own_allow_list_are_not_dialled() -> None:
@@ -115,12 +116,14 @@ def test_taking_part_and_its_summary_agree(
 
 
 def test_the_address_peers_see_flags_a_router_in_between() -> None:
-    results = [result(Outcome.REACHED, "/ip4/203.0.113.5/tcp/51234")]
-    assert seen_as_finding([], "192.168.1.2") is None
-    behind = seen_as_finding(results, "192.168.1.2")
+    assert seen_as_finding([]) is None
+    behind = seen_as_finding([result(Outcome.REACHED, "/ip4/203.0.113.5/tcp/51234", "192.168.1.2")])
     assert "come from 203.0.113.5 (by …2222222222)" in behind.message
-    assert "a router translates them (NAT)" in behind.message
-    assert "NAT" not in seen_as_finding(results, "0.0.0.0").message
+    assert "not from this machine's own 192.168.1.2: a router translates them (NAT)" in (
+        behind.message
+    )
+    direct = seen_as_finding([result(Outcome.REACHED, "/ip4/203.0.113.5/tcp/1", "203.0.113.5")])
+    assert "NAT" not in direct.message
 
 
 def test_autonat_needs_three_agreeing_answers() -> None:
@@ -134,6 +137,12 @@ def test_autonat_needs_three_agreeing_answers() -> None:
     assert autonat_finding(True, 1, {}, addrs).message.startswith("undecided: no peer answered")
     assert autonat_finding(True, 0, {}, addrs).message.startswith("not asked: no peer reached")
     assert "listens on nothing" in autonat_finding(False, 2, {}, addrs).message
+    # the peers saw it at another IP: they dial back only there, so none answered
+    elsewhere = autonat_finding(True, 2, {}, addrs, ["203.0.113.5"])
+    assert elsewhere.level == "warning"
+    assert "only at the IP they see this node at (203.0.113.5), not at /ip4/1.2.3.4" in (
+        elsewhere.message
+    )
 
 
 def test_a_relay_line_says_where_peers_reach_the_node_or_why_not() -> None:
