@@ -9,6 +9,9 @@
 # It installs no system package unless asked: `--system-packages` (or SWARM_SETUP_SYSTEM=1,
 # which .ci/run sets) lets it install the NAT test's tools (iproute2, iptables) with apt-get
 # when run as root.
+# Beside the venv it installs the oldest supported transformers (constraints/
+# transformers-oldest.txt) into .venv/compat/transformers-<version>, for the suite's run of the
+# generator tests at that end of the range (tests/unit/policy/test_transformers_oldest.py).
 set -euo pipefail
 
 SYSTEM_HINT="SWARM_SETUP_SYSTEM=1 scripts/setup.sh (as root, with apt-get)"
@@ -34,6 +37,28 @@ nat_test_tools() {
     { timeout 300 apt-get update -qq \
         && DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >/dev/null 2>&1 \
         || echo "note: could not install ${missing[*]}: the NAT test will be skipped" >&2
+}
+
+OLDEST=constraints/transformers-oldest.txt
+
+# The version of transformers that $OLDEST pins.
+oldest_version() {
+    sed -n 's/^transformers==\([0-9][0-9.]*\).*/\1/p' "$OLDEST"
+}
+
+# The oldest supported transformers, and only what it needs at other versions than the venv
+# has, into .venv/compat/transformers-<version> (pip --target, no dependencies: the rest
+# comes from the venv); an older folder is replaced. Checked by importing it from there.
+oldest_transformers() {
+    local version target
+    version=$(oldest_version)
+    target=".venv/compat/transformers-$version"
+    rm -rf .venv/compat
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --no-compile \
+        --target "$target" -r "$OLDEST" 2>&1 | grep -v "is ignored" >&2 || true
+    PYTHONPATH="$target" .venv/bin/python -c \
+        "import transformers; assert transformers.__version__ == '$version', transformers.__version__" \
+        || { echo "error: transformers $version did not install into $target" >&2; return 1; }
 }
 
 # 1 if system packages may be installed (--system-packages among the arguments, or
@@ -63,7 +88,7 @@ main() {
     nat_test_tools "$system" || true
 
     extras="dev${extra:+,$extra}"
-    stamp=".venv/.setup-$(cat pyproject.toml constraints/gpu.txt | sha256sum | cut -c1-16)-${extras}"
+    stamp=".venv/.setup-$(cat pyproject.toml constraints/gpu.txt "$OLDEST" | sha256sum | cut -c1-16)-${extras}"
     if [ -f "$stamp" ]; then
         exit 0
     fi
@@ -80,6 +105,7 @@ main() {
     .venv/bin/python -m pip install --quiet --disable-pip-version-check "${pin[@]}" -e ".[${extras}]" 2>&1 | grep -v "is ignored" >&2 || true
     .venv/bin/python -c "import torch, swarm; assert torch.__version__.startswith('2.13.0'), torch.__version__" \
         || { echo "error: setup failed (see pip output above)" >&2; exit 1; }
+    oldest_transformers || exit 1
     rm -f .venv/.setup-*
     touch "$stamp"
     echo "set up: .venv/bin/swarm-node is ready" >&2
