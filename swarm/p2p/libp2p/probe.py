@@ -41,8 +41,6 @@ from libp2p.utils.varint import decode_varint_with_size
 from swarm.core.errors import TransportError
 from swarm.p2p.libp2p import host as hosting
 from swarm.p2p.libp2p.framing import (
-    NET_ERRORS,
-    StreamProtocolError,
     close_quietly,
     read_frame,
 )
@@ -167,7 +165,7 @@ async def _dial_report(host, peer_id: ID, addr: multiaddr.Multiaddr, timeout: fl
                 await started.wait()
     except trio.TooSlowError:
         return DialReport(error=f"no libp2p handshake within {timeout:g} s")
-    except (*NET_ERRORS, Exception) as exc:  # noqa: BLE001 - library boundary: reported
+    except Exception as exc:  # noqa: BLE001 - library boundary: any dial error is reported
         return DialReport(error=_error_text(exc), other_peer=_other_peer(exc))
     seconds = trio.current_time() - began
     identify = await _identify(host, peer_id, timeout)
@@ -199,7 +197,7 @@ async def _identify(host, peer_id: ID, timeout: float) -> Identify | None:
                 data += chunk
     except EOFError:
         pass
-    except (*NET_ERRORS, Exception):  # noqa: BLE001 - library boundary: no answer is the answer
+    except Exception:  # noqa: BLE001 - library boundary: no answer is the answer
         return None
     finally:
         if stream is not None:
@@ -228,7 +226,7 @@ async def _peer_exchange(host, peer_id: ID, timeout: float) -> tuple[int | None,
             stream = await host.new_stream(peer_id, [TProtocol(PEER_EXCHANGE_PROTOCOL)])
             payload = await read_frame(stream, PX_MAX_RESPONSE)
         return len(decode_peer_exchange(payload)), "", False
-    except (*NET_ERRORS, StreamProtocolError, Exception) as exc:  # noqa: BLE001 - reported
+    except Exception as exc:  # noqa: BLE001 - library boundary: reported
         return None, _error_text(exc), is_protocol_not_supported(exc)
     finally:
         if stream is not None:
