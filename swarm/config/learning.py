@@ -55,8 +55,8 @@ class GenerationSection:
     backend: str = opt(
         "auto",
         "auto (transformers on a CPU; on CUDA vllm where installed, else continuous), "
-        "transformers (plain batched generate, CPU or GPU), continuous (transformers' "
-        "continuous batching with a paged cache over the trainer's own weights) or vllm "
+        "transformers (plain batched generate, CPU or GPU), continuous (continuous "
+        "batching with a paged cache over the trainer's own weights, bf16 on CUDA) or vllm "
         "(GPU only, needs the 'gpu' extra).",
         choices=("auto", "transformers", "continuous", "vllm"),
     )

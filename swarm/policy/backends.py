@@ -1,8 +1,8 @@
 """Which generator backend a node runs: `generation.backend`, "auto" resolved by the machine.
 
 - `transformers`: batched `generate` over the trainer's own module (CPU or GPU).
-- `continuous`: transformers' continuous batching (a paged cache, requests joining and
-  leaving the batch as they finish) over the trainer's own module (`swarm.policy.continuous`).
+- `continuous`: continuous batching (a paged cache, requests joining and leaving the batch
+  as they finish) over the trainer's own weights (`swarm.policy.continuous`).
 - `vllm`: a vLLM engine with its own copy of the weights (`swarm.policy.vllm_generator`).
 
 "auto" is `transformers` on a CPU; on CUDA, `vllm` where it is installed, else `continuous`

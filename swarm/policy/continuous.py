@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from typing import Any
 
 import torch
 
@@ -79,7 +80,7 @@ def batching_config(
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     pages = sum(math.ceil((len(ids) + max_new_tokens) / PAGE_TOKENS) for ids in inputs)
-    extra = {}
+    extra: dict[str, Any] = {}
     if plan is not None:
         extra["use_cuda_graph"] = plan.cuda_graphs
         if (

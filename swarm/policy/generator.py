@@ -2,8 +2,8 @@
 
 One interface, `Generator`, so the node does not care what samples: `TransformersGenerator`
 (here; CPU or GPU, shares the trainer's module so it needs no weight sync),
-`ContinuousGenerator` (`swarm.policy.continuous`: transformers' continuous batching over the
-same module) or `VLLMGenerator` (`swarm.policy.vllm_generator`, GPU only, imported lazily);
+`ContinuousGenerator` (`swarm.policy.continuous`: continuous batching with a paged cache over
+the same weights) or `VLLMGenerator` (`swarm.policy.vllm_generator`, GPU only, imported lazily);
 `swarm.policy.backends` says which `generation.backend` runs.
 
 `TransformersGenerator` prefills each prompt once and expands its cache over the prompt's

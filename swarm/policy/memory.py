@@ -5,7 +5,8 @@ by `model_shape`), one round's work (`Workload`) and how the node runs it (`Setu
 `MemoryPlan`, one `Part` per thing that holds memory, each in the phase of the round that
 holds it. The peak is what every phase holds (the runtime, weights, master weights,
 gradients, optimizer state, a reference model, the verification worker) plus the largest of
-the phases that come one at a time: generation (the key/value cache and logits), a training
+the phases that come one at a time: generation (the key/value cache and logits; on CUDA the
+continuous backend's cache is bf16, and it keeps a bf16 copy of fp32 weights), a training
 pass (the activations a micro-batch keeps for its backward pass), the optimizer's step (a
 temporary the size of the weights, on CUDA) and writing a checkpoint (the weights serialised
 to bytes). Worst-case sizes are the caller's: every completion as long as allowed.
@@ -255,11 +256,12 @@ def generation_bytes(shape: ModelShape, work: Workload, setup: Setup) -> int:
     sampled at once, the prompts' logits of a prefill and each step's logits."""
     if setup.generator is Generator.VLLM:
         return 0  # inside the engine's reservation
-    rows = work.generate_rows
+    rows, value_bytes = work.generate_rows, setup.held_bytes
     if setup.generator is Generator.CONTINUOUS:
         rows = work.questions * work.completions
+        value_bytes = 2 if setup.cuda else value_bytes  # the bf16 generation copy's cache
     length = work.prompt_tokens + work.new_tokens
-    cache = rows * length * 2 * shape.kv_width * shape.layers * setup.held_bytes
+    cache = rows * length * 2 * shape.kv_width * shape.layers * value_bytes
     prompts = max(1, rows // work.completions)
     logits = (prompts * work.prompt_tokens + 4 * rows) * shape.vocab * FP32
     return cache + logits
@@ -311,6 +313,11 @@ def _fixed_parts(shape: ModelShape, setup: Setup) -> list[Part]:
 def _round_parts(shape: ModelShape, work: Workload, setup: Setup) -> list[Part]:
     slack = 1.0 if setup.cuda else CPU_SLACK
     parts = [_generator_part(shape, work, setup, slack)]
+    if setup.cuda and setup.generator is Generator.CONTINUOUS and setup.held_bytes == FP32:
+        copy = shape.parameters * 2  # fp32 weights sampled through a bf16 copy, kept
+        parts.append(
+            Part("bf16 generation copy", copy, Phase.ALWAYS, Place.DEVICE, "generation.backend")
+        )
     if setup.vllm_sleep and setup.generator is Generator.VLLM:
         weights = shape.parameters * 2  # the sleeping engine's weights, in host memory
         parts.append(

@@ -121,10 +121,11 @@ class Step:
     def attend(self, layer: int, query, key, value, scaling):
         keys, values = self.cache.layer(layer, key)
         rows, kv_heads, new, dim = key.shape
-        keys[self.write] = key.transpose(1, 2).reshape(rows * new, kv_heads, dim)
-        values[self.write] = value.transpose(1, 2).reshape(rows * new, kv_heads, dim)
-        k = keys[self.read].transpose(1, 2)  # [B, kv heads, L, dim]: this row's context only
-        v = values[self.read].transpose(1, 2)
+        keys.index_copy_(0, self.write, key.transpose(1, 2).reshape(rows * new, kv_heads, dim))
+        values.index_copy_(0, self.write, value.transpose(1, 2).reshape(rows * new, kv_heads, dim))
+        context = (rows, self.read.shape[1], kv_heads, dim)  # [B, L, ...]: this row's only
+        k = keys.index_select(0, self.read.reshape(-1)).view(context).transpose(1, 2)
+        v = values.index_select(0, self.read.reshape(-1)).view(context).transpose(1, 2)
         out = F.scaled_dot_product_attention(
             query, k, v, attn_mask=self.mask, scale=scaling, enable_gqa=query.shape[1] != kv_heads
         )
@@ -225,12 +226,13 @@ class PagedDecoder:
         longest = max(len(s.prompt) for s in requests) + params.max_new_tokens
         per_sequence = math.ceil(longest / self.page_tokens)
         self.cache = PagedCache(1 + min(len(requests), self.max_sequences) * per_sequence)
-        done, running = [], []
+        done: list[Sequence] = []
+        running: list[Sequence] = []
         original = getattr(self.model.config, "_attn_implementation", None)
         self.model.set_attn_implementation(ATTENTION)
         try:
             while requests or running:
-                admitted = []
+                admitted: list[Sequence] = []
                 while requests and len(running) + len(admitted) < self.max_sequences:
                     admitted.append(requests.popleft())
                 running += self._prefill(admitted, params)

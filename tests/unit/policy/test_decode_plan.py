@@ -98,3 +98,18 @@ def test_transformers_config_follows_the_plan():
     assert on.use_cuda_graph is True and off.use_cuda_graph is False
     if hasattr(off, "auto_switch_to_flash"):  # 5.25 has the switch; 5.17-5.19 are pinned
         assert off.auto_switch_to_flash is False and on.auto_switch_to_flash is True
+
+
+def test_the_memory_plan_counts_the_bf16_copy_and_cache_on_cuda_only():
+    from swarm.policy.memory import Generator, ModelShape, Setup, Workload, estimate
+
+    shape = ModelShape(494_000_000, 24, 896, 4864, 14, 2, 64, 151_936)
+    work = Workload(32, 8, 300, 1024, 32, 256, 16)
+    cuda = estimate(shape, work, Setup(cuda=True, generator=Generator.CONTINUOUS))
+    cpu = estimate(shape, work, Setup(cuda=False, generator=Generator.CONTINUOUS))
+    copy = [p for p in cuda.parts if p.name == "bf16 generation copy"]
+    assert len(copy) == 1 and copy[0].bytes == 2 * shape.parameters
+    assert not any(p.name == "bf16 generation copy" for p in cpu.parts)
+    cache = 256 * (300 + 1024) * 2 * shape.kv_width * shape.layers
+    generation = [p for p in cuda.parts if p.name.startswith("generation")][0]
+    assert cache * 2 <= generation.bytes < cache * 2 + 2 << 30  # bf16 cache plus logits
