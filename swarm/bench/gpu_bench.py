@@ -195,6 +195,9 @@ def backend_round(backend: str, base, tokenizer, shape: Shape, device: str, fold
         "warm_up_s": warm_up_s,
         **memory,
     }
+    plan = getattr(generator, "plan", None)  # the continuous backend's engine and precision
+    if plan is not None:
+        figures["decode_plan"] = asdict(plan)
     del model, trainer, generator
     gc.collect()
     return figures

@@ -152,6 +152,7 @@ class ContinuousGenerator(Generator):
         max_sequences: int = 256,
         max_batch_tokens: int = 0,
         attention: str = "auto",
+        plan: DecodePlan | None = None,
     ):
         if max_sequences < 1:
             raise GeneratorError("the continuous backend needs at least 1 sequence a step")
@@ -172,7 +173,9 @@ class ContinuousGenerator(Generator):
         self.max_sequences = max_sequences
         cpu = next(model.parameters()).device.type == "cpu"
         self.max_batch_tokens = max_batch_tokens or (512 if cpu else 8192)
-        self.plan = machine_plan(model, attention)
+        self.attention = attention
+        self.fixed_plan = plan  # None: planned at each call, for the module as it is then
+        self.plan = plan or machine_plan(model, attention)  # a trainer may recast the module
         self._twin = None  # the generation copy of the weights (plan.copy)
         self.last_cache_bytes = 0  # the paged engine's cache in the last call
 
@@ -183,6 +186,7 @@ class ContinuousGenerator(Generator):
         inputs = [list(ids) for ids in prompt_ids for _ in range(n)]
         if not inputs:
             return [[] for _ in prompts]
+        self.plan = self.fixed_plan or machine_plan(self.model, self.attention)
         if self.plan.attention == "paged":
             tokens, logprobs = self._run_paged(prompt_ids, n, params)
         else:
@@ -205,8 +209,9 @@ class ContinuousGenerator(Generator):
         """The module generation runs: the trainer's, or its refreshed generation copy."""
         if not self.plan.copy:
             return self.model
-        if self._twin is None:
-            self._twin = generation_copy(self.model, getattr(torch, self.plan.dtype))
+        dtype = getattr(torch, self.plan.dtype)
+        if self._twin is None or next(self._twin.parameters()).dtype != dtype:
+            self._twin = generation_copy(self.model, dtype)
         refresh(self._twin, self.model)
         return self._twin
 

@@ -1,10 +1,12 @@
 """The continuous-batching backend on a real GPU, as a node runs it. Skipped without CUDA.
 
 The trainer owns the module first (fp32 master weights, bf16 autocast), then the generator
-samples from that very module: greedy answers agree with plain `generate`, log-probs stay
-close to the trainer's (the gap the importance correction covers), and a training step
-shows in the next sample with no sync.
+samples from those weights through a bf16 copy with a bf16 cache: greedy answers agree with
+plain `generate`, log-probs stay close to the trainer's (the gap the importance correction
+covers), and a training step shows in the next sample with no sync.
 """
+
+import math
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ import torch
 from swarm.policy.continuous import ContinuousGenerator
 from swarm.policy.generator import SamplingParams, TransformersGenerator
 from swarm.policy.model import load_policy
+from swarm.policy.paged import PAGE_TOKENS
 from swarm.policy.prompts import build_prompt
 from swarm.policy.trainer import GRPOTrainer, TrainerSettings, TrainSample
 from swarm.tasks import EASY_MIX, build_task, sample_specs
@@ -60,3 +63,20 @@ def test_logprobs_are_close_to_the_trainers_and_a_step_shows_at_once(setup):
     assert not trainer.update(samples).skipped
     after = [g[0].token_ids for g in generator.generate(_prompts(policy), 1, SamplingParams(0.0))]
     assert after != before  # lr 1e-3 on the tiny model moves its greedy answers
+
+
+def test_it_samples_through_a_bf16_copy_with_a_bf16_cache(setup):
+    policy, _, generator = setup
+    plan = generator.plan
+    assert plan.dtype == "bfloat16" and plan.copy  # the trainer's weights are fp32
+    assert plan.cuda_graphs == (plan.attention == "flash")  # graphs where transformers has them
+    if plan.attention != "paged":
+        pytest.skip(f"transformers' {plan.attention} path runs here: no paged cache to size")
+    prompts = _prompts(policy, 4)
+    generator.generate(prompts, 2, SamplingParams(temperature=1.0, max_new_tokens=8))
+    longest = max(len(policy.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts)
+    slots = (1 + 8 * math.ceil((longest + 8) / PAGE_TOKENS)) * PAGE_TOKENS
+    config = policy.model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_value = slots * 2 * config.num_key_value_heads * head_dim * config.num_hidden_layers
+    assert generator.last_cache_bytes == 2 * per_value  # 2 bytes a value: bf16

@@ -48,6 +48,7 @@ def test_the_dry_run_makes_a_round_per_backend_and_writes_its_json(tmp_path, cap
         )
         assert arm["round_s"] >= arm["generate_s"] > 0 and not arm["skipped_update"]
     assert arms["continuous"]["importance_cap"] == 3.0  # its log-probs can differ
+    assert arms["continuous"]["decode_plan"]["attention"] == "paged"  # its engine on a CPU
     assert arms["transformers"]["importance_cap"] == 0.0  # same module, same precision on a CPU
     assert arms["trl"]["generated_tokens"] == batch * shape.max_new_tokens
     assert arms["trl"]["round_s"] >= arms["trl"]["generate_s"] > 0

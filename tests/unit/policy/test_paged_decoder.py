@@ -101,8 +101,8 @@ def test_a_bf16_generation_copy_samples_like_the_fp32_module(tiny_policy, model)
         assert torch.allclose(twin(probe).logits.float(), before, atol=0.1)
     prompts, stops = _prompts(tiny_policy), tiny_policy.stop_token_ids
     fp32 = ContinuousGenerator(model, tiny_policy.tokenizer, stops, 8)
-    bf16 = ContinuousGenerator(model, tiny_policy.tokenizer, stops, 8)
-    bf16.plan = DecodePlan("bfloat16", True, "paged", False, False)  # what a card runs
+    card = DecodePlan("bfloat16", True, "paged", False, False)  # what a card runs
+    bf16 = ContinuousGenerator(model, tiny_policy.tokenizer, stops, 8, plan=card)
     want, got = _greedy_tokens(fp32, prompts), _greedy_tokens(bf16, prompts)
     assert sum(a == b for a, b in zip(want, got)) >= 0.8 * len(want)
     assert next(model.parameters()).dtype == torch.float32
@@ -125,8 +125,8 @@ def test_transformers_path_pinned_off_flash_still_generates(tiny_policy, model):
     probe = torch.tensor([[1, 5, 6, 7, 8, 9]])
     with torch.no_grad():
         before = model(probe).logits
-    pinned = ContinuousGenerator(model, tiny_policy.tokenizer, stops, 8, attention="library")
-    pinned.plan = DecodePlan("float32", False, "sdpa", False, True)
+    plan = DecodePlan("float32", False, "sdpa", False, True)
+    pinned = ContinuousGenerator(model, tiny_policy.tokenizer, stops, 8, plan=plan)
     with warnings.catch_warnings():  # 5.25 reads "paged|sdpa" as "sdpa", with a warning
         warnings.simplefilter("ignore", FutureWarning)
         ours = _greedy_tokens(pinned, prompts)
@@ -134,3 +134,13 @@ def test_transformers_path_pinned_off_flash_still_generates(tiny_policy, model):
     assert ours == _greedy_tokens(plain, prompts)
     with torch.no_grad():  # its own attention given back
         assert torch.equal(model(probe).logits, before)
+
+
+def test_each_call_plans_for_the_module_as_it_is_then(tiny_policy):
+    """A node makes its generator before the trainer casts the module to fp32."""
+    module = copy.deepcopy(tiny_policy.model).to(torch.bfloat16).eval()
+    generator = ContinuousGenerator(module, tiny_policy.tokenizer, set(), 4)
+    assert generator.plan.dtype == "bfloat16"
+    module.float()  # the trainer's fp32 master weights
+    generator.generate(_prompts(tiny_policy, 1), 1, SamplingParams(0.0, max_new_tokens=2))
+    assert generator.plan.dtype == "float32"  # a CPU samples the module itself
