@@ -221,6 +221,8 @@ class PagedDecoder:
         requests = deque(
             Sequence(i * n + j, list(p)) for i, p in enumerate(prompts) for j in range(n)
         )
+        if any(not s.prompt for s in requests):
+            raise GeneratorError("paged decoding needs at least one prompt token")
         if not requests or params.max_new_tokens < 1:
             return list(requests)
         longest = max(len(s.prompt) for s in requests) + params.max_new_tokens

@@ -17,7 +17,14 @@ from swarm.core.errors import GeneratorError
 from swarm.policy.continuous import ContinuousGenerator, generation_copy, refresh
 from swarm.policy.decode_plan import DecodePlan
 from swarm.policy.generator import SamplingParams, TransformersGenerator
-from swarm.policy.paged import PagedCache, Sequence, chunks, paged_attention, sample
+from swarm.policy.paged import (
+    PagedCache,
+    PagedDecoder,
+    Sequence,
+    chunks,
+    paged_attention,
+    sample,
+)
 from swarm.policy.prompts import build_prompt
 from swarm.tasks import EASY_MIX, build_task, sample_specs
 
@@ -79,6 +86,11 @@ def test_prefills_are_cut_to_the_token_budget():
     seqs = [Sequence(i, [1] * length) for i, length in enumerate([3, 3, 5, 20, 2])]
     runs = chunks(seqs, budget=10)
     assert [[s.index for s in run] for run in runs] == [[0, 1], [2], [3], [4]]
+
+
+def test_an_empty_prompt_is_refused(model):
+    with pytest.raises(GeneratorError, match="prompt token"):
+        PagedDecoder(model, 4, 64).run([[5, 6], []], 1, SamplingParams(0.0, 2), set())
 
 
 def test_attention_variants_it_lacks_are_refused():
