@@ -30,7 +30,7 @@ from swarm.monitor.display import (
 )
 from swarm.monitor.logs import NodeLog
 from swarm.node.assembler import assemble, checkpoint_dir, part_of
-from swarm.node.heap import release_free_memory
+from swarm.node.heap import map_large_blocks, release_free_memory
 from swarm.node.makers import claim_run_folder, write_node_info
 from swarm.node.monitoring import swarm_sample
 from swarm.node.rounds import evaluate_by_family
@@ -69,6 +69,7 @@ class Node:
                 "node.role = 'observer' runs as swarm.node.observer.Observer, not Node"
             )
         self.config = config
+        map_large_blocks()  # a round's large tensors go back to the OS when freed (swarm.node.heap)
         with claim_run_folder(config, reporter, log) as (self.run_lock, self.monitoring):
             self.reporter = self.monitoring.reporter
             self.parts = assemble(config, transport, key_pair, self.monitoring)

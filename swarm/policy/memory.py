@@ -4,11 +4,12 @@ Pure functions over plain data: a decoder's shape (`ModelShape`, read from its c
 by `model_shape`), one round's work (`Workload`) and how the node runs it (`Setup`) give a
 `MemoryPlan`, one `Part` per thing that holds memory, each in the phase of the round that
 holds it. The peak is what every phase holds (the runtime, weights, master weights,
-gradients, optimizer state, a reference model, the verification worker) plus the largest of
+optimizer state, a reference model, the verification worker) plus the largest of
 the phases that come one at a time: generation (the key/value cache and logits; on CUDA the
 continuous backend's cache is bf16, and it keeps a bf16 copy of fp32 weights), a training
-pass (the activations a micro-batch keeps for its backward pass), the optimizer's step (a
-temporary the size of the weights, on CUDA) and writing a checkpoint (the weights serialised
+pass (the gradients, which the trainer frees after each step, and the activations a
+micro-batch keeps for its backward pass), the optimizer's step (the gradients and, on CUDA,
+a temporary the size of the weights) and writing a checkpoint (the weights serialised
 to bytes). Worst-case sizes are the caller's: every completion as long as allowed.
 `largest_micro_batch` is the largest micro-batch whose plan
 fits a budget: splitting an update into micro-batches with gradient accumulation gives the
@@ -292,7 +293,8 @@ def _fixed_parts(shape: ModelShape, setup: Setup) -> list[Part]:
     master = n * (FP32 - setup.weight_bytes)
     parts += [
         Part("fp32 master weights", master, Phase.ALWAYS, device, "policy.model"),
-        Part("gradients (fp32)", n * FP32, Phase.ALWAYS, device, "policy.model"),
+        # Freed after each step (`swarm.policy.trainer`): held while a step's passes run.
+        Part("gradients (fp32)", n * FP32, Phase.TRAINING, device, "policy.model"),
         Part(
             "optimizer state",
             n * FP32 * setup.optimizer_states,
@@ -303,8 +305,9 @@ def _fixed_parts(shape: ModelShape, setup: Setup) -> list[Part]:
     ]
     if setup.reference:
         parts.append(Part("reference model", n * FP32, Phase.ALWAYS, device, "training.kl_coef"))
-    if setup.cuda:  # Adam's multi-tensor step on CUDA: one temporary the size of the weights
-        parts.append(Part("optimizer step", n * FP32, Phase.STEP, device, "policy.model"))
+    if setup.cuda:  # Adam's multi-tensor step on CUDA: the gradients and a temporary as large
+        name = "optimizer step (gradients, a temporary)"
+        parts.append(Part(name, 2 * n * FP32, Phase.STEP, device, "policy.model"))
     # safetensors serialises each weight to bytes before writing: a copy of the weights
     parts.append(Part("checkpoint being written", n * FP32, Phase.SAVING, Place.HOST, ""))
     return parts

@@ -2,7 +2,8 @@
 
 Takes `TrainSample`s (prompt tokens, completion tokens, advantage) that the node built from
 its own and shared groups, computes log-probs under the current policy, and applies the
-clipped loss from `swarm.policy.grpo` with gradient accumulation over micro-batches,
+clipped loss from `swarm.policy.grpo` with gradient accumulation over micro-batches (the gradients exist only
+during a step: freed after it),
 optional gradient clipping, optional KL to a frozen reference and optional bf16 autocast.
 The optimizer always updates fp32 weights: a model loaded in bf16 or fp16 is cast to fp32
 (master weights) and its forward runs under autocast in the dtype it was loaded in, because
@@ -219,6 +220,9 @@ class GRPOTrainer:
             kl_sum += parts.kl * weight
         grad_norm = clip_gradients(self.model, self.settings.max_grad_norm)
         self.optimizer.step()
+        # Gradients are freed until the next step: generation and checkpoints run without them
+        # (134.5 M parameters: 513 MB less between updates).
+        self.optimizer.zero_grad(set_to_none=True)
         return UpdateResult(
             skipped=False,
             loss=loss_sum,

@@ -275,5 +275,6 @@ def test_a_pass_on_cuda_is_planned_near_what_an_h200_measured(
     work = Workload(prompts, group, prompt, completion, rows, rows, rows)
     setup = Setup(cuda=True, autocast=True, checkpointing=checkpointing, shared_prefix=shared)
     plan = estimate(shape, work, setup)
-    planned = sum(p.bytes for p in plan.parts if p.phase is Phase.TRAINING) / MB
+    passes = [p for p in plan.parts if p.phase is Phase.TRAINING and p.name != "gradients (fp32)"]
+    planned = sum(p.bytes for p in passes) / MB
     assert -0.2 <= planned / mib - 1 <= 0.35

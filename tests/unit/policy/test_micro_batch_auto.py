@@ -35,12 +35,16 @@ def _samples(policy) -> list[TrainSample]:
 
 
 def _gradients(policy, settings, samples) -> list[torch.Tensor]:
-    """The gradients one update leaves (lr 0 and no clipping: the weights stay, the
-    gradients are the loss's)."""
+    """The gradients of one update's step, as the optimizer is handed them (no clipping)."""
     model = copy.deepcopy(policy.model)
-    settings = replace(settings, lr=0.0, max_grad_norm=0.0)
-    GRPOTrainer(model, policy.tokenizer.pad_token_id, settings).update(samples)
-    return [p.grad.detach().clone() for p in model.parameters()]
+    settings = replace(settings, max_grad_norm=0.0)
+    trainer = GRPOTrainer(model, policy.tokenizer.pad_token_id, settings)
+    seen: list[torch.Tensor] = []
+    trainer.optimizer.register_step_pre_hook(
+        lambda *_: seen.extend(p.grad.detach().clone() for p in model.parameters())
+    )
+    trainer.update(samples)
+    return seen
 
 
 @pytest.fixture

@@ -90,3 +90,19 @@ def test_paper_settings_update_learns_without_clipping(policy):
     after = trainer.sequence_logprobs(samples)
     assert not result.skipped and result.grad_norm > 0
     assert after[0] > before[0] and after[1] < before[1]
+
+
+def test_gradients_are_freed_after_each_step(policy):
+    """Between updates no gradient is held (generation and checkpoints run without them),
+    while the step itself was handed every trainable parameter's gradient."""
+    tok = policy.tokenizer
+    prompt = tuple(tok("2 + 3 =", add_special_tokens=False)["input_ids"])
+    samples = [TrainSample(prompt, (5, 6, 7), 1.0), TrainSample(prompt, (8, 9), -1.0)]
+    trainer = GRPOTrainer(policy.model, tok.pad_token_id, TrainerSettings(lr=1e-4))
+    handed: list[bool] = []
+    trainer.optimizer.register_step_pre_hook(
+        lambda *_: handed.extend(p.grad is not None for p in policy.model.parameters())
+    )
+    assert not trainer.update(samples).skipped
+    assert handed and all(handed)
+    assert all(p.grad is None for p in policy.model.parameters())
