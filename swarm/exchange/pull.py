@@ -55,7 +55,6 @@ pooling, ledgers (the caller's), or the transport.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import hashlib
 import time
@@ -65,13 +64,14 @@ from swarm.core.errors import RejectedMessage, TransportError
 from swarm.core.reasons import Reason
 from swarm.exchange.peer_backoff import PeerBackoff
 from swarm.exchange.peer_view import PeerView
-from swarm.exchange.pull_choice import OwnVersion, choose_pulls
+from swarm.exchange.pull_candidates import Candidates
+from swarm.exchange.pull_choice import OwnVersion
 from swarm.exchange.pull_fetch import Fetcher, Outcome, Request
 from swarm.exchange.pull_groups import GroupPuller
 from swarm.exchange.pull_later import OffRound
 from swarm.exchange.pull_lists import ListBackoff, ListVerdicts, Verdict
 from swarm.exchange.pull_serve import PullServer
-from swarm.exchange.pull_settings import HINT_MEMORY, PullCounters, PullSettings
+from swarm.exchange.pull_settings import PullCounters, PullSettings
 from swarm.p2p.transport import Transport
 from swarm.verify.announcements import AnnouncementGate
 from swarm.verify.gate import Verifier
@@ -172,18 +172,15 @@ class PullExchange:
             own_id,
             monotonic,
         )
-        # blob hash -> (announcement, round it was learned)
-        self.candidates: collections.OrderedDict[str, tuple[GroupAnnouncement, int]] = (
-            collections.OrderedDict()
-        )
-        # blob hashes this node chose to pull (never candidates again, whoever announces them)
-        self._chosen: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self.candidates = Candidates(settings, own_id, v.max_age_s, clock)
         self.last_asked: list[str] = []  # the peers asked for their lists in the last round
         self.verdicts = ListVerdicts()  # each peer's last list, checked once
         self.rests = ListBackoff()  # peers whose lists offered nothing, asked less often
-        # this node's model and version, as its latest published groups state them (a round
-        # publishes, then collects); None until it publishes (an observer never does)
-        self.own: OwnVersion | None = None
+
+    @property
+    def own(self) -> OwnVersion | None:
+        """This node's model and version, as its latest published groups state them."""
+        return self.candidates.own
 
     def start(self) -> None:
         self.server.start()
@@ -215,7 +212,7 @@ class PullExchange:
         """Serve this round's groups and the list announcing them (`PullServer.publish`);
         their version is this node's, that the round's pulls are chosen against."""
         if groups:
-            self.own = OwnVersion.of(groups[-1][1])
+            self.candidates.own = OwnVersion.of(groups[-1][1])
         self.server.publish(groups, self.round)
 
     # -- collecting -----------------------------------------------------------------------
@@ -250,14 +247,12 @@ class PullExchange:
             self._choose(), started + s.round_budget_s, self.round
         )
         rejected += refused
-        self._drop_candidates_of(self.puller.stalled_senders)
+        self.candidates.drop_senders(self.puller.stalled_senders)
         self.counters.cheap_checked += len(accepted) + sum(
             r.reason != Reason.PULL_FAILED for r in rejected
         )
         self.round += 1
-        for digest, (_, learned) in list(self.candidates.items()):
-            if learned <= self.round - s.candidate_rounds:
-                del self.candidates[digest]
+        self.candidates.expire(self.round)
         self._ask_later(lists, view_timeout)
         self.counters.suspended = self.view.backoff.count(self.view.refreshes)
         self.counters.resting = len(self.rests.resting_peers(self.round))
@@ -335,9 +330,7 @@ class PullExchange:
     def _take_verdict(self, peer: str, verdict: Verdict) -> None:
         """A list's announcements become candidates (but those chosen already), with their
         holder hints; a peer whose list offers nothing rests (`ListBackoff`)."""
-        for announcement in verdict.announcements:
-            if announcement.blob_hash not in self._chosen:
-                self.candidates[announcement.blob_hash] = (announcement, self.round)
+        self.candidates.learn(verdict.announcements, self.round)
         for hint in verdict.hints:
             if hint.content_hash in self.candidates:
                 self.server.hint(hint.content_hash, hint.peer_id, hint.addrs)
@@ -372,42 +365,10 @@ class PullExchange:
 
     def _offers(self, verdict: Verdict) -> bool:
         """Whether a list offers a group this node would pull now (one not pulled yet)."""
-        fresh = [a for a in verdict.announcements if a.blob_hash not in self._chosen]
-        return bool(self._pullable(fresh, 1))
+        return self.candidates.offers(verdict.announcements, self.round)
 
     def _choose(self) -> list[GroupAnnouncement]:
         """This round's pulls: the trainer's uniform, per-sender-capped draw over candidates."""
-        s = self.settings
-        for digest, (_, learned) in list(self.candidates.items()):
-            if learned <= self.round - s.candidate_rounds:
-                del self.candidates[digest]
+        self.candidates.expire(self.round)
         self.counters.candidates = len(self.candidates)
-        chosen = self._pullable([a for a, _ in self.candidates.values()], s.pull_groups)
-        for announcement in chosen:
-            self.candidates.pop(announcement.blob_hash, None)
-            self._chosen[announcement.blob_hash] = None
-        while len(self._chosen) > HINT_MEMORY:
-            self._chosen.popitem(last=False)
-        return chosen
-
-    def _pullable(self, announcements: list[GroupAnnouncement], k: int) -> list[GroupAnnouncement]:
-        """Up to `k` of `announcements` this node would pull now (`choose_pulls`)."""
-        s = self.settings
-        return choose_pulls(
-            announcements,
-            k,
-            seed=f"{self.own_id}:pull:{self.round}",
-            now=self.clock(),
-            max_age_s=self.verifier.settings.max_age_s,  # older would be rejected (stale)
-            per_peer_cap=s.per_peer_cap,
-            every_group=s.every_group,
-            own=self.own,
-            max_version_lag=s.max_version_lag,
-        )
-
-    def _drop_candidates_of(self, senders: set[str]) -> None:
-        """Senders that stalled a group fetch: their other announcements are not pulled (the
-        round waits on them no more)."""
-        for key, (a, _) in list(self.candidates.items()):
-            if a.sender in senders:
-                del self.candidates[key]
+        return self.candidates.choose(self.round)
