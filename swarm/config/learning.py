@@ -114,6 +114,13 @@ class TrainingSection:
         "defaults (betas 0.9/0.999, eps 1e-8, no weight decay), as in the SAPO paper.",
         choices=("adamw", "adam"),
     )
+    optimizer_state: str = opt(
+        "fp32",
+        "The dtype of the optimizer's two moments: fp32 (torch's Adam/AdamW), or bf16 (the "
+        "same update computed in fp32, its moments stored in bf16: half the optimizer's "
+        "memory, e.g. 0.51 GB less for a 135 M-parameter model).",
+        choices=("fp32", "bf16"),
+    )
     weight_decay: float = opt(0.0, "AdamW weight decay.", min=0.0)
     clip_low: float = opt(
         0.2, "Lower clip of the probability ratio (1 - clip_low).", min=0.0, max=1.0

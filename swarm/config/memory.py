@@ -159,6 +159,7 @@ def plan_setup(config: Config, shape: ModelShape, cuda: bool, card_bytes: int) -
         autocast=autocast,
         trainer=config.node.role != "generator",
         optimizer_states=2,
+        optimizer_state_bytes=2 if t.optimizer_state == "bf16" else 4,
         reference=t.kl_coef > 0,
         checkpointing=checkpointing_on(t.gradient_checkpointing, shape.parameters),
         shared_prefix=t.shared_prefix,

@@ -47,7 +47,7 @@ from swarm.policy.delta import bf16_state_dict
 from swarm.policy.generator import Generator, SamplingParams, TransformersGenerator
 from swarm.policy.memory import checkpointing_on, model_shape
 from swarm.policy.model import Policy
-from swarm.policy.trainer import GRPOTrainer, OptimizerKind, TrainerSettings
+from swarm.policy.trainer import GRPOTrainer, OptimizerKind, OptimizerState, TrainerSettings
 from swarm.sync.follower import DeltaFollower
 from swarm.sync.publisher import DeltaPublisher
 from swarm.sync.rules import Expectation
@@ -224,6 +224,7 @@ def trainer_settings(config: Config, policy: Policy) -> TrainerSettings:
         minibatch_size=t.minibatch_size,
         epochs=t.epochs,
         optimizer=OptimizerKind(t.optimizer),
+        optimizer_state=OptimizerState(t.optimizer_state),
         shared_prefix=t.shared_prefix,
         gradient_checkpointing=checkpointing_on(t.gradient_checkpointing, parameter_count(policy)),
         autocast_bf16=bf16,  # the trainer's weights are fp32 whatever the policy's dtype

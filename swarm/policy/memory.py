@@ -128,7 +128,8 @@ class Setup:
     weight_bytes: int = FP32  # bytes per weight as loaded
     autocast: bool = False  # the forward under bf16 autocast
     trainer: bool = True  # a generator-role node keeps no optimizer
-    optimizer_states: int = 2  # Adam and AdamW keep two fp32 moments per weight
+    optimizer_states: int = 2  # Adam and AdamW keep two moments per weight
+    optimizer_state_bytes: int = FP32  # each moment's bytes: fp32, or 2 (training.optimizer_state)
     reference: bool = False  # a frozen copy of the weights (KL to the start)
     checkpointing: bool = False
     shared_prefix: bool = True
@@ -297,7 +298,7 @@ def _fixed_parts(shape: ModelShape, setup: Setup) -> list[Part]:
         Part("gradients (fp32)", n * FP32, Phase.TRAINING, device, "policy.model"),
         Part(
             "optimizer state",
-            n * FP32 * setup.optimizer_states,
+            n * setup.optimizer_state_bytes * setup.optimizer_states,
             Phase.ALWAYS,
             device,
             "policy.model",

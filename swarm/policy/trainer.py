@@ -9,7 +9,8 @@ The optimizer always updates fp32 weights: a model loaded in bf16 or fp16 is cas
 (master weights) and its forward runs under autocast in the dtype it was loaded in, because
 an AdamW step at lr 1e-6 is far below a bf16 weight's resolution and would round to nothing.
 The optimizer is AdamW (betas 0.9/0.99, the default) or plain Adam with PyTorch's defaults
-(betas 0.9/0.999, eps 1e-8, no weight decay), as the SAPO paper used.
+(betas 0.9/0.999, eps 1e-8, no weight decay), as the SAPO paper used; either keeps its two
+moments in fp32 (torch's) or in bf16 (`swarm.policy.optim`: half the optimizer's memory).
 
 Deliberately not here: choosing which groups to train on (`swarm.batch_choice`), rewards
 (`swarm.tasks`), or anything about peers.
@@ -27,6 +28,7 @@ import torch
 
 from swarm.core.errors import ModelError
 from swarm.policy.grpo import clipped_policy_loss, truncated_importance_weights
+from swarm.policy.optim import Bf16StateAdam
 from swarm.policy.prefix import (
     hidden_logprobs,
     pack_prefix_batch,
@@ -100,6 +102,13 @@ class OptimizerKind(StrEnum):
     ADAM = "adam"  # torch.optim.Adam with its defaults: betas (0.9, 0.999), eps 1e-8, no decay
 
 
+class OptimizerState(StrEnum):
+    """The dtype the optimizer keeps its moments in (its steps compute in fp32 either way)."""
+
+    FP32 = "fp32"  # torch's own Adam / AdamW
+    BF16 = "bf16"  # the same update with bf16 moments: half the memory (swarm.policy.optim)
+
+
 @dataclass(frozen=True)
 class TrainerSettings:
     """The trainer's knobs (mirrors `swarm.config.TrainingSection`, without I/O concerns)."""
@@ -115,6 +124,7 @@ class TrainerSettings:
     epochs: int = 1
     autocast_bf16: bool = False
     optimizer: OptimizerKind = OptimizerKind.ADAMW
+    optimizer_state: OptimizerState = OptimizerState.FP32
     # Each distinct prompt of a micro-batch runs once and its completions attend to its
     # cache (swarm.policy.prefix): same loss and gradients, less compute and memory, with
     # gradient checkpointing on or off. False: every row runs prompt + completion.
@@ -334,9 +344,17 @@ def fp32_master_weights(model: torch.nn.Module) -> torch.dtype | None:
 
 
 def build_optimizer(model: torch.nn.Module, settings: TrainerSettings) -> torch.optim.Optimizer:
-    """The optimizer `settings.optimizer` names, over the model's trainable parameters."""
+    """The optimizer `settings.optimizer` names, over the model's trainable parameters, with
+    its moments in the dtype `settings.optimizer_state` names."""
     params = [p for p in model.parameters() if p.requires_grad]
-    if OptimizerKind(settings.optimizer) == OptimizerKind.ADAM:
+    adam = OptimizerKind(settings.optimizer) == OptimizerKind.ADAM
+    if OptimizerState(settings.optimizer_state) == OptimizerState.BF16:
+        if adam:
+            return Bf16StateAdam(params, lr=settings.lr)
+        return Bf16StateAdam(
+            params, lr=settings.lr, betas=(0.9, 0.99), weight_decay=settings.weight_decay
+        )
+    if adam:
         return torch.optim.Adam(params, lr=settings.lr)
     return torch.optim.AdamW(
         params, lr=settings.lr, weight_decay=settings.weight_decay, betas=(0.9, 0.99)
