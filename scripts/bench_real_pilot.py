@@ -9,6 +9,7 @@ clock and the CPU seconds of its processes. Prints a table, writes JSON.
 
     python scripts/bench_real_pilot.py --rounds 10
     python scripts/bench_real_pilot.py --rounds 1 --nodes 2 --eval-size 4 --out /tmp/p.json
+    python scripts/bench_real_pilot.py --reread   # the figures again from the run folders
 
 Only the CLI (`swarm-node demo`) runs the swarms; this script reads what the nodes wrote
 (summary.json, each node's metrics.jsonl).
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,6 +38,7 @@ ARMS: dict[str, list[str]] = {
     + [f"sharing.{k}={json.dumps(v)}" for k, v in CANDIDATE.sharing().items()],
 }
 NEED_GB = 14.0  # four real-model nodes take 12 to 16 GB
+NEED_WINDOW = 10  # sharing.need_window, the default G runs with
 
 
 def available_gb() -> float:
@@ -88,12 +91,20 @@ def node_row(folder: Path, summary_node: dict) -> dict:
         "own_reward_cumulative": sum(r["mean_reward"] for r in rounds),
         "own_rewards": [r["mean_reward"] for r in rounds],
         "tagged_mean": statistics.mean(r.get("tagged", 0.0) for r in rounds) if rounds else None,
-        "pulled": sum(r.get("received", 0) for r in rounds),
-        "accepted": sum(r.get("accepted", 0) for r in rounds),
-        "rejected": sum(r.get("rejected", 0) for r in rounds),
-        "refused": sum(r.get("refused", 0) for r in rounds),
-        "trained_own": sum(r.get("trained_groups", 0) - r.get("shared_groups", 0) for r in rounds),
+        # a round's received / accepted / rejected / refused are the node's running totals
+        "pulled": rounds[-1].get("received", 0) if rounds else 0,
+        "accepted": rounds[-1].get("accepted", 0) if rounds else 0,
+        "rejected": rounds[-1].get("rejected", 0) if rounds else 0,
+        "refused": rounds[-1].get("refused", 0) if rounds else 0,
+        # own groups trained on (those with learning signal), and peers' groups beside them
+        "trained_own": sum(r.get("trained_groups", 0) for r in rounds),
         "trained_shared": sum(r.get("shared_groups", 0) for r in rounds),
+        # rounds with an own group carrying signal in that round or the NEED_WINDOW - 1 before:
+        # under G's own-signal control its peers' groups weighed own_signal_weight (0.1) then
+        "rounds_own_signal": sum(
+            any(r.get("trained_groups", 0) > 0 for r in rounds[max(0, i - NEED_WINDOW + 1) : i + 1])
+            for i in range(len(rounds))
+        ),
         "generated_completions": sum(r.get("groups", 0) for r in rounds) * 8,
         "round_s_median": statistics.median(r["total_s"] for r in rounds) if rounds else None,
         "generate_s_median": statistics.median(r["generate_s"] for r in rounds) if rounds else None,
@@ -158,15 +169,16 @@ def mean(xs):
 def table(result: dict) -> str:
     lines = [
         "| arm | node | held-out start → end | own reward, cumulative | pulled / accepted "
-        "| trained own / shared | round s (median) | peak RSS GB |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| trained own / shared | rounds own signal | round s (median) | peak RSS GB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for arm in result["arms"]:
         for n in arm["nodes"]:
             lines.append(
                 f"| {arm['arm']} | {n['name']} | {n['eval_start']:.0%} → {n['eval_end']:.0%} | "
                 f"{n['own_reward_cumulative']:.2f} | {n['pulled']} / {n['accepted']} | "
-                f"{n['trained_own']} / {n['trained_shared']} | {n['round_s_median']:.0f} | "
+                f"{n['trained_own']} / {n['trained_shared']} | {n['rounds_own_signal']} | "
+                f"{n['round_s_median']:.0f} | "
                 f"{(n['peak_rss_mb'] or 0) / 1024:.2f} |"
             )
     lines.append("")
@@ -205,7 +217,21 @@ def main(argv=None) -> int:
     p.add_argument("--need-gb", type=float, default=NEED_GB, help="memory to wait for per arm")
     p.add_argument("--runs", default=str(ROOT / "runs" / f"pilot-{time.strftime('%Y%m%d-%H%M%S')}"))
     p.add_argument("--out", default=str(ROOT / "results" / "real_model" / "pilot-g-vs-alone.json"))
+    p.add_argument(
+        "--reread",
+        action="store_true",
+        help="run nothing: read the arms of --out again from their run folders and rewrite it",
+    )
     args = p.parse_args(argv)
+    out = Path(args.out)
+    if args.reread:
+        result = json.loads(out.read_text())
+        for arm in result["arms"]:
+            folder = Path(arm["run_folder"])
+            summary = json.loads((folder / "summary.json").read_text())
+            arm["nodes"] = [node_row(folder / n["name"], n) for n in summary["per_node"]]
+        result["reread_by"] = commit()
+        return finish(result, out)
     runs = Path(args.runs)
     runs.mkdir(parents=True, exist_ok=True)
     result = {
@@ -217,14 +243,25 @@ def main(argv=None) -> int:
         "rounds": args.rounds,
         "eval_size": args.eval_size,
         "node_seeds": list(range(args.nodes)),
+        "paired_identities": True,  # every arm's node i has the first arm's node i's peer ID
         "machine": f"{os.cpu_count()} cores",
         "arms": [],
     }
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for name in args.arms.split(","):
-        result["arms"].append(run_arm(name, ARMS[name], args, runs / name.replace("/", "-")))
+        folder = runs / name.replace("/", "-")
+        if result["arms"]:  # the first arm's identities: a node's task stream is bound to its
+            first = Path(result["arms"][0]["run_folder"])  # peer ID, so the arms draw the same
+            for i in range(args.nodes):  # questions (the demo keeps an identity it finds)
+                (folder / f"node-{i}").mkdir(parents=True, exist_ok=True)
+                shutil.copy2(first / f"node-{i}" / "identity.key", folder / f"node-{i}")
+        result["arms"].append(run_arm(name, ARMS[name], args, folder))
         out.write_text(json.dumps(result, indent=2))  # each arm as soon as it ends
+    return finish(result, out)
+
+
+def finish(result: dict, out: Path) -> int:
+    """Add G's ratio to 4/0 where both ran, write the JSON, print the tables."""
     by = {a["arm"]: a for a in result["arms"]}
     if "4/0" in by and CANDIDATE.name in by:
         base, cand = by["4/0"]["nodes"], by[CANDIDATE.name]["nodes"]
