@@ -40,7 +40,16 @@ on J of them. Here a node's cost per round depends on its own settings only
   addresses learned from a view are never dialled in the round before they answered; a
   banned peer is neither asked nor passed on; a sender that takes a group fetch and sends
   nothing is refused hard (`fetch_too_slow`, towards a ban, like one that serves other
-  bytes) and suspended.
+  bytes) and suspended;
+- a round never waits a whole fetch timeout on a peer that left since it last answered
+  (over libp2p): it waits for a group or a list asked again only as long as the peer's
+  measured answers say it should (its patience, `swarm.exchange.answer_times`: TCP's
+  retransmission timeout over its answer times, at least 0.25 s), then tries the group's
+  next source (a holder) at once; the fetch itself runs on and, when it ends, is taken and
+  judged exactly as if the round had waited (a stall refused hard, bytes checked, a failure
+  counted; a group served late admitted then), in a later round if need be
+  (`swarm.exchange.pull_groups`, `OffRound.adopt`); until it ends no group is pulled from
+  that peer.
 
 Why this is a fair sample of the swarm: the peers asked are a uniform sample of a view that
 is itself a random subset of the swarm, so every sender is equally likely to be asked, and
@@ -48,19 +57,19 @@ each of its groups is as likely to be chosen as another's of the same sender, wh
 connected to whom; a sender that announces more groups gains nothing (`balanced`), and no
 sender gets more than `per_peer_cap` a round.
 
-Here: the round's collection (views and lists, candidates, the choice); its settings and
-counters are in `swarm.exchange.pull_settings`. Deliberately not here: full verification,
+Here: the round's collection (views and lists, then the choice and the pulls); lists are
+taken by `swarm.exchange.pull_intake`, candidates kept and chosen by
+`swarm.exchange.pull_candidates`; its settings and counters are in
+`swarm.exchange.pull_settings`. Deliberately not here: full verification,
 pooling, ledgers (the caller's), or the transport.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 from collections.abc import Callable
 
-from swarm.core.errors import RejectedMessage, TransportError
 from swarm.core.reasons import Reason
 from swarm.exchange.peer_backoff import PeerBackoff
 from swarm.exchange.peer_view import PeerView
@@ -68,12 +77,11 @@ from swarm.exchange.pull_candidates import Candidates
 from swarm.exchange.pull_choice import OwnVersion
 from swarm.exchange.pull_fetch import Fetcher, Outcome, Request
 from swarm.exchange.pull_groups import GroupPuller
+from swarm.exchange.pull_intake import ListIntake
 from swarm.exchange.pull_later import OffRound
-from swarm.exchange.pull_lists import ListBackoff, ListVerdicts, Verdict
 from swarm.exchange.pull_serve import PullServer
 from swarm.exchange.pull_settings import PullCounters, PullSettings
 from swarm.p2p.transport import Transport
-from swarm.verify.announcements import AnnouncementGate
 from swarm.verify.gate import Verifier
 from swarm.verify.message import Accepted, Rejection
 from swarm.wire import (
@@ -82,7 +90,6 @@ from swarm.wire import (
     GroupAnnouncement,
     RolloutGroup,
     SignedGroup,
-    unpack_announcements,
 )
 
 __all__ = ["PullCounters", "PullExchange", "PullSettings"]
@@ -118,17 +125,6 @@ class PullExchange:
             settings.parallel_fetches,
             fetch_timeout_s=settings.fetch_timeout_s,
             monotonic=monotonic,
-        )
-        v = verifier.settings
-        self.gate = AnnouncementGate(
-            swarm_id,
-            allow_list=v.allow_list,
-            banned=lambda: verifier.banned,
-            catalogue=v.task_catalogue,
-            max_age_s=v.max_age_s,
-            max_future_s=v.max_future_s,
-            rate_per_s=v.rate_groups_per_s,
-            burst=v.rate_burst,
         )
         self.view = PeerView(
             transport,
@@ -172,10 +168,19 @@ class PullExchange:
             own_id,
             monotonic,
         )
-        self.candidates = Candidates(settings, own_id, v.max_age_s, clock)
+        self.candidates = Candidates(settings, own_id, verifier.settings.max_age_s, clock)
         self.last_asked: list[str] = []  # the peers asked for their lists in the last round
-        self.verdicts = ListVerdicts()  # each peer's last list, checked once
-        self.rests = ListBackoff()  # peers whose lists offered nothing, asked less often
+        self.intake = ListIntake(
+            swarm_id,
+            verifier,
+            settings,
+            self.counters,
+            self.candidates,
+            self.view,
+            self.server,
+            clock,
+        )
+        self.rests = self.intake.rests  # peers whose lists offered nothing, asked less often
 
     @property
     def own(self) -> OwnVersion | None:
@@ -225,6 +230,7 @@ class PullExchange:
         self.server.serve_list()
         s = self.settings
         started = self.monotonic()
+        self.intake.round = self.round
         view_timeout = min(s.fetch_timeout_s, s.round_budget_s / 4)
         # a node that pulls nothing (sharing.shared_groups = 0) asks for no lists either
         lists = s.pull_lists if s.pull_groups else 0
@@ -242,12 +248,18 @@ class PullExchange:
             ]
             outcomes = self.fetcher.fetch_all(requests, started + s.round_budget_s / 2)
         for outcome in outcomes:
-            rejected += self._take_list(outcome)
-        accepted, refused = self.puller.pull_all(
-            self._choose(), started + s.round_budget_s, self.round
-        )
+            rejected += self.intake.take(outcome)
+        pulling = self.monotonic()
+        accepted, refused = self.puller.take_late(self.round)  # what earlier fetches gave
         rejected += refused
+        ok, refused = self.puller.pull_all(self._choose(), started + s.round_budget_s, self.round)
+        accepted += ok
+        rejected += refused
+        self.counters.lists_s += pulling - started
+        self.counters.pulls_s += self.monotonic() - pulling
         self.candidates.drop_senders(self.puller.stalled_senders)
+        if self.later is not None:
+            self.later.drop_lists(self.puller.stalled_senders)
         self.counters.cheap_checked += len(accepted) + sum(
             r.reason != Reason.PULL_FAILED for r in rejected
         )
@@ -261,26 +273,27 @@ class PullExchange:
     def _fresh_lists(self, started: float) -> list[Outcome]:
         """The lists fetched off the round; those older than `fresh_list_s` asked again
         now, of the peers that sent them (alive a moment ago), but for an unchanged list
-        that offered nothing (asked again, it would offer nothing either)."""
+        that offered nothing (asked again, it would offer nothing either). One asked again
+        whose peer does not answer within its patience is not waited on: taken when it
+        ends, as a list asked off the round (`OffRound.adopt`)."""
         s = self.settings
         assert self.later is not None
         outcomes: list[Outcome] = []
         stale: list[Request] = []
         for o, age in self.later.take_lists(s.list_wait_s):
-            if o.data is None or age <= s.fresh_list_s or self._offers_nothing(o):
+            if o.data is None or age <= s.fresh_list_s or self.intake.offers_nothing(o):
                 outcomes.append(o)
             else:
                 timeout = min(s.fetch_timeout_s, REFETCH_TIMEOUT_S)
                 stale.append(dataclasses.replace(o.request, timeout=timeout))
         self.counters.lists_refreshed += len(stale)
-        return outcomes + self.fetcher.fetch_all(stale, started + s.round_budget_s / 2)
-
-    def _offers_nothing(self, outcome: Outcome) -> bool:
-        """Whether this list is one taken before, unchanged, that offers nothing now."""
-        assert outcome.data is not None
-        digest = hashlib.sha256(outcome.data).hexdigest()
-        verdict = self._known(outcome.request.peer, digest)
-        return verdict is not None and not self._offers(verdict)
+        for o in self.fetcher.fetch_all(stale, started + s.round_budget_s / 2, cut=True):
+            if o.late is None:
+                outcomes.append(o)
+            else:
+                self.counters.unwaited += 1
+                self.later.adopt(o.request.peer, o.late)
+        return outcomes
 
     def _ask_later(self, lists: int, view_timeout: float) -> None:
         """Over libp2p: start the next round's view refresh and lists off the round."""
@@ -294,81 +307,10 @@ class PullExchange:
         self.counters.probes_failed += self.later.probes_failed - failed
         self.later.probes = self.later.probes_failed = 0
 
-    def _take_list(self, outcome: Outcome) -> list[Rejection]:
-        """One peer's announcements: keep the fresh ones as candidates."""
-        peer = outcome.request.peer
-        if isinstance(outcome.error, TransportError) or outcome.data is None:
-            self.counters.lists_failed += 1
-            self.view.forget(peer, outcome.slow)  # if slow, not asked until heard of anew
-            return []
-        self.view.backoff.answered(peer)
-        try:
-            verdict, rejected = self._verdict(peer, outcome.data, outcome.error)
-        except RejectedMessage as e:
-            self.counters.lists_failed += 1
-            digest = hashlib.sha256(outcome.data).hexdigest()
-            return [Rejection(e.reason, e.detail, peer, digest)]
-        self._take_verdict(peer, verdict)
-        return rejected
-
-    def _verdict(
-        self, peer: str, data: bytes, error: RejectedMessage | None
-    ) -> tuple[Verdict, list[Rejection]]:
-        """A list's verdict: kept from before if the list is unchanged (not checked again,
-        `ListVerdicts`), else checked and kept; `RejectedMessage` if it does not decode."""
-        digest = hashlib.sha256(data).hexdigest()
-        known = self._known(peer, digest)
-        if known is not None:
-            self.counters.lists_unchanged += 1
-            return known, []
-        if error is not None:
-            raise error
-        verdict, rejected = self._check_list(peer, data)
-        self.verdicts.put(peer, digest, verdict)
-        return verdict, rejected
-
-    def _take_verdict(self, peer: str, verdict: Verdict) -> None:
-        """A list's announcements become candidates (but those chosen already), with their
-        holder hints; a peer whose list offers nothing rests (`ListBackoff`)."""
-        self.candidates.learn(verdict.announcements, self.round)
-        for hint in verdict.hints:
-            if hint.content_hash in self.candidates:
-                self.server.hint(hint.content_hash, hint.peer_id, hint.addrs)
-        self.rests.offered(peer, self._offers(verdict), self.round)
-
-    def _known(self, peer: str, digest: str) -> Verdict | None:
-        """The verdict of `peer`'s list if it is unchanged (and the peer not banned since:
-        then its announcements are checked, and refused, again)."""
-        return None if peer in self.verifier.banned else self.verdicts.get(peer, digest)
-
-    def _check_list(self, peer: str, data: bytes) -> tuple[Verdict, list[Rejection]]:
-        """Every announcement of a list through the cheap checks; `RejectedMessage` if the
-        list itself does not decode."""
-        items, hints = unpack_announcements(data)
-        kept: list[GroupAnnouncement] = []
-        rejected: list[Rejection] = []
-        now = self.clock()
-        for signed in items:
-            self.counters.cheap_checked += 1
-            try:  # seen before and not pulled: a candidate again, now with its holders
-                announcement = self.gate.check(signed, peer, now, again=True)
-            except RejectedMessage as e:
-                self.counters.announcements_refused += 1
-                digest = hashlib.sha256(signed.body).hexdigest()
-                rejected.append(Rejection(e.reason, e.detail, peer, digest, peer))
-                continue
-            if self.settings.same_family and announcement.family != self.settings.family:
-                self.counters.other_family += 1  # not wanted, not wrong: never pulled
-                continue
-            kept.append(announcement)
-        return Verdict(tuple(kept), tuple(hints)), rejected
-
-    def _offers(self, verdict: Verdict) -> bool:
-        """Whether a list offers a group this node would pull now (one not pulled yet)."""
-        return self.candidates.offers(verdict.announcements, self.round)
-
     def _choose(self) -> list[GroupAnnouncement]:
-        """This round's pulls: the trainer's uniform, per-sender-capped draw over candidates."""
+        """This round's pulls: the trainer's uniform, per-sender-capped draw over candidates
+        (none of a sender that stalled, or whose fetch a round stopped waiting on runs)."""
+        self.candidates.drop_senders(self.puller.stalled_senders | self.puller.unanswered())
         self.candidates.expire(self.round)
         self.counters.candidates = len(self.candidates)
         return self.candidates.choose(self.round)

@@ -6,12 +6,14 @@ announcements young enough for the verifier, less those the batch would skip as 
 versions behind this node's own (`sharing.max_version_lag`: the sampler's own staleness
 rule, against the node's version when it pulls), then `balanced`: one group per sender in
 turn, so a sender that announces more groups gains nothing. `Attempt` is one chosen group
-while its sources are tried (`swarm.exchange.pull`).
+while its sources are tried, and until the fetches a round stopped waiting on have ended
+(`swarm.exchange.pull_groups`).
 """
 
 from __future__ import annotations
 
 import random
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from swarm.batch_choice import Candidate, Staleness, choose_batch
@@ -119,3 +121,7 @@ class Attempt:
     error: str = ""  # why the last source tried did not serve them
     accepted: list[Accepted] = field(default_factory=list)
     refused: list[Rejection] = field(default_factory=list)
+    # fetches a round stopped waiting on, still running: (source, its `Outcome` to come)
+    running: list[tuple[str, Future]] = field(default_factory=list)
+    settled: bool = False  # its outcome is counted and its accepted groups handed on
+    told: int = 0  # of `refused`, those handed on already

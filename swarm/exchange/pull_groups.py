@@ -13,6 +13,18 @@ the view, and past `unserved_ban_after` such pulls in a row each is a hard rejec
 (`fetch_too_slow`) and suspended (`stalled_senders`: the caller drops its other
 announcements). An admitted group passes `Verifier.admit_pulled` and is served on
 (`swarm.exchange.pull_serve`).
+
+A round never waits a whole fetch timeout on a source that left: a wave stops waiting on a
+fetch whose source has not answered within its patience (`swarm.exchange.answer_times`,
+from its measured answers), and the group's next source is tried at once (a hedge: the
+first fetch runs on). A group whose sources are all tried, one of them still running, is
+left to a later round: its fetches are taken when they end (at the start of the next
+`pull_all`, or at the end of this one if they ended meanwhile), judged exactly as if the
+round had waited (a stall still refused hard, bytes still checked, a failure counted), and
+a group served late is admitted then. A group already served by another source is not
+admitted twice; bytes served for it late are still checked against its hash. While such a
+fetch runs, no group is pulled from its source (`unanswered`): rounds neither wait on it
+again nor pile fetches up behind its own.
 """
 
 from __future__ import annotations
@@ -67,6 +79,8 @@ class GroupPuller:
         self.monotonic = monotonic
         self.round = 0
         self.stalled_senders: set[str] = set()  # senders that stalled in the last pull_all
+        self._running: list[Attempt] = []  # attempts with a fetch no round waits on any more
+        self._busy: set[str] = set()  # `unanswered()` as the pull began
         # senders' announced groups not served, in a row (hard rejections past a bound)
         self._unserved: collections.OrderedDict[str, int] = collections.OrderedDict()
 
@@ -92,19 +106,38 @@ class GroupPuller:
 
     def _may_ask_holder(self, peer: str) -> bool:
         """A hinted holder may be asked unless banned or suspended (one not vouched for is
-        asked within `HOLDER_TIMEOUT_S`)."""
-        return not self.view.excluded(peer) and not self.view.backoff.suspended(
-            peer, self.view.refreshes
+        asked within `HOLDER_TIMEOUT_S`), or a fetch of it no round waits on runs."""
+        return (
+            not self.view.excluded(peer)
+            and not self.view.backoff.suspended(peer, self.view.refreshes)
+            and peer not in self._busy
         )
+
+    def unanswered(self) -> set[str]:
+        """Sources of the fetches rounds stopped waiting on that still run: no group is
+        pulled from them until those end (and are judged). Not a judgement: a round only
+        does not wait on them again, nor pile fetches up behind theirs."""
+        return {peer for a in self._running for peer, f in a.running if not f.done()}
+
+    def take_late(self, round_: int) -> tuple[list[Accepted], list[Rejection]]:
+        """What the fetches earlier rounds stopped waiting on gave since they ended (judged
+        as any other: senders that stalled are in `stalled_senders`, to be dropped before
+        this round chooses); round `round_` serves what it admits."""
+        self.round = round_
+        self.stalled_senders = set()
+        earlier, self._running = self._running, []
+        return self._settle_all(earlier)
 
     def pull_all(
         self, chosen: list[GroupAnnouncement], deadline: float, round_: int
     ) -> tuple[list[Accepted], list[Rejection]]:
         """Pull every chosen group by `deadline`: each wave fetches every pending group from
         its next source, side by side; a source that fails or serves other bytes is passed
-        over for the next. Round `round_` serves what it admits (a holder now)."""
+        over for the next, and one that has not answered within its patience is not waited
+        on (it runs on; the next source is tried). Round `round_` serves what it admits (a
+        holder now). (`take_late` first: what earlier rounds' fetches gave.)"""
         self.round = round_
-        self.stalled_senders = set()
+        self._busy = self.unanswered()
         attempts = [Attempt(a, self._sources(a)) for a in chosen]
         self.counters.pulls += len(attempts)
         pending = list(attempts)
@@ -120,17 +153,53 @@ class GroupPuller:
                 )
                 for a, source in wave
             ]
-            for (attempt, source), outcome in zip(
-                wave, self.fetcher.fetch_all(requests, deadline), strict=True
-            ):
-                self._take_group(attempt, source, outcome)
+            outcomes = self.fetcher.fetch_all(requests, deadline, cut=True)
+            for (attempt, source), outcome in zip(wave, outcomes, strict=True):
+                if outcome.late is not None:  # no answer within its patience: runs on
+                    self.counters.unwaited += 1
+                    attempt.running.append((source, outcome.late))
+                else:
+                    self._take_group(attempt, source, outcome)
+                self._take_ended(attempt)  # a fetch that ran on may have ended meanwhile
             pending = [a for a in pending if not a.done and a.sources]
+        return self._settle_all(attempts)
+
+    def _settle_all(self, attempts: list[Attempt]) -> tuple[list[Accepted], list[Rejection]]:
         accepted: list[Accepted] = []
         rejected: list[Rejection] = []
         for attempt in attempts:
-            accepted += attempt.accepted
-            rejected += self._outcome(attempt)
+            ok, bad = self._settle(attempt)
+            accepted += ok
+            rejected += bad
         return accepted, rejected
+
+    def _settle(self, attempt: Attempt) -> tuple[list[Accepted], list[Rejection]]:
+        """What an attempt gave that was not handed on yet: its fetches that ran on and have
+        ended are taken; once no source it waits on is left (served, or every fetch ended),
+        its outcome is counted (`_outcome`) and its groups handed on; a fetch still running
+        keeps it for a later round (its refusals, if any, handed on then)."""
+        self._take_ended(attempt)
+        if attempt.running:
+            self._running.append(attempt)
+        accepted: list[Accepted] = []
+        if not attempt.settled and (attempt.done or not attempt.running):
+            attempt.settled = True
+            accepted = attempt.accepted
+            self._outcome(attempt)
+        refused = attempt.refused[attempt.told :] if attempt.settled else []
+        attempt.told += len(refused)
+        return accepted, refused
+
+    def _take_ended(self, attempt: Attempt) -> None:
+        """Take the attempt's fetches that ran on and have ended (judged as any other)."""
+        running = []
+        for source, future in attempt.running:
+            if future.done():
+                self.counters.late += 1
+                self._take_group(attempt, source, future.result())
+            else:
+                running.append((source, future))
+        attempt.running = running
 
     def _source_timeout(self, announcement: GroupAnnouncement, source: str) -> float | None:
         """The sender answered its list this round; a holder not vouched for (its address
@@ -167,6 +236,8 @@ class GroupPuller:
             reason = Reason.WRONG_BYTES if proof else e.reason
             attempt.refused.append(Rejection(reason, e.detail, source, digest, ""))
             return
+        if attempt.done:  # the same bytes came from another source first (this one ran on)
+            return
         attempt.done = True
         self.counters.pulled_from_holders += source != sender
         self._unserved.pop(sender, None)
@@ -194,16 +265,17 @@ class GroupPuller:
         self.view.forget(sender, stalled=True)
         self.stalled_senders.add(sender)
 
-    def _outcome(self, attempt: Attempt) -> list[Rejection]:
-        """The rejections of a pull; a sender that announced a group and did not serve it
-        leaves the view, and past `unserved_ban_after` such pulls in a row each one is a
-        hard rejection (towards a ban)."""
+    def _outcome(self, attempt: Attempt) -> None:
+        """A pull's outcome, counted: a pull that admitted nothing failed; a sender that
+        announced a group and did not serve it leaves the view, and past
+        `unserved_ban_after` such pulls in a row each one is a hard rejection (towards a
+        ban, added to the attempt's rejections)."""
         if attempt.accepted:
-            return attempt.refused
+            return
         self.counters.pulls_failed += 1
         if attempt.done or attempt.stalled:  # the announced bytes came, and were refused
             self.counters.pulls_refused += attempt.done
-            return attempt.refused
+            return
         sender, digest = attempt.announcement.sender, attempt.announcement.blob_hash
         reason = Reason.PULL_FAILED
         if attempt.sender_missed:
@@ -215,7 +287,7 @@ class GroupPuller:
             if misses > self.settings.unserved_ban_after > 0:
                 reason = Reason.NOT_SERVED
         detail = f"neither the sender nor a known holder served it in time ({attempt.error})"
-        return attempt.refused + [Rejection(reason, detail, sender, digest, sender)]
+        attempt.refused.append(Rejection(reason, detail, sender, digest, sender))
 
     def _admit(
         self, signed: SignedGroup, group: RolloutGroup, data: bytes, blob_hash: str

@@ -76,6 +76,16 @@ class OffRound:
             self._lists.append(_Pending(peer, self.fetcher.later(request), started=started))
         return asked
 
+    def adopt(self, peer: str, future: Future) -> None:
+        """A list asked again in a round that stopped waiting on it: taken when it ends,
+        as one asked off the round (never waited for again)."""
+        self._lists.append(_Pending(peer, future, waited=True, started=time.monotonic()))
+
+    def drop_lists(self, peers: set[str]) -> None:
+        """Never take the lists asked of `peers` so far (they stalled a group fetch, judged
+        once it ended: a list asked before must not clear the suspension that followed)."""
+        self._lists = [p for p in self._lists if p.peer not in peers]
+
     def take_views(self) -> None:
         """Take in the views that arrived (or failed) since."""
         done = [p for p in self._views if p.future.done()]

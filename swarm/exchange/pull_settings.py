@@ -66,6 +66,10 @@ class PullCounters:
     holder_misses: int = 0  # a hinted holder did not serve the group
     bad_holders: int = 0  # a source served bytes that are not the announced group
     stalled: int = 0  # a sender took a group fetch and sent nothing in time (refused hard)
+    unwaited: int = 0  # fetches a round stopped waiting on: no answer within their patience
+    late: int = 0  # group fetches of those, taken once they ended (that wave, or a later round)
+    lists_s: float = 0.0  # seconds the round spent taking lists (waits, lists asked again)
+    pulls_s: float = 0.0  # seconds the round spent pulling groups
     served: int = 0  # own or held groups peers fetched in full from this node
     probes: int = 0  # views fetched off the round (peers not vouched for, or only heard)
     probes_failed: int = 0

@@ -193,11 +193,14 @@ def test_a_peer_that_never_answers_a_view_request_costs_no_round():
 
 
 def test_a_sender_whose_group_fetches_stall_is_refused_hard_and_not_waited_on_again():
-    base, later = run("stall-groups", "--groups", "64")
+    """No round waits on the stalls (before: its first one, 5 s, once; before that, every
+    round); the fetches run on, and once they time out (5 s) the sender is refused hard for
+    them, as before: 24 rounds of 0.3 s see that happen."""
+    base, later = run("stall-groups", "--groups", "64", after=24)
     walls = [r["wall_s"] for r in later]
-    slow = [i for i, w in enumerate(walls) if w >= 2.5]
-    assert len(slow) <= 1, walls  # its first stall, once (5 s, every round before)
-    check(base, [r for i, r in enumerate(later) if i not in slow], settle=0)
+    assert max(walls) < 1.0, walls
+    check(base, later)
+    assert sum(r["extra"]["unwaited"] for r in later) >= 1
     assert sum(r["extra"]["stalled"] for r in later) >= 1
     assert sum(r["rejected"] for r in later) >= 1
 
