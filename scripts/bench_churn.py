@@ -5,19 +5,23 @@ against the same swarm without churn (`swarm.bench.churn_real`).
                                   [--out results/churn/bench.json]
 
 Prints a table (per process and round: its round's own time, pulls delivered, groups
-verified, bytes in) and writes JSON. Run it with the machine otherwise quiet: 12 processes
-share its cores.
+verified, bytes in), where slow rounds' time went and whether the churn run met its goal
+(p95 within 1.5x of the run without churn, no round over 2 s, pulls delivered >= 99.5 %),
+and writes JSON with the commit and the machine's load. Run it with the machine otherwise
+quiet: 12 processes share its cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from swarm.bench.churn_real import ChurnSettings, run_churn
+from swarm.bench.churn_real import ChurnSettings, goal, run_churn
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,9 +30,21 @@ def row(name: str, r: dict) -> str:
     w = r["round_s"]
     return (
         f"| {name} | {r['rounds']} | {w['median']:.3f} / {w['p95']:.3f} / {w['max']:.2f} s |"
-        f" {w['over_1s']} | {100 * r['delivered']:.1f} % ({r['pulls']}) |"
+        f" {w['over_1s']} / {w.get('over_2s', 0)} |"
+        f" {100 * r['delivered']:.2f} % ({r['pulls']}) |"
         f" {r['verified_per_round']:.1f} | {r['bytes_in_per_round'] / 1000:.0f} kB |"
         f" {r['left']} / {r['joined']} |"
+    )
+
+
+def commit() -> str:
+    """The checkout's commit, `+` if it has changes to tracked files."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout
+
+    return git("rev-parse", "--short", "HEAD").strip() + (
+        "+" if git("status", "-uno", "--porcelain").strip() else ""
     )
 
 
@@ -42,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "results" / "churn" / "bench.json"))
     args = parser.parse_args(argv)
     results = {}
+    machine = {"commit": commit(), "load_before": os.getloadavg(), "cpus": os.cpu_count()}
     for name, every in (("no churn", 0.0), ("churn", args.every)):
         s = ChurnSettings(
             processes=args.processes,
@@ -53,16 +70,28 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="churn-") as tmp:
             results[name] = run_churn(s, Path(tmp), lambda m, n=name: print(f"  [{n}] {m}"))
         print(json.dumps({name: {k: v for k, v in results[name].items() if k != "settings"}}))
+    machine["load_after"] = os.getloadavg()
     print(
-        "| run | rounds | round median / p95 / max | rounds over 1 s | pulls delivered |"
+        "| run | rounds | round median / p95 / max | rounds over 1 s / 2 s | pulls delivered |"
         " verified a round | bytes in a round | left / joined |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, r in results.items():
         print(row(name, r))
+    for name, r in results.items():
+        slow = r["slow_rounds"]
+        print(
+            f"{name}: {r['unwaited']} fetches not waited on ({r['late']} group fetches taken"
+            f" late), {r['stalled']} stalls; {slow['rounds']} rounds over 1 s: lists"
+            f" {slow['lists_s']:.1f} s, pulls {slow['pulls_s']:.1f} s, the rest {slow['rest_s']:.1f} s"
+        )
+    verdict = goal(results["no churn"], results["churn"])
+    print(f"goal: p95 {verdict['p95_ratio']:.2f}x; met: {verdict['met']}")
+    print(f"commit {machine['commit']}; load {machine['load_before']} -> {machine['load_after']}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "results": results}, indent=1))
+    record = {"command": " ".join(sys.argv), **machine, "goal": verdict, "results": results}
+    out.write_text(json.dumps(record, indent=1))
     print(f"wrote {out}")
     return 0
 

@@ -9,6 +9,13 @@ open (SIGSTOP; every other one is killed outright, its sockets closed by the ker
 newcomer joins through a random process still there. Node 0, the first address, stays.
 Rounds of a process's first `warmup` rounds are left out. Every process started here is
 stopped here, by its PID.
+
+Besides the round times, each run sums where a slow round's time went (the exchange's own
+counters: taking lists, `lists_s`, and pulling groups, `pulls_s`, over the rounds above
+1 s) and the fetches a round stopped waiting on (`unwaited`; `late`: group fetches of those
+taken when they ended), and `goal` says whether the churn run met its goal against the run
+without churn (p95 within `P95_GOAL`x, no round above `MAX_GOAL_S`, pulls delivered at
+least `DELIVERED_GOAL`).
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+P95_GOAL = 1.5  # the churn run's p95 round within this many times the run without churn
+MAX_GOAL_S = 2.0  # no round of the churn run above this
+DELIVERED_GOAL = 0.995  # pulls delivered at least
 
 
 @dataclass(frozen=True)
@@ -135,6 +145,7 @@ def summarize(s: ChurnSettings, members: list[Member]) -> dict:
             "p99": pct(0.99),
             "max": walls[-1] if walls else 0.0,
             "over_1s": sum(w > 1.0 for w in walls),
+            "over_2s": sum(w > 2.0 for w in walls),
         },
         "pulls": pulls,
         "pulls_failed": failed,
@@ -144,4 +155,34 @@ def summarize(s: ChurnSettings, members: list[Member]) -> dict:
         "bytes_in_per_round": statistics.fmean(r["bytes_in"] for r in rows) if rows else 0.0,
         "lists_failed": sum(r["extra"].get("lists_failed", 0) for r in rows),
         "lists_asked": sum(r["extra"].get("lists_asked", 0) for r in rows),
+        "unwaited": sum(r["extra"].get("unwaited", 0) for r in rows),
+        "late": sum(r["extra"].get("late", 0) for r in rows),
+        "stalled": sum(r["extra"].get("stalled", 0) for r in rows),
+        "slow_rounds": slow_rounds(rows),
     }
+
+
+def slow_rounds(rows: list[dict]) -> dict:
+    """Where the time of the rounds above 1 s went: taking lists, pulling, the rest (making
+    and verifying groups, choosing), summed, in seconds."""
+    slow = [r for r in rows if r["wall_s"] > 1.0]
+    lists = sum(r["extra"].get("lists_s", 0.0) for r in slow)
+    pulls = sum(r["extra"].get("pulls_s", 0.0) for r in slow)
+    total = sum(r["wall_s"] for r in slow)
+    return {
+        "rounds": len(slow),
+        "lists_s": lists,
+        "pulls_s": pulls,
+        "rest_s": total - lists - pulls,
+    }
+
+
+def goal(without: dict, churn: dict) -> dict:
+    """Whether the churn run met its goal against the run without churn."""
+    ratio = churn["round_s"]["p95"] / without["round_s"]["p95"] if without["rounds"] else 0.0
+    met = {
+        "p95_ratio": ratio <= P95_GOAL,
+        "max_s": churn["round_s"]["max"] <= MAX_GOAL_S,
+        "delivered": churn["delivered"] >= DELIVERED_GOAL,
+    }
+    return {"p95_ratio": ratio, "met": met, "all": all(met.values())}
