@@ -3,7 +3,7 @@
 A real model's AdamW state is twice its fp32 weights (SmolLM2-135M: 1.03 GB of a node's
 ~3.7 GB). Stored in bf16 the moments take half that, while every step still computes in
 fp32: each parameter's moments are widened, updated, used for the step and rounded back
-(round to nearest). bf16 keeps 8 bits of mantissa, a relative error of at most 2^-9 per
+(round to nearest), `CHUNK` weights at a time so that the step's temporaries stay small. bf16 keeps 8 bits of mantissa, a relative error of at most 2^-9 per
 rounding; the decay of the second moment (beta2 = 0.99: 1 % a step) stays well above it.
 `tests/unit/policy/test_optim.py` checks that the weights follow fp32 AdamW's closely.
 
@@ -21,6 +21,9 @@ from __future__ import annotations
 import torch
 
 STATE_DTYPE = torch.bfloat16
+# Weights stepped at once: the fp32 temporaries of a step stay ~4 x 16 MB, however large
+# the tensor (SmolLM2's embedding alone is 28 M weights: 0.45 GB of temporaries in one go).
+CHUNK = 1 << 22
 
 
 class Bf16StateAdam(torch.optim.Optimizer):
@@ -53,15 +56,29 @@ class Bf16StateAdam(torch.optim.Optimizer):
             state["step"] = torch.tensor(0.0)
             state["exp_avg"] = torch.zeros_like(p, dtype=STATE_DTYPE)
             state["exp_avg_sq"] = torch.zeros_like(p, dtype=STATE_DTYPE)
-        beta1, beta2 = group["betas"]
+        for key in ("exp_avg", "exp_avg_sq"):  # a loaded state comes back in fp32
+            if state[key].dtype != STATE_DTYPE:
+                state[key] = state[key].to(STATE_DTYPE)
         state["step"] += 1
         step = float(state["step"])
-        grad = grad.float()
-        exp_avg = state["exp_avg"].float().lerp_(grad, 1 - beta1)
-        exp_avg_sq = state["exp_avg_sq"].float().mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        state["exp_avg"] = exp_avg.to(STATE_DTYPE)
-        state["exp_avg_sq"] = exp_avg_sq.to(STATE_DTYPE)
-        if group["weight_decay"]:
-            p.mul_(1 - group["lr"] * group["weight_decay"])
-        denominator = (exp_avg_sq / (1 - beta2**step)).sqrt_().add_(group["eps"])
-        p.addcdiv_(exp_avg, denominator, value=-group["lr"] / (1 - beta1**step))
+        views = [t.reshape(-1) for t in (p, grad, state["exp_avg"], state["exp_avg_sq"])]
+        if any(v.data_ptr() != t.data_ptr() for v, t in zip(views, (p, grad), strict=False)):
+            raise ValueError("Bf16StateAdam needs contiguous parameters and gradients")
+        for start in range(0, p.numel(), CHUNK):
+            chunk = [v[start : start + CHUNK] for v in views]
+            _step_chunk(*chunk, group, step)
+
+
+def _step_chunk(p, grad, exp_avg, exp_avg_sq, group: dict, step: float) -> None:
+    """One step of `CHUNK` weights at most: their moments widened to fp32, updated, rounded
+    back, and the weights moved."""
+    beta1, beta2 = group["betas"]
+    grad = grad.float()
+    m = exp_avg.float().lerp_(grad, 1 - beta1)
+    v = exp_avg_sq.float().mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    exp_avg.copy_(m)
+    exp_avg_sq.copy_(v)
+    if group["weight_decay"]:
+        p.mul_(1 - group["lr"] * group["weight_decay"])
+    denominator = v.div_(1 - beta2**step).sqrt_().add_(group["eps"])
+    p.addcdiv_(m, denominator, value=-group["lr"] / (1 - beta1**step))

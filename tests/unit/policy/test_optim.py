@@ -97,3 +97,20 @@ def test_bad_settings_are_refused(bad):
     p, _ = _pair(0, (2, 2))
     with pytest.raises(ValueError):
         Bf16StateAdam([p], **{"lr": 1e-3, **bad})
+
+
+def test_stepping_in_chunks_changes_nothing(monkeypatch):
+    """The step goes `CHUNK` weights at a time (small temporaries): element-wise, so a
+    chunk size that splits every tensor unevenly gives the same weights to the bit."""
+    import swarm.policy.optim as optim
+
+    results = []
+    for chunk in (optim.CHUNK, 7):
+        monkeypatch.setattr(optim, "CHUNK", chunk)
+        p, _ = _pair(0)
+        optimizer = Bf16StateAdam([p], lr=1e-3, weight_decay=0.1)
+        for i in range(3):
+            p.grad = torch.randn(p.shape, generator=torch.Generator().manual_seed(i))
+            optimizer.step()
+        results.append(p.detach().clone())
+    assert torch.equal(*results)
