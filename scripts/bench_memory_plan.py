@@ -27,7 +27,10 @@ longest prompt and completion), and "error" compares it with the measured peak. 
     python scripts/bench_memory_plan.py --case default --config node_config/smollm2-cpu.toml \
         --rounds 1 --out results/memory/plan-smollm2-cpu.json
 
-Prints a table and writes JSON (default results/memory/plan-cpu.json).
+    python scripts/bench_memory_plan.py --replan --out results/memory/plan-cpu.json
+
+Prints a table and writes JSON (default results/memory/plan-cpu.json). `--replan` runs no
+node: it plans the file's cases again with the current code at the sizes they reached.
 """
 
 from __future__ import annotations
@@ -53,6 +56,12 @@ def parse_args(argv=None):
     )
     parser.add_argument("--tolerance", type=float, default=0.2, help="largest error allowed")
     parser.add_argument("--out", default="results/memory/plan-cpu.json", help="JSON results")
+    parser.add_argument(
+        "--replan",
+        action="store_true",
+        help="run nothing: plan the cases of --out again with the current code, at the sizes "
+        "they reached, beside their measured peaks (after a change to the plan's constants)",
+    )
     return parser.parse_args(argv)
 
 

@@ -294,20 +294,51 @@ def table(outcomes: list[Outcome]) -> list[str]:
     return rows
 
 
+def replanned(case: dict) -> Outcome:
+    """A recorded case planned again with the current code, at the sizes it reached."""
+    before = plan_of(case.get("config"), list(case["sets"]))
+    plan = at_sizes(before, case["reached"])
+    worker = next((p.bytes for p in plan.parts if p.name == "verification worker"), 0)
+    fields = {k: v for k, v in case.items() if k in Outcome.__dataclass_fields__}
+    return Outcome(
+        **fields
+        | {
+            "sets": tuple(case["sets"]),
+            "before_mb": round(before.plan.peak() / MB, 1),
+            "planned_mb": round(plan.peak() / MB, 1),
+            "planned_worker_mb": round(worker / MB, 1),
+            "parts": {
+                p.name: round(p.bytes / MB, 1) for p in plan.parts if p.phase is not Phase.UNUSED
+            },
+        }
+    )
+
+
 def run(args) -> int:
-    """Every case asked for; the table printed, JSON written."""
-    names = args.case or list(CASES)
-    outcomes = []
-    for name in names:
-        sets = [*args.sets, *CASES[name]]
-        outcomes.append(measure(name, args.config, sets, args.rounds, not args.stops))
-        print(
-            f"{name}: planned {outcomes[-1].planned_mb:.0f} MB, measured "
-            f"{outcomes[-1].measured_mb:.0f} MB",
-            flush=True,
-        )
-    print("\n".join(table(outcomes)))
+    """Every case asked for (or, with `replan`, the recorded ones planned again); the table
+    printed, JSON written."""
     out = Path(args.out)
+    if args.replan:
+        recorded = json.loads(out.read_text())
+        for case in recorded["cases"]:
+            case["config"] = recorded["config"]
+        args.config, args.rounds, args.sets = (
+            recorded["config"],
+            recorded["rounds"],
+            recorded["sets"],
+        )
+        outcomes = [replanned(case) for case in recorded["cases"]]
+    else:
+        outcomes = []
+        for name in args.case or list(CASES):
+            sets = [*args.sets, *CASES[name]]
+            outcomes.append(measure(name, args.config, sets, args.rounds, not args.stops))
+            print(
+                f"{name}: planned {outcomes[-1].planned_mb:.0f} MB, measured "
+                f"{outcomes[-1].measured_mb:.0f} MB",
+                flush=True,
+            )
+    print("\n".join(table(outcomes)))
     out.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "config": args.config,
