@@ -22,9 +22,8 @@ projection on its own), 2 x the key/value width and 4 x the MLP's intermediate s
 compute dtype. With gradient checkpointing a layer keeps only its fp32 input and one layer is
 recomputed at a time. Attention keeps no scores (PyTorch's fused attention). Under bf16
 autocast the forward also makes a bf16 copy of every weight, kept for the backward pass
-unless the layers are checkpointed. On a CPU, resident memory runs
-above the live tensors (freed blocks stay mapped): `CPU_SLACK` scales the round's transient
-parts there. Assumed, not modelled: a dense gated-MLP decoder (Llama, Qwen2, Mistral,
+unless the layers are checkpointed. On a CPU a node unmaps its large blocks when they are
+freed (`swarm.node.heap`), so resident memory follows the live tensors (`CPU_SLACK` 1.0). Assumed, not modelled: a dense gated-MLP decoder (Llama, Qwen2, Mistral,
 SmolLM), no mixture of experts.
 
 Deliberately not here: where the numbers come from (`swarm.config.memory` reads the config,
@@ -49,10 +48,11 @@ RUNTIME_CUDA_HOST = 1500 * MB  # the same with a CUDA build of torch (not measur
 CUDA_CONTEXT = 500 * MB  # what the CUDA context and its kernels take on the card (not measured)
 WORKER = 110 * MB  # the verification worker's process before its dataset cache (measured)
 DATASET = 8 * MB  # one more dataset of the task mix, in the node and in the worker each
-CPU_SLACK = 1.3  # resident memory over live tensors in a round's transient parts on a CPU
+CPU_SLACK = 1.0  # resident over live memory in a round's transient parts on a CPU: a node
+# unmaps its large blocks when freed (swarm.node.heap); it was 1.3 before that
 # Layers' worth a checkpointed layer's backward pass holds: its activations and their
-# gradients; on a CPU's resident memory, measured, one more (scripts/bench_memory_plan.py).
-RECOMPUTED_CUDA, RECOMPUTED_CPU = 2, 3
+# gradients (on a CPU it was one more while freed blocks stayed resident).
+RECOMPUTED_CUDA, RECOMPUTED_CPU = 2, 2
 LOGPROB_CHUNK_TOKENS = 512  # tokens whose logits exist at once (`swarm.policy.prefix`)
 FIT_SHARE = 0.9  # a plan fits when its peak is within this share of the memory there is
 QKV_BIAS_MODELS = ("qwen2",)  # model types whose q/k/v projections have biases, undeclared
