@@ -64,9 +64,10 @@ class Bf16StateAdam(torch.optim.Optimizer):
         views = [t.reshape(-1) for t in (p, grad, state["exp_avg"], state["exp_avg_sq"])]
         if any(v.data_ptr() != t.data_ptr() for v, t in zip(views, (p, grad), strict=False)):
             raise ValueError("Bf16StateAdam needs contiguous parameters and gradients")
+        weights, grads, means, squares = views
         for start in range(0, p.numel(), CHUNK):
-            chunk = [v[start : start + CHUNK] for v in views]
-            _step_chunk(*chunk, group, step)
+            part = slice(start, start + CHUNK)
+            _step_chunk(weights[part], grads[part], means[part], squares[part], group, step)
 
 
 def _step_chunk(p, grad, exp_avg, exp_avg_sq, group: dict, step: float) -> None:
