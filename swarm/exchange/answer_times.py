@@ -17,6 +17,16 @@ only the round stops waiting for it. A peer never measured gets the swarm's pati
 (every peer's samples in one estimate) times `UNMEASURED_FACTOR`, as a first fetch may
 dial it first; before any sample at all, the fetch's own timeout.
 
+A batch of fetches started together (a round's lists asked again, a wave of group fetches)
+gives a second, tighter bound (`batch_patience`): once at least half of its fetches have
+answered, one that has not is given up on `SPREAD` times their median answer time after it
+went out (never before the floor). Answers here are slow together, when every process is
+busy with its own round on shared cores, and quick together; a peer's own history mixes
+both (its rttvar, and so its patience, grows with the machine's load), while the batch says
+how long answers take right now. The median is robust: a peer answering fast on purpose
+moves it no more than one honest peer can (a sender has at most `per_peer_cap` fetches of a
+wave). Giving up is cheap: the fetch runs on, and its group is taken if it comes.
+
 Why the floor: answers here are served by Python processes that share cores with their own
 rounds, so one in many is late by a scheduling delay, not by a network; the floor keeps a
 peer whose answers have always come in a millisecond from being given up on at the first
@@ -29,7 +39,9 @@ Pure but for one lock (`note` runs on the fetch workers); bounded: `capacity` pe
 from __future__ import annotations
 
 import collections
+import statistics
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 ALPHA = 1 / 8  # RFC 6298's gains
@@ -38,6 +50,8 @@ K = 4  # patience = srtt + K * rttvar
 MIN_PATIENCE_S = 0.25  # never less (see the module docstring)
 UNMEASURED_FACTOR = 2.0  # a peer never measured: the swarm's patience times this
 CAPACITY = 4096  # peers whose estimate is kept (the least recently measured dropped)
+QUORUM = 0.5  # a batch's bound holds once this share of its fetches have answered ...
+SPREAD = 3.0  # ... at this many times their median answer time
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,18 @@ def patience(estimate: Estimate, ceiling: float, floor: float = MIN_PATIENCE_S) 
     """How long to wait for an answer: `srtt + K * rttvar`, within [`floor`, `ceiling`]
     (the fetch's own timeout wins over the floor)."""
     return min(ceiling, max(floor, estimate.srtt + K * estimate.rttvar))
+
+
+def batch_patience(
+    answered: Sequence[float], batch: int, floor: float = MIN_PATIENCE_S
+) -> float | None:
+    """How long a batch of `batch` fetches waits for the ones that have not answered, given
+    the answer times of those that have (`answered`): `SPREAD` times their median, at least
+    `floor`, once at least `QUORUM` of the batch (and at least 2) have answered; else None
+    (no bound from the batch: each fetch's own patience)."""
+    if len(answered) < max(2, QUORUM * batch):
+        return None
+    return max(floor, SPREAD * statistics.median(answered))
 
 
 class AnswerTimes:

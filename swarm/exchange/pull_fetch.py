@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from swarm.core.errors import FetchTooSlow, NoFetchSlot, RejectedMessage, TransportError
 from swarm.core.reasons import Reason
-from swarm.exchange.answer_times import AnswerTimes
+from swarm.exchange.answer_times import AnswerTimes, batch_patience
 from swarm.p2p.transport import FetchLimits, MemoryTransport, Transport
 from swarm.wire.streams import FETCHES_PER_PEER
 
@@ -162,9 +162,9 @@ class Fetcher:
     ) -> list[Outcome]:
         """One `Outcome` per request, in order, all by `deadline` (a `monotonic` time).
         With `cut` (threaded only), a fetch whose peer has not answered within its patience
-        (`AnswerTimes.patience`) from when it went out (not while it waited for a worker or
-        behind this node's other fetches to the peer) is waited on no more: its `Outcome`
-        carries it, running, as `late`."""
+        (`AnswerTimes.patience`, or the batch's if shorter: `batch_patience`) from when it
+        went out (not while it waited for a worker or behind this node's other fetches to
+        the peer) is waited on no more: its `Outcome` carries it, running, as `late`."""
         if self._pool is None:
             return [self._one(r, deadline) for r in requests]
         futures: dict[int, Future] = {}
@@ -185,10 +185,14 @@ class Fetcher:
             began, wait = caps[i].began_at, patience[i]
             if began is None or wait is None or caps[i].answered:
                 return float("inf")
-            return began + wait
+            return began + (wait if batch is None else min(wait, batch))
 
         while True:
             now = self.monotonic()
+            answered = [
+                c.answered_at - c.began_at for c in caps if c.answered and c.began_at is not None
+            ]
+            batch = batch_patience(answered, len(requests), self.answers.floor)
             waited = [i for i, f in futures.items() if not f.done() and now < give_up(i)]
             if not waited or now >= deadline + 1.0:
                 break

@@ -8,9 +8,11 @@ from hypothesis import strategies as st
 
 from swarm.exchange.answer_times import (
     MIN_PATIENCE_S,
+    SPREAD,
     UNMEASURED_FACTOR,
     AnswerTimes,
     Estimate,
+    batch_patience,
     patience,
     updated,
 )
@@ -80,3 +82,29 @@ def test_estimates_are_kept_for_at_most_capacity_peers():
     for i in range(10):
         times.note(f"peer-{i}", 0.01)
     assert [times.estimate(f"peer-{i}") is not None for i in range(10)] == [False] * 6 + [True] * 4
+
+
+@given(answers, st.integers(1, 40))
+def test_a_batch_bounds_its_stragglers_only_once_half_of_it_has_answered(answered, batch):
+    bound = batch_patience(answered, batch)
+    if len(answered) < max(2, batch / 2):
+        assert bound is None
+        return
+    assert bound is not None and bound >= MIN_PATIENCE_S
+    # within SPREAD times the fastest and the slowest answer (a median), or the floor
+    assert SPREAD * min(answered) - 1e-9 <= bound or bound == MIN_PATIENCE_S
+    assert bound <= max(MIN_PATIENCE_S, SPREAD * max(answered)) + 1e-9
+
+
+@given(st.lists(st.floats(0.01, 0.5), min_size=5, max_size=10), st.floats(0.0, 100.0))
+def test_one_answer_however_fast_or_slow_moves_the_bound_no_further_than_its_neighbours(
+    honest, odd
+):
+    """A median: one answer (an attacker's, at any speed) among five or more honest ones
+    leaves the bound between the honest answers' neighbouring order statistics."""
+    with_odd = batch_patience([*honest, odd], len(honest) + 1, floor=0.0)
+    ordered = sorted(honest)
+    mid = len(ordered) // 2
+    low, high = ordered[max(mid - 1, 0)], ordered[min(mid + 1, len(ordered) - 1)]
+    assert with_odd is not None
+    assert SPREAD * low - 1e-9 <= with_odd <= SPREAD * high + 1e-9

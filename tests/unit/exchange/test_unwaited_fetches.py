@@ -53,6 +53,22 @@ def test_a_measured_peer_that_does_not_answer_is_waited_on_only_its_patience():
         fetcher.close()
 
 
+def test_a_peer_that_does_not_answer_while_the_rest_of_its_batch_did_is_not_waited_on():
+    """Nothing measured before (each fetch's own patience is its timeout): once the other
+    three of the batch answered, the fourth is given up on at 3x their median (the floor)."""
+    fetcher = Fetcher(Peers(), parallel=4, fetch_timeout_s=2.5)  # type: ignore[arg-type]
+    requests = [Request(f"fast-{i}", "k", 8) for i in range(3)] + [Request("gone", "k", 8)]
+    try:
+        began = time.monotonic()
+        outcomes = fetcher.fetch_all(requests, began + 10.0, cut=True)
+        assert time.monotonic() - began < 1.0  # before: its 2.5 s timeout
+        assert [o.data for o in outcomes[:3]] == [b"data"] * 3
+        assert outcomes[3].late is not None
+        assert outcomes[3].late.result(timeout=5.0).stalled  # judged as ever, when it ends
+    finally:
+        fetcher.close()
+
+
 def test_without_cut_or_without_a_measure_the_fetch_is_waited_on_to_its_timeout():
     fetcher = Fetcher(Peers(), parallel=4, fetch_timeout_s=0.8)  # type: ignore[arg-type]
     measured(fetcher)  # nothing measured: no patience shorter than the timeout
