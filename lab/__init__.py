@@ -1,4 +1,7 @@
-"""Benchmarks and research harnesses, reached from `scripts/` and tests, never by a node.
+"""The lab: experiments, benchmarks and attack harnesses around swarm-node, reached from
+`scripts/` and tests. It imports `swarm`; `swarm` never imports it, and the swarm-node wheel
+does not contain it (its own distribution is lab/pyproject.toml, which scripts/setup.sh
+installs).
 
 - `experiment`: the SAPO studies (arms, protocols, testbeds, the acceptance rule);
 - `network_node`, `network_settings`, `paced_rounds`, `synthetic`: a model-less swarm

@@ -2,7 +2,7 @@
 127.0.0.1, one leaving and one joining every `every_s` seconds, against the same swarm
 without churn (`scripts/bench_churn.py`).
 
-Every process is `python -m swarm.bench.network_node` (pull, paced rounds of `period_s`; one
+Every process is `python -m lab.network_node` (pull, paced rounds of `period_s`; one
 JSON line a round: its round's own time `wall_s`, what it pulled and verified). A leaver
 leaves as a peer whose machine sleeps or loses its network does, its TCP connections left
 open (SIGSTOP; every other one is killed outright, its sockets closed by the kernel); a
@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 P95_GOAL = 1.5  # the churn run's p95 round within this many times the run without churn
 MAX_GOAL_S = 2.0  # no round of the churn run above this
 DELIVERED_GOAL = 0.995  # pulls delivered at least
@@ -56,7 +56,7 @@ class Member:
 
     def __init__(self, s: ChurnSettings, index: int, bootstrap: str | None, log: Path):
         rounds = int(s.duration_s / s.period_s) + 10
-        args = ["-m", "swarm.bench.network_node", "--exchange", "pull", "--rounds", str(rounds)]
+        args = ["-m", "lab.network_node", "--exchange", "pull", "--rounds", str(rounds)]
         args += ["--period", str(s.period_s), "--groups", str(s.groups), "--shared", str(s.shared)]
         args += ["--linger", "0"] + (["--bootstrap", bootstrap] if bootstrap else [])
         env = {**os.environ, "PYTHONPATH": str(ROOT)}

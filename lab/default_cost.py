@@ -15,11 +15,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from swarm.bench.default_study import TESTBEDS, cost_rows
-from swarm.bench.experiment import STUDIES, TUNING_SEED, parse_arm
-from swarm.bench.sapo_cli import main as sapo_main
-from swarm.bench.sapo_report import chosen_lrs, load_units
-from swarm.bench.sapo_tables import cost_table
+from lab.default_study import TESTBEDS, cost_rows
+from lab.experiment import STUDIES, TUNING_SEED, parse_arm
+from lab.sapo_cli import main as sapo_main
+from lab.sapo_report import chosen_lrs, load_units
+from lab.sapo_tables import cost_table
 
 STUDY = STUDIES["default"]
 PROTOCOL = "paper"

@@ -28,7 +28,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from swarm.bench.experiment import paired_ci, parse_arm
+from lab.experiment import paired_ci, parse_arm
 
 CANDIDATES: dict[str, str] = {"C1": "4/4-fam", "C2": "4/4-joint+fam"}
 EQUAL_COST: dict[str, str] = {"C1": "4/0", "C2": "8/0"}  # the baseline generating as much

@@ -1,6 +1,6 @@
 """The delta benchmark's run: synthetic RL-like steps at each density, a full anchor, real
 tiny-model GRPO deltas and a libp2p transfer, printed as a table and written as JSON with the
-machine's load (`swarm.bench.delta_measure` says what each figure is).
+machine's load (`lab.delta_measure` says what each figure is).
 `scripts/bench_delta.py` runs it.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from swarm.bench.delta_measure import (
+from lab.delta_measure import (
     FULL,
     MB,
     QUICK,

@@ -1,7 +1,7 @@
 """Benchmark of `swarm.policy.delta`: delta size and speed on a model-sized weight set.
 
 What it measures, on what and how, is said once: in `scripts/bench_delta.py`'s help.
-`swarm.bench.delta_bench` runs it for `scripts/bench_delta.py`.
+`lab.delta_bench` runs it for `scripts/bench_delta.py`.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ class Study:
     folder_prefix: str = ""  # results/sapo/<prefix><protocol>-<testbed>
     controls: tuple[tuple[str, str], ...] = ()  # (control, baseline): no gain expected
     seeds: tuple[int, ...] = VERDICT_SEEDS  # the verdict's seeds
-    # tuning beyond the grid (`swarm.bench.tuning`): "" none, "below" one step below when the
+    # tuning beyond the grid (`lab.tuning`): "" none, "below" one step below when the
     # smallest rate wins (study 3), "both" until the best rate is bracketed (study 4)
     bracket: str = ""
 
@@ -166,33 +166,33 @@ STUDIES: dict[str, Study] = {
     ),
     # The third (both testbeds): which default should a joining node have? Two candidates
     # that pull only from their own model family, against the baselines that generate as
-    # much; fresh seeds; the rule is `swarm.bench.default_study` (docs/SAPO.md).
+    # much; fresh seeds; the rule is `lab.default_study` (docs/SAPO.md).
     "default": Study(
         "default",
         ("8/0", "4/0", "4/4-fam", "4/4-joint+fam"),
         (3e-5, 1e-4),
         300,
-        (),  # judged by its own rule across both testbeds (`swarm.bench.default_study`)
+        (),  # judged by its own rule across both testbeds (`lab.default_study`)
         folder_prefix="default-",
         seeds=tuple(range(6, 12)),
         bracket="below",
     ),
     # The fourth (both testbeds): sharing that never costs a node its own learning. Two
     # candidates that keep own tokens undiluted, against 4/0 (which generates as much); the
-    # rule is study 3's (`swarm.bench.protect_study`).
+    # rule is study 3's (`lab.protect_study`).
     "protect": Study(
         "protect",
         ("4/0", "4/4-parts25+fam", "4/4-gate+fam"),
         (3e-5, 1e-4, 3e-4),
         300,
-        (),  # judged by study 3's rule across both testbeds (`swarm.bench.protect_study`)
+        (),  # judged by study 3's rule across both testbeds (`lab.protect_study`)
         folder_prefix="protect-",
         seeds=tuple(range(12, 18)),
         bracket="both",
     ),
 }
 # Pre-registered acceptance of the first two studies (docs/SAPO.md), for a candidate arm
-# against a baseline; the default study has its own rule (`swarm.bench.default_study`).
+# against a baseline; the default study has its own rule (`lab.default_study`).
 MIN_MEAN_RATIO = 1.15
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 

@@ -4,10 +4,10 @@ of attack, and a follower reading a trainer's holder hints again and again.
 Each runs as this module's program under `nice -n 19` (a fresh identity each time, so a
 banned one does not carry over) and prints one JSON line of what it sent or measured:
 
-    python -m swarm.bench.flood_attacker attack KIND TARGET SECONDS
-    python -m swarm.bench.flood_attacker follow-hints TARGET SECONDS
+    python -m lab.flood_attacker attack KIND TARGET SECONDS
+    python -m lab.flood_attacker follow-hints TARGET SECONDS
 
-`swarm.bench.flood_victim` and `swarm.bench.flood_bench` start them.
+`lab.flood_victim` and `lab.flood_bench` start them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 
-from swarm.bench.flood_victim import rss_mb
+from lab.flood_victim import rss_mb
 
 CLASSES = ("duplicates", "garbage", "ihave", "bulk")
 HINTS_BASE = "ab" * 32

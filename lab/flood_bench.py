@@ -1,4 +1,4 @@
-"""The flood benchmark's run: per attack class, the victim's windows (`swarm.bench.flood_victim`),
+"""The flood benchmark's run: per attack class, the victim's windows (`lab.flood_victim`),
 and the holder-hints flood measured at a follower; a table and JSON. `run` takes the options
 of `scripts/bench_flood.py` (classes, seconds, repeats, model, out).
 What it measures, on what and how, is said once: in `scripts/bench_flood.py`'s help.
@@ -13,8 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from swarm.bench.flood_attacker import CLASSES, HINTS_BASE
-from swarm.bench.flood_victim import ROOT, bench
+from lab.flood_attacker import CLASSES, HINTS_BASE
+from lab.flood_victim import ROOT, bench
 
 
 def hints_window(tmp: Path, seconds: float, lie: bool) -> dict:
@@ -44,7 +44,7 @@ def hints_window(tmp: Path, seconds: float, lie: bool) -> dict:
     assert trainer.stdin is not None and trainer.stdout is not None
     try:
         ready = json.loads(trainer.stdout.readline())
-        cmd = [sys.executable, "-m", "swarm.bench.flood_attacker", "follow-hints"]
+        cmd = [sys.executable, "-m", "lab.flood_attacker", "follow-hints"]
         cmd += [ready["addrs"][0], str(seconds)]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
         lines = [line for line in out.stdout.splitlines() if line.startswith("{")]

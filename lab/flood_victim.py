@@ -1,5 +1,5 @@
 """What floods cost a real node: the victim node's process, and windows of its rounds, RSS
-and ledger with and without an attacker (`swarm.bench.flood_attacker`) at nice 19.
+and ledger with and without an attacker (`lab.flood_attacker`) at nice 19.
 
 The victim is `swarm-node join` in its own process (defaults but light rounds of 4 questions
 of 4 completions of 8 tokens, the tiny model on the CPU, the gossip exchange so that every
@@ -22,9 +22,9 @@ import threading
 import time
 from pathlib import Path
 
-from swarm.bench.join_process import start_join
+from lab.join_process import start_join
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 GOAL_RATIO = 1.5
 GOAL_MB = 50.0
 
@@ -116,7 +116,7 @@ def window(victim: Victim, seconds: float, kind: str | None) -> dict:
     attack window starts once the attacker (slow to start at nice 19) is meshed."""
     attacker = None
     if kind is not None:
-        cmd = ["nice", "-n", "19", sys.executable, "-m", "swarm.bench.flood_attacker"]
+        cmd = ["nice", "-n", "19", sys.executable, "-m", "lab.flood_attacker"]
         cmd += ["attack", kind, victim.addr, str(seconds)]
         attacker = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         assert attacker.stdout is not None

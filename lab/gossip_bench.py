@@ -1,7 +1,7 @@
 """Benchmark Libp2pTransport gossip on loopback: delivery, throughput and latency.
 
 What it measures, on what and how, is said once: in `scripts/bench_gossip.py`'s help.
-`run` takes the options of `scripts/bench_gossip.py`; `swarm.bench.gossip_driver` drives
+`run` takes the options of `scripts/bench_gossip.py`; `lab.gossip_driver` drives
 the worker processes.
 """
 
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from swarm.bench.gossip_driver import DEFAULT_NODES, DEFAULT_SIZES, run_phase, start_network
+from lab.gossip_driver import DEFAULT_NODES, DEFAULT_SIZES, run_phase, start_network
 
 
 def print_table(rows: list[dict]) -> None:

@@ -1,4 +1,4 @@
-"""The gossip benchmark's driver: worker processes (`swarm.bench.gossip_worker`) on 127.0.0.1,
+"""The gossip benchmark's driver: worker processes (`lab.gossip_worker`) on 127.0.0.1,
 meshed, and one phase of publishing (paced or burst) measured across them: delivered
 fraction, messages/s, one-hop and all-nodes latency.
 """
@@ -30,7 +30,7 @@ class Worker:
         args = [
             sys.executable,
             "-m",
-            "swarm.bench.gossip_worker",
+            "lab.gossip_worker",
             "--index",
             str(index),
             "--max-lifetime",

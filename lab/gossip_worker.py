@@ -1,9 +1,9 @@
 """One gossip node of the gossip benchmark, in its own process, driven by JSON-lines commands
 on stdin (wait_mesh, publish, flush, stats, count, report, exit), one JSON reply a line.
 
-    python -m swarm.bench.gossip_worker --index 0 [--bootstrap ADDR ...] [--mesh-degree D]
+    python -m lab.gossip_worker --index 0 [--bootstrap ADDR ...] [--mesh-degree D]
 
-`swarm.bench.gossip_driver` starts and drives it. A measurement tool, not a load generator for
+`lab.gossip_driver` starts and drives it. A measurement tool, not a load generator for
 real deployments.
 """
 

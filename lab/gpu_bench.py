@@ -27,7 +27,7 @@ import importlib.util
 import time
 from dataclasses import asdict, replace
 
-from swarm.bench.gpu_shapes import (
+from lab.gpu_shapes import (
     Shape,
     card_of,
     decode_bound,

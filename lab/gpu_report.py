@@ -18,8 +18,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from swarm.bench.gpu_bench import run_bench
-from swarm.bench.gpu_shapes import SHAPES
+from lab.gpu_bench import run_bench
+from lab.gpu_shapes import SHAPES
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def run(options: Options, console: Console | None = None) -> dict:
             save=lambda partial: write(partial, options.out),
         )
         if options.swarm:
-            from swarm.bench.gpu_swarm import run_swarm, swarm_missing
+            from lab.gpu_swarm import run_swarm, swarm_missing
 
             left = deadline - time.perf_counter()
             why = swarm_missing() or (None if left > 60 else "the time budget was spent")

@@ -15,7 +15,7 @@ import json
 import statistics
 from pathlib import Path
 
-from swarm.bench.gpu_shapes import Shape, random_model, word_tokenizer
+from lab.gpu_shapes import Shape, random_model, word_tokenizer
 
 
 def save_model(shape: Shape, folder: Path) -> Path:

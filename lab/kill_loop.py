@@ -2,7 +2,7 @@
 
 What it measures, on what and how, is said once: in `scripts/kill_loop.py`'s help.
 `run` takes the options of `scripts/kill_loop.py` (kills, seed, json, work); the node
-processes are `swarm.bench.kill_node`'s, the checks `swarm.bench.kill_checks`'.
+processes are `lab.kill_node`'s, the checks `lab.kill_checks`'.
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from swarm.bench.kill_checks import PHASES, duplicated, integrity, lost, phase_of, snapshot
+from lab.kill_checks import PHASES, duplicated, integrity, lost, phase_of, snapshot
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Launcher:
-    """The launcher process (`swarm.bench.kill_node`) and its command channel."""
+    """The launcher process (`lab.kill_node`) and its command channel."""
 
     def __init__(self, max_lifetime: float) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "swarm.bench.kill_node", "--max-lifetime", str(max_lifetime)],
+            [sys.executable, "-m", "lab.kill_node", "--max-lifetime", str(max_lifetime)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

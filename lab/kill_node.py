@@ -3,9 +3,9 @@ one node per JSON command on stdin (`run` a config, `reap` a pid), each an ordin
 a transport that notes in a marks file when it enters and leaves a delta fetch (F/f), a
 ledger write (L/l) and its first round (S): plain appends, visible after a kill.
 
-    python -m swarm.bench.kill_node --max-lifetime SECONDS
+    python -m lab.kill_node --max-lifetime SECONDS
 
-`swarm.bench.kill_loop` starts it. Every process here ends by itself.
+`lab.kill_loop` starts it. Every process here ends by itself.
 """
 
 from __future__ import annotations

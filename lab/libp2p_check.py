@@ -1,6 +1,6 @@
 """Does the in-memory experiment tell the truth about real nodes? One arm over libp2p, compared.
 
-`swarm.bench.experiment` runs a swarm's 8 nodes in one process over the in-memory transport,
+`lab.experiment` runs a swarm's 8 nodes in one process over the in-memory transport,
 round-robin. This runs the same arm (same models, seeds, settings) as 8 separate
 `swarm-node join` processes of a private cluster on 127.0.0.1 (real libp2p, signing, gossip
 and verification, no round-robin: each node runs at its own pace), reads each node's
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import tomli_w
 
-from swarm.bench.experiment import Protocol, RunShape, node_config, parse_arm
+from lab.experiment import Protocol, RunShape, node_config, parse_arm
 from swarm.core.errors import ConfigError
 
 

@@ -1,8 +1,8 @@
 """What a peer whose list offers nothing, or whose groups are other bytes, costs a pull node:
 real processes on 127.0.0.1 (`scripts/bench_lists.py`, `tests/integration/test_list_once.py`).
 
-A network-only pull node (`swarm.bench.network_node`: paced rounds, 8 groups made and up to
-10 pulled a round, no other peer) and one attacker of `swarm.bench.unresponsive_peer`:
+A network-only pull node (`lab.network_node`: paced rounds, 8 groups made and up to
+10 pulled a round, no other peer) and one attacker of `lab.unresponsive_peer`:
 
 - `old-lists`: a peer serving 256 signed announcements of policy version 0 while the node is
   at version `version` (5: with `max_version_lag` 1 it pulls none of them). Measured: how
@@ -20,30 +20,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from lab.processes import spawn
+
 MODES = ("old-lists", "wrong-bytes")
 COUNTERS = ("lists_asked", "lists_refreshed", "lists_unchanged", "cheap_checked", "pulls")
-
-
-def spawn(module: str, args: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-m", module, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
 
 
 class Node:
@@ -54,7 +39,7 @@ class Node:
         args = ["--exchange", "pull", "--rounds", str(rounds), "--period", str(period)]
         args += ["--groups", "8", "--shared", "4", "--linger", "0"]
         args += ["--per-peer-cap", str(per_peer_cap), "--version", str(version)]
-        self.proc = spawn("swarm.bench.network_node", args)
+        self.proc = spawn("lab.network_node", args)
         assert self.proc.stdout is not None
         self.addr: str = json.loads(self.proc.stdout.readline())["addrs"][0]
         self.rounds: list[tuple[float, dict]] = []
@@ -82,11 +67,11 @@ class Node:
 
 
 class Attacker:
-    """`swarm.bench.unresponsive_peer` in one mode, against the node."""
+    """`lab.unresponsive_peer` in one mode, against the node."""
 
     def __init__(self, mode: str, node: str, lifetime: float):
         args = ["--mode", mode, "--bootstrap", node, "--groups", "256"]
-        self.proc = spawn("swarm.bench.unresponsive_peer", [*args, "--max-lifetime", str(lifetime)])
+        self.proc = spawn("lab.unresponsive_peer", [*args, "--max-lifetime", str(lifetime)])
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert line, f"the {mode} attacker did not start"

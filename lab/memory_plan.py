@@ -133,7 +133,7 @@ def run_join(
     spec = json.dumps({"argv": argv, "sizes": str(sizes), "full_length": full_length})
     log = run_dir / "bench-join.log"
     with open(log, "w") as out:
-        cmd = [sys.executable, "-m", "swarm.bench.memory_plan", spec]
+        cmd = [sys.executable, "-m", "lab.memory_plan", spec]
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         children = ChildPeaks(proc.pid)
         children.start()

@@ -1,7 +1,7 @@
 """A network-only node: a swarm member without a model, for measuring the network at scale.
 
 It does every round what a trainer does on the network, with synthetic completions in
-place of a model's (`swarm.bench.synthetic`): draws its round's task specs from a real task
+place of a model's (`lab.synthetic`): draws its round's task specs from a real task
 mix, rebuilds the tasks, scores the made-up completions, signs the groups and shares them
 through an exchange protocol (`swarm.exchange.base`); receives peers' groups through the
 same cheap checks as a trainer (`Verifier.admit`), verifies every one it keeps fully (task
@@ -18,7 +18,7 @@ speaking gossip, whose cost grows with the swarm (`scripts/bench_scale.py real`)
     node = NetworkNode.over_libp2p(NetworkNodeSettings(), listen="/ip4/127.0.0.1/tcp/0")
     node.start(); cost = node.run_round(); node.close()
 
-`python -m swarm.bench.network_node` runs one as a process (`main`), a JSON line per round.
+`python -m lab.network_node` runs one as a process (`main`), a JSON line per round.
 Its settings and the `RoundCost` record live in `network_settings`, the wall-clock pacing
 of its rounds in `paced_rounds`.
 """
@@ -31,8 +31,7 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 
-from swarm.batch_choice import Candidate, Staleness, choose_batch
-from swarm.bench.network_settings import (
+from lab.network_settings import (
     SYNTHETIC_BASE,
     SYNTHETIC_MODEL,
     ByteMeter,
@@ -40,8 +39,9 @@ from swarm.bench.network_settings import (
     NetworkNodeSettings,
     RoundCost,
 )
-from swarm.bench.paced_rounds import run_paced, wait_connected, wait_start
-from swarm.bench.synthetic import SyntheticRollouts, wire_group
+from lab.paced_rounds import run_paced, wait_connected, wait_start
+from lab.synthetic import SyntheticRollouts, wire_group
+from swarm.batch_choice import Candidate, Staleness, choose_batch
 from swarm.core.errors import RejectedMessage
 from swarm.core.reasons import Reason
 from swarm.exchange.base import Exchange, GossipExchange
@@ -126,7 +126,7 @@ class NetworkNode:
         **transport_options,
     ) -> NetworkNode:
         """A node on its own libp2p transport; its bytes are this process's TCP bytes."""
-        from swarm.bench.footprint import TcpMeter
+        from lab.footprint import TcpMeter
         from swarm.core.identity import create_identity
         from swarm.p2p.libp2p import Libp2pTransport, TransportSettings
 
@@ -280,12 +280,12 @@ class NetworkNode:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m swarm.bench.network_node`: one node over libp2p, a JSON line per round."""
+    """`python -m lab.network_node`: one node over libp2p, a JSON line per round."""
     import argparse
     import json
     import sys
 
-    from swarm.bench.footprint import peak_mb, rss_mb
+    from lab.footprint import peak_mb, rss_mb
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")

@@ -1,4 +1,4 @@
-"""What a network-only node (`swarm.bench.network_node`) is told to do each round
+"""What a network-only node (`lab.network_node`) is told to do each round
 (`NetworkNodeSettings`, `ExchangeKind`), and what each round cost it (`RoundCost`).
 """
 
@@ -8,7 +8,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from swarm.bench.synthetic import SyntheticShape
+from lab.synthetic import SyntheticShape
 from swarm.exchange.pull import PullSettings
 from swarm.verify.gate import VerifySettings
 

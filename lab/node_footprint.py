@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("imports", "tiny", "network")
 # The node's heavy imports in the order `swarm-node join` makes them.
 IMPORTS = (
@@ -38,7 +38,7 @@ IMPORTS = (
 def child_imports() -> dict:
     import importlib
 
-    from swarm.bench.footprint import rss_mb
+    from lab.footprint import rss_mb
 
     rows, before = [], rss_mb()
     for name in IMPORTS:
@@ -63,7 +63,7 @@ def child_imports() -> dict:
 
 
 def child_tiny(args) -> dict:
-    from swarm.bench.footprint import Stages, memory_map
+    from lab.footprint import Stages, memory_map
 
     stages = Stages()
     with stages.measure("import swarm"):
@@ -100,13 +100,13 @@ def child_tiny(args) -> dict:
 
 
 def child_network(args) -> dict:
-    from swarm.bench.footprint import Stages, memory_map
+    from lab.footprint import Stages, memory_map
 
     stages = Stages()
     with stages.measure("import swarm"):
         import swarm  # noqa: F401
     with stages.measure("import network node"):
-        from swarm.bench.network_node import NetworkNode, NetworkNodeSettings, run_paced
+        from lab.network_node import NetworkNode, NetworkNodeSettings, run_paced
     with stages.measure("build"):
         node = NetworkNode.over_libp2p(NetworkNodeSettings(), listen="/ip4/127.0.0.1/tcp/0")
     helpers = []
@@ -117,7 +117,7 @@ def child_network(args) -> dict:
         cmd = [
             sys.executable,
             "-m",
-            "swarm.bench.network_node",
+            "lab.network_node",
             "--rounds",
             str(args.rounds),
             "--start-at",
@@ -153,7 +153,7 @@ def child_network(args) -> dict:
 def run_child(kind: str, args) -> dict:
     """Measure `kind` in a fresh Python process (this module run as a program)."""
     settings = {"rounds": args.rounds, "config": args.config, "sets": args.sets}
-    cmd = [sys.executable, "-m", "swarm.bench.node_footprint", kind, json.dumps(settings)]
+    cmd = [sys.executable, "-m", "lab.node_footprint", kind, json.dumps(settings)]
     # PYTHONPATH, when set, names the code measured (e.g. another checkout, for a before/after)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(ROOT)}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
@@ -220,5 +220,5 @@ def child(kind: str, args) -> dict:
     return child_tiny(args) if kind == "tiny" else child_network(args)
 
 
-if __name__ == "__main__":  # a child: python -m swarm.bench.node_footprint KIND SETTINGS-JSON
+if __name__ == "__main__":  # a child: python -m lab.node_footprint KIND SETTINGS-JSON
     print(json.dumps(child(sys.argv[1], SimpleNamespace(**json.loads(sys.argv[2])))))

@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from swarm.bench.network_settings import ByteMeter, RoundCost
+from lab.network_settings import ByteMeter, RoundCost
 from swarm.p2p.transport import Transport
 
 
 class PacedNode(Protocol):
-    """What pacing needs of a node (`swarm.bench.network_node.NetworkNode` is one)."""
+    """What pacing needs of a node (`lab.network_node.NetworkNode` is one)."""
 
     transport: Transport
     byte_meter: ByteMeter

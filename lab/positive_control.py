@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from swarm.bench.experiment import Arm, Protocol, RunShape, node_config
+from lab.experiment import Arm, Protocol, RunShape, node_config
 from swarm.policy.skills import FAMILIES, GAP_SWARM, mix_table
 
 console = Console(highlight=False)

@@ -12,7 +12,7 @@ so a node's own tokens weigh what they weigh when it trains alone:
   elsewhere (`swarm.batch_choice.learning_families`, `own_signal_weights`).
 
 Both generate what 4/0 generates, so 4/0 is each one's equal-generation baseline. The rule is
-study 3's (`swarm.bench.default_study.failures`): on each testbed a mean per-seed ratio of
+study 3's (`lab.default_study.failures`): on each testbed a mean per-seed ratio of
 cumulative own-rollout reward of at least 1.00 with the paired 95 % CI's lower end at least
 0.98; on at least one testbed at least 1.10 with a CI that excludes 1; on no testbed a family's
 held-out accuracy below the baseline's by more than twice the standard error of the per-seed
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from swarm.bench.default_study import (
+from lab.default_study import (
     TESTBEDS,
     Judgement,
     against,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from swarm.bench.experiment import paired_ci
+from lab.experiment import paired_ci
 
 UNIT_TIMEOUT_S = 4 * 3600
 STOP_GRACE_S = 300  # a real-model round on a busy CPU takes minutes

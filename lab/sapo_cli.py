@@ -9,7 +9,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from swarm.bench.experiment import (
+from lab.experiment import (
     STUDIES,
     TUNING_SEED,
     VERDICT_SEEDS,
@@ -19,7 +19,7 @@ from swarm.bench.experiment import (
     best_channel,
     parse_arm,
 )
-from swarm.bench.sapo_units import (
+from lab.sapo_units import (
     code_commit,
     console,
     run_unit,
@@ -28,7 +28,7 @@ from swarm.bench.sapo_units import (
     unit_path,
     write_json,
 )
-from swarm.bench.tuning import bracketing_rates, rates_below, unbracketed
+from lab.tuning import bracketing_rates, rates_below, unbracketed
 from swarm.core.errors import ConfigError
 
 DESCRIPTION = """Does sharing pay? The SAPO experiment: arms of 8 nodes, tuned, run over paired seeds, judged.
@@ -39,7 +39,7 @@ questions a round, as in the paper's code) for `--rounds` rounds under one seed 
 rate. The nodes run in ONE process over the in-memory transport, round-robin (a node sees its
 peers' groups of the same or the previous round); `scripts/sapo_libp2p_check.py` runs one
 arm as separate processes over libp2p for comparison. Arms, protocols, testbeds and the acceptance
-rule live in `swarm.bench.experiment`; docs/SAPO.md explains them.
+rule live in `lab.experiment`; docs/SAPO.md explains them.
 
 Each unit writes results/sapo/<protocol>-<testbed>/units/<arm>_s<seed>_lr<lr>.json when it
 ends, so a stopped run loses at most the unit in progress; finished units are skipped.
@@ -165,7 +165,7 @@ def study_arms(args) -> str:
     if args.arms:
         return args.arms
     if study.name == "channels" and args.testbed != Testbed.GAP:
-        from swarm.bench.sapo_report import verdict_cumulative
+        from lab.sapo_report import verdict_cumulative
 
         gap = Path(args.results) / study.folder(args.protocol, Testbed.GAP)
         try:
@@ -181,7 +181,7 @@ def units_for(args) -> list[tuple[Arm, int, float]]:
     if args.command == "control":
         if not study.controls:
             raise SystemExit(f"error: the {study.name} study has no negative control")
-        from swarm.bench.sapo_report import chosen_lrs
+        from lab.sapo_report import chosen_lrs
 
         control = parse_arm(study.controls[0][0])
         mirrored = replace(control, channels=())  # 4/4-shuf runs at plain 4/4's tuned rate
@@ -192,7 +192,7 @@ def units_for(args) -> list[tuple[Arm, int, float]]:
         grid = [(arm, TUNING_SEED, lr) for arm in arms for lr in study.learning_rates]
         if not study.bracket:
             return grid
-        from swarm.bench.sapo_report import load_units  # rates beyond the grid (tuning.py)
+        from lab.sapo_report import load_units  # rates beyond the grid (tuning.py)
 
         tuned = [u for u in load_units(unit_folder(args)) if u["seed"] == TUNING_SEED]
         names = [a.name for a in arms]
@@ -204,7 +204,7 @@ def units_for(args) -> list[tuple[Arm, int, float]]:
             (parse_arm(name), TUNING_SEED, lr) for name, rates in beyond.items() for lr in rates
         ]
     if args.command == "verdict":
-        from swarm.bench.sapo_report import chosen_lrs, load_units
+        from lab.sapo_report import chosen_lrs, load_units
 
         if study.bracket == "both":
             tuned = [u for u in load_units(unit_folder(args)) if u["seed"] == TUNING_SEED]
@@ -228,11 +228,11 @@ def main(argv=None) -> int:
         args.seeds, args.command = args.seeds or "0", "run"
         args.results = args.results if args.results != "results/sapo" else "runs/sapo-quick"
     if args.command == "report" and args.study in ("default", "protect"):
-        from swarm.bench.sapo_report import report_default
+        from lab.sapo_report import report_default
 
         return report_default(Path(args.results), console, args.protocol, args.study)
     if args.command == "report":
-        from swarm.bench.sapo_report import report
+        from lab.sapo_report import report
 
         return report(unit_folder(args), console, study_of(args))
     commit = code_commit()

@@ -3,10 +3,10 @@
     python scripts/sapo_experiment.py report [--protocol paper --testbed skills]
 
 Reads <results>/<protocol>-<testbed>/units/*.json; writes report.json and cumulative.png
-beside them. The acceptance rule is `swarm.bench.experiment.compare`, pre-registered in
+beside them. The acceptance rule is `lab.experiment.compare`, pre-registered in
 docs/SAPO.md before the verdict run. The default study (`--study default`) is judged across
-both testbeds by `swarm.bench.default_study` (`report_default`): default-decision.json; study 4
-(`--study protect`) by the same rule in `swarm.bench.protect_study`: protect-decision.json.
+both testbeds by `lab.default_study` (`report_default`): default-decision.json; study 4
+(`--study protect`) by the same rule in `lab.protect_study`: protect-decision.json.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
-from swarm.bench.experiment import (
+from lab.experiment import (
     CHANNELS_ONLY,
     STUDIES,
     TUNING_SEED,
@@ -28,7 +28,7 @@ from swarm.bench.experiment import (
     best_channel,
     compare,
 )
-from swarm.bench.sapo_tables import (
+from lab.sapo_tables import (
     comparison_table,
     cost_table,
     format_table,
@@ -42,7 +42,7 @@ from swarm.bench.sapo_tables import (
     warmed_table,
     weak_table,
 )
-from swarm.bench.tuning import best_lr
+from lab.tuning import best_lr
 from swarm.core.errors import ConfigError
 
 
@@ -115,7 +115,7 @@ def report(folder: Path, console: Console, study: Study = STUDIES["sharing"]) ->
         "folder": str(folder),
         "study": study.name,
         "model_digests": next(iter(model_sets(units))),
-        # the grid's rates and any beyond it that bracketing ran (swarm.bench.tuning)
+        # the grid's rates and any beyond it that bracketing ran (lab.tuning)
         "tuning": tuning_table(
             tuning, console, tuple(sorted({*study.learning_rates, *(u["lr"] for u in tuning)}))
         ),
@@ -165,8 +165,8 @@ def report(folder: Path, console: Console, study: Study = STUDIES["sharing"]) ->
 
 # the studies judged across both testbeds: their rule's module and the decision file it writes
 RULES = {
-    "default": ("swarm.bench.default_study", "default-decision.json"),
-    "protect": ("swarm.bench.protect_study", "protect-decision.json"),
+    "default": ("lab.default_study", "default-decision.json"),
+    "protect": ("lab.protect_study", "protect-decision.json"),
 }
 
 
@@ -180,7 +180,7 @@ def report_default(
 
     module, decision_file = RULES[study_name]
     rule = importlib.import_module(module)
-    from swarm.bench.default_study import cost_rows
+    from lab.default_study import cost_rows
 
     study = STUDIES[study_name]
     by_testbed: dict[str, tuple] = {}

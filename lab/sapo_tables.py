@@ -1,4 +1,4 @@
-"""The SAPO experiment's report tables, one function each (`swarm.bench.sapo_report` calls them):
+"""The SAPO experiment's report tables, one function each (`lab.sapo_report` calls them):
 each prints a table and returns what it showed, for report.json; `plot` draws the curves.
 """
 
@@ -11,8 +11,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from swarm.bench.experiment import TUNING_SEED, Study
-from swarm.bench.tuning import best_lr
+from lab.experiment import TUNING_SEED, Study
+from lab.tuning import best_lr
 from swarm.policy.skills import GAP_SWARM, SKILL_SWARM, family_of
 
 # Families a model knows without a systematic error on every example ("strong").

@@ -1,9 +1,9 @@
 """Running one unit of the SAPO experiment: a swarm of real nodes in one process, round-robin.
 
-A unit is one arm, seed and learning rate on one testbed (`swarm.bench.experiment`): its
+A unit is one arm, seed and learning rate on one testbed (`lab.experiment`): its
 nodes run over the in-memory transport, its per-round log is appended as it goes (a stopped
 unit resumes from its nodes' checkpoints with `--checkpoint-every`), and its JSON records the
-code it ran (`code_commit`) and each node's exchange faults. `swarm.bench.sapo_cli` plans
+code it ran (`code_commit`) and each node's exchange faults. `lab.sapo_cli` plans
 which units to run; docs/SAPO.md explains the studies.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
-from swarm.bench.experiment import (
+from lab.experiment import (
     STUDIES,
     Arm,
     Protocol,

@@ -1,7 +1,7 @@
 """A real swarm on this machine: network-only node processes and tiny-model trainers over
 libp2p on 127.0.0.1, all joined through the first network-only node's address.
 
-Network-only nodes (`python -m swarm.bench.network_node`) run paced rounds and print one
+Network-only nodes (`python -m lab.network_node`) run paced rounds and print one
 JSON line a round: bytes are the process's TCP bytes over the round's window (everything
 on the wire: Noise, Yamux, gossip, blobs), CPU the process's CPU over it (network thread
 included). Trainers are ordinary `swarm-node join` processes with the tiny model; what they
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from swarm.ledger import GroupRow, GroupUseRow, Ledger
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BATCH = 20  # network-only processes started at once
 
 
@@ -94,7 +94,7 @@ def run_real(
     start_file.unlink(missing_ok=True)
     common = [
         "-m",
-        "swarm.bench.network_node",
+        "lab.network_node",
         "--exchange",
         s.exchange,
         "--rounds",

@@ -1,7 +1,7 @@
 """The scale study's report: every result under a folder as one table, summary.json and a plot.
 
-Per-node cost against swarm size N for the simulated exchanges (`swarm.bench.scale_sim`), the
-real process runs (`swarm.bench.scale_real`) and the delta simulation (`swarm.bench.delta_sim`).
+Per-node cost against swarm size N for the simulated exchanges (`lab.scale_sim`), the
+real process runs (`lab.scale_real`) and the delta simulation (`lab.delta_sim`).
 The gossip exchange cannot be simulated at 1,000 or 10,000 nodes (each node would verify
 16,000 or 160,000 groups a round); its cost there is the line fitted to its measured sizes,
 drawn dashed and marked "model" in the table. `scripts/bench_scale.py report` runs it.

@@ -1,11 +1,11 @@
 """The scale study's runs: N nodes simulated in one process, real node processes over libp2p,
 and a trainer's delta upload to its followers, one JSON result each.
 
-`sim` runs N network-only nodes over the memory transport (`swarm.bench.scale_sim`: real
+`sim` runs N network-only nodes over the memory transport (`lab.scale_sim`: real
 tasks, signatures, verification, sampler; simulated time); `real` runs network-only node
-processes and tiny-model trainers over libp2p on 127.0.0.1 (`swarm.bench.scale_real`);
-`deltas` simulates followers fetching a trainer's deltas (`swarm.bench.delta_sim`); `report`
-is `swarm.bench.scale_report`. `run` takes the options of `scripts/bench_scale.py`.
+processes and tiny-model trainers over libp2p on 127.0.0.1 (`lab.scale_real`);
+`deltas` simulates followers fetching a trainer's deltas (`lab.delta_sim`); `report`
+is `lab.scale_report`. `run` takes the options of `scripts/bench_scale.py`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from swarm.bench.scale_report import report, row, write
+from lab.scale_report import report, row, write
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def progress(label: str) -> Callable[[str], None]:
@@ -27,8 +27,8 @@ def progress(label: str) -> Callable[[str], None]:
 
 def cmd_sim(args) -> None:
     """`scripts/bench_scale.py sim`."""
-    from swarm.bench.network_node import ExchangeKind
-    from swarm.bench.scale_sim import SimSettings, simulate
+    from lab.network_node import ExchangeKind
+    from lab.scale_sim import SimSettings, simulate
 
     for n in args.nodes:
         settings = SimSettings(
@@ -71,7 +71,7 @@ def cmd_sim(args) -> None:
 
 def cmd_real(args) -> None:
     """`scripts/bench_scale.py real`."""
-    from swarm.bench.scale_real import RealSettings, run_real
+    from lab.scale_real import RealSettings, run_real
 
     s = RealSettings(
         network=args.network,
@@ -96,7 +96,7 @@ def cmd_real(args) -> None:
 
 def cmd_deltas(args) -> None:
     """`scripts/bench_scale.py deltas`."""
-    from swarm.bench.delta_sim import DeltaSimSettings, simulate_deltas
+    from lab.delta_sim import DeltaSimSettings, simulate_deltas
 
     rows = [
         simulate_deltas(

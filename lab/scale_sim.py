@@ -1,6 +1,6 @@
 """A swarm of N network-only nodes in one process: what a node's round costs as N grows.
 
-Every node is a real `swarm.bench.network_node.NetworkNode` (real tasks, rewards, Ed25519
+Every node is a real `lab.network_node.NetworkNode` (real tasks, rewards, Ed25519
 signatures, verification and sampler; no model) on an in-memory transport, speaking the
 gossip or the pull exchange. Pull nodes sit on `LinkedMemoryTransport`s: each joins
 through one address (node 0's), keeps at most `links` connections and finds the rest of
@@ -40,9 +40,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from swarm.bench.footprint import peak_mb
-from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
-from swarm.bench.sim_conditions import Adversary, ImpairedTransport, StepClock
+from lab.footprint import peak_mb
+from lab.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
+from lab.sim_conditions import Adversary, ImpairedTransport, StepClock
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.exchange.history_sample import DEFAULT_SKETCH
 from swarm.exchange.peer_view import DEFAULT_SAMPLED_VIEWS, MOST_SAMPLED_VIEWS

@@ -1,4 +1,4 @@
-"""What the simulated pull swarm (`swarm.bench.scale_sim`) faces besides its own load: hostile
+"""What the simulated pull swarm (`lab.scale_sim`) faces besides its own load: hostile
 identities, lossy and slow links, churn.
 
 - `Adversary`: colluding identities that serve views listing only each other, and greedy
@@ -24,7 +24,7 @@ import random
 import statistics
 from collections import Counter
 
-from swarm.bench.network_node import NetworkNode
+from lab.network_node import NetworkNode
 from swarm.core.errors import TransportError
 from swarm.p2p.memory_links import LinkedMemoryTransport
 from swarm.p2p.transport import FetchLimits, MemoryHub

@@ -3,7 +3,7 @@
 What it measures, on what and how, is said once: in `scripts/bench_trl.py`'s help.
 
 Each arm is a function of the repeat index that makes one round and returns its timings;
-`swarm.bench.trl_bench` runs them in turn for `scripts/bench_trl.py`.
+`lab.trl_bench` runs them in turn for `scripts/bench_trl.py`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def now() -> float:
 
 
 LR = 1e-5
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The TRL comparison's run: the three arms of `swarm.bench.trl_arms` alternating (or the
+"""The TRL comparison's run: the three arms of `lab.trl_arms` alternating (or the
 training pass alone, shared prefix on and off), printed and written as JSON under
 results/trl/. `run` takes the options of `scripts/bench_trl.py` (shape, repeats, cpu_time,
 train_only, out).
@@ -17,9 +17,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from swarm.bench.trl_arms import ARMS, CLOCK, LR, SHAPES, ours, setup_for, trl
+from lab.trl_arms import ARMS, CLOCK, LR, SHAPES, ours, setup_for, trl
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def train_only(args) -> dict:

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from swarm.bench.join_process import start_join
-from swarm.bench.unresponsive_report import (
+from lab.join_process import start_join
+from lab.unresponsive_report import (
     CRITERION,
     FULL_PULL,
     WARMUP_ROUNDS,
@@ -28,7 +28,7 @@ from swarm.bench.unresponsive_report import (
     table,
 )
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout (its results/, on PYTHONPATH)
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (its results/, on PYTHONPATH)
 MAX_REFUSALS_KEPT = 20  # refused groups (round, reason, detail) kept in a result
 CASES = ("none", "vanish-1", "vanish-4", "vanish-16", "dead-view", "silent-view", "stall")
 
@@ -163,7 +163,7 @@ def attack(case: str, addr: str, tmp: Path) -> subprocess.Popen:
     if case.startswith("vanish-"):
         mode, count = "vanish", case.split("-")[1]
     mode = {"stall": "stall-groups"}.get(mode, mode)
-    args = [sys.executable, "-m", "swarm.bench.unresponsive_peer", "--mode", mode]
+    args = [sys.executable, "-m", "lab.unresponsive_peer", "--mode", mode]
     args += ["--bootstrap", addr, "--max-lifetime", "1800"]
     if count:
         args += ["--count", count]
@@ -237,7 +237,7 @@ class CpuClock:
 
 def run_case(case: str, before: int, after: int, tmp: Path, honest_peer: Honest) -> dict:
     node = Node(tmp / case / "node")
-    honest_args = [sys.executable, "-m", "swarm.bench.network_node", "--exchange", "pull"]
+    honest_args = [sys.executable, "-m", "lab.network_node", "--exchange", "pull"]
     honest_args += ["--rounds", "100000", "--period", str(honest_peer.period_s)]
     honest_args += ["--groups", str(honest_peer.groups), "--shared", "4"]
     honest_args += ["--bootstrap", node.addr]

@@ -145,7 +145,7 @@ def main() -> int:
     member = None
     members = ("stall-groups", "old-lists", "wrong-bytes")
     if args.mode in members:
-        from swarm.bench.network_node import (
+        from lab.network_node import (
             ExchangeKind,
             NetworkNode,
             NetworkNodeSettings,

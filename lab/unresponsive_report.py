@@ -1,6 +1,6 @@
 """What peers that vanish, stall or lie about others cost a real node's rounds: the figures.
 
-`swarm.bench.unresponsive_bench` runs the cases and reads the node's rounds (`Round`);
+`lab.unresponsive_bench` runs the cases and reads the node's rounds (`Round`);
 here each case's rounds are judged against its baseline (`summarize`, as `CRITERION` says)
 and the cases put in a table (`table`).
 """

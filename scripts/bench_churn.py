@@ -1,5 +1,5 @@
 """Churn in a real swarm: 12 pull node processes, one leaving and one joining every 10 s,
-against the same swarm without churn (`swarm.bench.churn_real`).
+against the same swarm without churn (`lab.churn_real`).
 
     python scripts/bench_churn.py [--processes 12] [--duration 300] [--every 10] [--period 5]
                                   [--out results/churn/bench.json]
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from swarm.bench.churn_real import ChurnSettings, goal, run_churn
+from lab.churn_real import ChurnSettings, goal, run_churn
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,7 @@
 """Benchmark of decode seconds per generated token against the number of sequences decoding
 together (1 to 256) on a CPU: plain `generate`, the continuous backend (its paged engine)
 and transformers' own continuous batching (sdpa over a dense mask). What it measures,
-exactly: `swarm.bench.decode_scaling`.
+exactly: `lab.decode_scaling`.
 
     python scripts/bench_decode_scaling.py [--sizes 1,2,4,...,256] [--prompt 64 --new 192]
         [--arms generate,continuous,transformers-sdpa] [--threads 1]
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from swarm.bench.decode_scaling import ARMS, SIZES, run
+from lab.decode_scaling import ARMS, SIZES, run
 
 
 def _ints(text: str) -> list[int]:

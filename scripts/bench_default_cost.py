@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from swarm.bench.default_cost import run
+from lab.default_cost import run
 
 
 def parse_args(argv=None):

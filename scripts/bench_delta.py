@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm.bench.delta_bench import run
+from lab.delta_bench import run
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ of 4 completions of 8 tokens, the tiny model on the CPU, the gossip exchange so 
 group reaches it, no evaluation), alone in its swarm. For
 each class and repeat the bench measures a baseline window (no attacker) and then an attack
 window of `--seconds` each, alternating, so a machine whose load drifts affects both alike.
-The attacker is `swarm.bench.flood_attacker` run as a program, a separate process under
+The attacker is `lab.flood_attacker` run as a program, a separate process under
 `nice -n 19` with a fresh identity each time (a banned one stays banned):
 
 - duplicates: one valid signed group published again and again (each a new gossip message);
@@ -30,8 +30,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from swarm.bench.flood_attacker import CLASSES
-from swarm.bench.flood_bench import run
+from lab.flood_attacker import CLASSES
+from lab.flood_bench import run
 
 ROOT = Path(__file__).resolve().parents[1]
 

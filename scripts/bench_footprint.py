@@ -8,7 +8,7 @@ Each measurement runs in a fresh Python process (what is imported is the point):
   127.0.0.1, no peers), as `swarm-node join` runs it: build, start, evaluate, a few rounds,
   checkpoint, close; per stage the seconds (wall and CPU), RSS after it and the peak RSS
   during it, and at the end where the resident memory lives (heap, anonymous, files);
-- `network`: a network-only node (`swarm.bench.network_node`: no model, synthetic groups,
+- `network`: a network-only node (`lab.network_node`: no model, synthetic groups,
   real signing and verification) over libp2p, in a swarm of three (two more such nodes
   run in their own processes): build, start, rounds paced 2 s apart, close.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm.bench.node_footprint import KINDS, run
+from lab.node_footprint import KINDS, run
 
 
 def parse_args(argv=None):

@@ -20,7 +20,7 @@ Target: 100% delivery, p50 one-hop latency under 10 ms for a 1 KB message.
     python scripts/bench_gossip.py            # full run, writes runs/bench_gossip.json
     python scripts/bench_gossip.py --quick    # smaller and faster
 
-Each node is `swarm.bench.gossip_worker` run as a program, so the benchmark has no
+Each node is `lab.gossip_worker` run as a program, so the benchmark has no
 dependency on the test suite. It is a measurement tool, not a load generator for real
 deployments.
 """
@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm.bench.gossip_bench import run
+from lab.gossip_bench import run
 
 
 def main() -> int:

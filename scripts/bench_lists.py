@@ -3,7 +3,7 @@
     python scripts/bench_lists.py --mode old-lists [--seconds 60] [--period 1.0] [--version 5]
     python scripts/bench_lists.py --mode wrong-bytes [--seconds 120] [--period 2.0] [--per-peer-cap 1]
 
-Runs `swarm.bench.list_bench` (a network-only pull node and one attacker process on
+Runs `lab.list_bench` (a network-only pull node and one attacker process on
 127.0.0.1) and prints its figures as one JSON line: for `old-lists` the list fetches the
 attacker served and the announcements the node checked; for `wrong-bytes` the seconds until
 the node banned the attacker.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from swarm.bench.list_bench import MODES, run
+from lab.list_bench import MODES, run
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm.bench.memory_plan import CASES, run
+from lab.memory_plan import CASES, run
 
 
 def parse_args(argv=None):

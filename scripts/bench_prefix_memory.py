@@ -3,7 +3,7 @@ gradient checkpointing: activation memory and time of one forward and backward p
 
 Four arms (plain or shared-prefix forward, gradient checkpointing on or off) on a randomly
 initialised Qwen2-shaped model; on CUDA the memory held for backward and the peak, on a CPU
-times only. What it measures, exactly: `swarm.bench.prefix_memory`.
+times only. What it measures, exactly: `lab.prefix_memory`.
 
     python scripts/bench_prefix_memory.py [--shape small|qwen0.5b] [--prompt 300 --completion 200]
         [--prompts 4 --group 8] [--out runs/bench_prefix_memory.json]
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from swarm.bench.prefix_memory import SHAPES, run
+from lab.prefix_memory import SHAPES, run
 
 
 def main() -> None:

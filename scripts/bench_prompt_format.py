@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from swarm.bench.prompt_format import main
+from lab.prompt_format import main
 
 ROOT = Path(__file__).resolve().parents[1]
 

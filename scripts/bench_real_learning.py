@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from swarm.bench.real_learning import Plan, main
+from lab.real_learning import Plan, main
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from swarm.bench.experiment import Arm
+from lab.experiment import Arm
 
 ROOT = Path(__file__).resolve().parents[1]
 CANDIDATE = Arm(4, 4, channels=("gate", "fam"))  # study 4's G, its [sharing] keys

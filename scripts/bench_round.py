@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from swarm.bench.round_time import run
+from lab.round_time import run
 
 ROOT = Path(__file__).resolve().parents[1]
 

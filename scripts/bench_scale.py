@@ -7,10 +7,10 @@
     python scripts/bench_scale.py report                                  # table, JSON, PNG
 
 `sim` runs N network-only nodes in this process over the memory transport
-(`swarm.bench.scale_sim`: real tasks, signatures, verification, sampler; simulated time) and
+(`lab.scale_sim`: real tasks, signatures, verification, sampler; simulated time) and
 writes one JSON per run; `real` runs network-only node processes and tiny-model trainers
-over libp2p on 127.0.0.1 (`swarm.bench.scale_real`); `deltas` simulates followers fetching a
-trainer's deltas (`swarm.bench.delta_sim`); `report` gathers every JSON under --out into
+over libp2p on 127.0.0.1 (`lab.scale_real`); `deltas` simulates followers fetching a
+trainer's deltas (`lab.delta_sim`); `report` gathers every JSON under --out into
 summary.json, prints the table and draws scale.png: per-node cost against N, log axes. The
 gossip exchange cannot be simulated at 1,000 or 10,000 nodes (each node would verify 16,000
 or 160,000 groups a round); its cost there is the line fitted to its measured sizes, drawn
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 
-from swarm.bench.scale_runs import run
+from lab.scale_runs import run
 
 
 def parse_args(argv=None):

@@ -36,8 +36,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm.bench.trl_arms import SHAPES
-from swarm.bench.trl_bench import run
+from lab.trl_arms import SHAPES
+from lab.trl_bench import run
 
 
 def parse_args(argv=None):

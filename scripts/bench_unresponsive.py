@@ -7,12 +7,12 @@
 The node is `swarm-node join` in its own process (defaults but light rounds of 4 questions
 of 4 completions of 8 tokens, the tiny model on the CPU, the pull exchange;
 `sharing.shared_groups = 4` so that it asks for lists and pulls groups; no evaluation),
-joined by one honest network-only pull node (`swarm.bench.network_node`) whose groups it
+joined by one honest network-only pull node (`lab.network_node`) whose groups it
 pulls: 16 every 0.5 s, more than the node pulls (`sharing.per_peer_cap = 2` a round), so
 that every round pulls 2 and the rest of the round (pulling, verifying) carries a steady
 load; each result counts the rounds by groups pulled (`pulls_baseline`, `pulls_after`).
 Once the node has pulled a group from it, 30 warm-up rounds and then `--before` rounds make
-the baseline; then the attack starts (`swarm.bench.unresponsive_peer`):
+the baseline; then the attack starts (`lab.unresponsive_peer`):
 
 - none: no attacker (what the comparison gives when nothing happens: the noise);
 - vanish-N: N peers dial the node, fetch its list and view, and are stopped (SIGSTOP) with
@@ -23,7 +23,7 @@ the baseline; then the attack starts (`swarm.bench.unresponsive_peer`):
 - stall: a peer announces 256 groups and takes every group fetch without answering.
 
 Rounds come from the node's ledger (start, total). Each result holds the goal as judged
-(`goal`), the criterion in words (`criterion`, `swarm.bench.unresponsive_report.CRITERION`),
+(`goal`), the criterion in words (`criterion`, `lab.unresponsive_report.CRITERION`),
 the baseline rounds judged like the rounds after the event (`baseline_spread`: the noise
 floor), the median of each third of the rounds after (`median_ratio_by_third_after`: do
 they grow?), the CPU seconds of the node (its main thread apart), the honest peer, the
@@ -36,7 +36,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from swarm.bench.unresponsive_bench import CASES, ROOT, Honest, run
+from lab.unresponsive_bench import CASES, ROOT, Honest, run
 
 
 def main(argv: list[str] | None = None) -> int:

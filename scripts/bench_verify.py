@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm.bench.verify_cost import run
+from lab.verify_cost import run
 
 
 def parse_args(argv=None):

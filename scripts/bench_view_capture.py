@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from swarm.bench.view_capture import run  # noqa: E402
+from lab.view_capture import run  # noqa: E402
 
 
 def main(argv=None) -> int:

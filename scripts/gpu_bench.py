@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def parse_args(argv=None):
-    from swarm.bench.gpu_bench import BACKENDS
-    from swarm.bench.gpu_shapes import SHAPES
+    from lab.gpu_bench import BACKENDS
+    from lab.gpu_shapes import SHAPES
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -56,8 +56,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from swarm.bench.gpu_bench import BACKENDS
-    from swarm.bench.gpu_report import Options, run
+    from lab.gpu_bench import BACKENDS
+    from lab.gpu_report import Options, run
 
     backends = tuple(b for b in args.backends.split(",") if b)
     unknown = sorted(set(backends) - set(BACKENDS))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm.bench.gpu_smoke import SmokeOptions, positive, run
+from lab.gpu_smoke import SmokeOptions, positive, run
 
 D = SmokeOptions()  # the defaults
 

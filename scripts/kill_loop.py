@@ -26,7 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from swarm.bench.kill_loop import run
+from lab.kill_loop import run
 
 ROOT = Path(__file__).resolve().parents[1]
 

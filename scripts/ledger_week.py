@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from swarm.bench.ledger_week import run
+from lab.ledger_week import run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 
-from swarm.bench.calibrate import run
+from lab.calibrate import run
 
 
 def parse_args(argv=None):

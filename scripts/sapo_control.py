@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm.bench.positive_control import run
+from lab.positive_control import run
 
 
 def parse_args(argv=None):

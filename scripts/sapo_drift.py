@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm.bench.drift import run
+from lab.drift import run
 
 
 def parse_args(argv=None):

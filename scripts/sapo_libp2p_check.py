@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm.bench.experiment import Protocol
-from swarm.bench.libp2p_check import run
+from lab.experiment import Protocol
+from lab.libp2p_check import run
 
 
 def parse_args(argv=None):

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up swarm-node in ./.venv on a fresh machine: CPU PyTorch 2.13.0 first (so no
-# dependency pulls a multi-GB CUDA build), then the project with its test and lint tools.
-# Idempotent and quick on a second run: it reinstalls only when pyproject.toml changes.
-# Pass extras to add, e.g. `scripts/setup.sh gpu` for vLLM on a GPU machine: then torch 2.13.0
+# dependency pulls a multi-GB CUDA build), then the project with its test and lint tools,
+# and the lab (lab/: experiments and benchmarks, a distribution of its own) editable beside it.
+# Idempotent and quick on a second run: it reinstalls only when pyproject.toml or
+# lab/pyproject.toml changes. Pass extras to add, e.g. `scripts/setup.sh gpu` for vLLM on a GPU machine: then torch 2.13.0
 # comes from PyPI, whose wheel is the CUDA 13 build that vLLM 0.32.0's compiled ops need
 # (libcudart.so.13), and every install is held to constraints/gpu.txt (torch, vLLM and
 # transformers versions that agree).
@@ -88,7 +89,7 @@ main() {
     nat_test_tools "$system" || true
 
     extras="dev${extra:+,$extra}"
-    stamp=".venv/.setup-$(cat pyproject.toml constraints/gpu.txt "$OLDEST" | sha256sum | cut -c1-16)-${extras}"
+    stamp=".venv/.setup-$(cat pyproject.toml lab/pyproject.toml constraints/gpu.txt "$OLDEST" | sha256sum | cut -c1-16)-${extras}"
     if [ -f "$stamp" ]; then
         exit 0
     fi
@@ -102,8 +103,8 @@ main() {
         torch_index=(--index-url "${TORCH_INDEX:-https://pypi.org/simple}")
     fi
     .venv/bin/python -m pip install --quiet --disable-pip-version-check "${torch_index[@]}" "${pin[@]}" "torch==2.13.0" 2>&1 | grep -v "is ignored" >&2 || true
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check "${pin[@]}" -e ".[${extras}]" 2>&1 | grep -v "is ignored" >&2 || true
-    .venv/bin/python -c "import torch, swarm; assert torch.__version__.startswith('2.13.0'), torch.__version__" \
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check "${pin[@]}" -e ".[${extras}]" -e ./lab 2>&1 | grep -v "is ignored" >&2 || true
+    .venv/bin/python -P -c "import torch, swarm, lab; assert torch.__version__.startswith('2.13.0'), torch.__version__" \
         || { echo "error: setup failed (see pip output above)" >&2; exit 1; }
     oldest_transformers || exit 1
     rm -f .venv/.setup-*

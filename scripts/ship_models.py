@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm.bench.ship_models import run
+from lab.ship_models import run
 
 
 def main(argv=None) -> int:

@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def sapo_experiment():
     """The SAPO experiment's command line (`scripts/sapo_experiment.py` calls its `main`)."""
-    from swarm.bench import sapo_cli
+    from lab import sapo_cli
 
     return sapo_cli
 

@@ -39,7 +39,7 @@ RENAMED: dict[str, str] = {
 REMOVED: dict[str, str] = {
     "training.shuffle_shared_rewards": (
         "the negative control of an experiment, no node setting: an experiment's arm sets it "
-        "(swarm.bench.experiment, the 'shuf' option; RoundLoop.shuffle_shared_rewards)"
+        "(lab.experiment, the 'shuf' option; RoundLoop.shuffle_shared_rewards)"
     ),
 }
 

@@ -83,7 +83,7 @@ class RoundLoop:
         self._recent_own: collections.deque[list[tuple[str, tuple[float, ...]]]] = (
             collections.deque(maxlen=config.sharing.need_window)
         )
-        # An experiment's negative control, no config key (swarm.bench.experiment, the 'shuf'
+        # An experiment's negative control, no config key (lab.experiment, the 'shuf'
         # option): each shared group's rewards shuffled over its completions before training,
         # so sharing should teach nothing. Set before the first round.
         self.shuffle_shared_rewards = False

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from swarm.bench.sapo_cli import main
+from lab.sapo_cli import main
 
 pytestmark = pytest.mark.gpu
 

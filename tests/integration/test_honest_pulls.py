@@ -4,7 +4,7 @@ their fetches (a fetcher opens no more fetches at once to one peer than a server
 
 from __future__ import annotations
 
-from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
+from lab.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.exchange.pull import PullSettings
 from swarm.ledger import GroupRow, Ledger

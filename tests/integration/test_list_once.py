@@ -1,5 +1,5 @@
 """A list is read once, and a peer serving wrong bytes is banned at once: real processes on
-127.0.0.1 (`swarm.bench.list_bench`: a network-only pull node and one attacker process).
+127.0.0.1 (`lab.list_bench`: a network-only pull node and one attacker process).
 
 Before: a peer serving 256 announcements of a version the node skips as too old had its list
 fetched twice a round and every announcement checked each time (119 fetches and 15,104
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from swarm.bench.list_bench import run
+from lab.list_bench import run
 
 
 @pytest.mark.timeout(180)

@@ -1,5 +1,5 @@
 """Swarm members behind real NATs exchanging rollout groups: network-only nodes
-(`swarm.bench.network_node`: signed groups, the pull exchange, every pulled group verified)
+(`lab.network_node`: signed groups, the pull exchange, every pulled group verified)
 in the namespaces of `netns.py`. A relay node on the internet; one node in each home, which
 bootstraps from the relay and names it as its relay. They find each other through the
 relay's view, pull each other's groups through the relay, hole punching moves them onto a
@@ -26,7 +26,7 @@ ROUNDS = 8
 
 def start(topo: Topology, namespace: str, args: list[str]) -> subprocess.Popen:
     return subprocess.Popen(
-        [*topo.exec_prefix(namespace), sys.executable, "-m", "swarm.bench.network_node", *args],
+        [*topo.exec_prefix(namespace), sys.executable, "-m", "lab.network_node", *args],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def start(args: list[str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "swarm.bench.network_node", *args],
+        [sys.executable, "-m", "lab.network_node", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

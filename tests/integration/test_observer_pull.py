@@ -3,7 +3,7 @@ the swarm by pulling what peers announce, and checks every group it records."""
 
 from __future__ import annotations
 
-from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
+from lab.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.ledger import GroupRow, Ledger
 from swarm.node import make_node

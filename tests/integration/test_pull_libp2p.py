@@ -43,7 +43,7 @@ def test_pull_nodes_find_each_other_from_one_address_and_verify_every_pull(tmp_p
 
 @pytest.mark.slow  # ~65 s on 2 cores; the demo test covers a pull swarm of trainers by default
 def test_a_trainer_process_trains_on_groups_pulled_over_libp2p(tmp_path, tiny_model_path):
-    from swarm.bench.scale_real import RealSettings, run_real
+    from lab.scale_real import RealSettings, run_real
 
     settings = RealSettings(
         network=3,

@@ -8,7 +8,7 @@ import time
 
 import msgspec
 
-from swarm.bench.synthetic import SyntheticRollouts, SyntheticShape, wire_group
+from lab.synthetic import SyntheticRollouts, SyntheticShape, wire_group
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.ledger import BanRow, GroupRow, GroupUseRow, Ledger
 from swarm.node import Node

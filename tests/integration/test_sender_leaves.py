@@ -2,7 +2,7 @@
 and a peer that left since its last list costs no list timeout.
 
 A network-only pull node in this process, over libp2p on 127.0.0.1, and a sender in its
-own process (`swarm.bench.network_node`: 4 groups every 0.5 s, pulling none). Once the
+own process (`lab.network_node`: 4 groups every 0.5 s, pulling none). Once the
 node has pulled from the sender a few rounds (its answers measured), the sender process is
 stopped (SIGSTOP: its connections stay open and nothing answers, as when a machine sleeps
 or loses its network), inside the node's round, after the node took the sender's list and
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from swarm.bench.network_node import NetworkNode
-from swarm.bench.network_settings import ExchangeKind, NetworkNodeSettings
+from lab.network_node import NetworkNode
+from lab.network_settings import ExchangeKind, NetworkNodeSettings
 from swarm.core.reasons import Reason
 from swarm.exchange.pull import REFETCH_TIMEOUT_S, PullExchange, PullSettings
 
@@ -41,7 +41,7 @@ class Sender:
         args = ["--exchange", "pull", "--rounds", "1000", "--period", "0.5", "--groups", "4"]
         args += ["--shared", "0", "--pulls", "0", "--linger", "0"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "swarm.bench.network_node", *args],
+            [sys.executable, "-m", "lab.network_node", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,

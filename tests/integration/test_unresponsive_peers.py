@@ -1,7 +1,7 @@
 """A round never waits on a peer that is gone or slow: real processes on 127.0.0.1.
 
-A network-only pull node (`swarm.bench.network_node`, its rounds back to back) and an honest
-peer run as processes; `swarm.bench.unresponsive_peer` brings peers that vanish
+A network-only pull node (`lab.network_node`, its rounds back to back) and an honest
+peer run as processes; `lab.unresponsive_peer` brings peers that vanish
 with their TCP connections open (1, 4 and 16), a view of 64 unreachable addresses that drop
 SYNs, a view request never answered, and announcements whose fetches stall. Before the node
 suspended peers that failed to answer (and probed peers it had only heard of off the round),
@@ -17,34 +17,20 @@ rounds are all model work, is measured by `scripts/bench_unresponsive.py`.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from lab.processes import spawn
+
 PERIOD = 0.3  # the node's rounds are paced to this
 GOAL_ROUND, GOAL_MEDIAN = 1.2, 1.1  # a round, and the median, against the baseline
 WAITED_S = 1.0  # a round this much over the baseline waited on a peer (a fetch timeout: 3.75-5 s)
-
-
-def spawn(module: str, args: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-m", module, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
 
 
 class Member:
@@ -54,7 +40,7 @@ class Member:
         args = ["--exchange", "pull", "--rounds", str(rounds), "--period", str(PERIOD)]
         args += ["--groups", "8", "--shared", "4", "--linger", "0"]
         args += ["--bootstrap", bootstrap] if bootstrap else []
-        self.proc = spawn("swarm.bench.network_node", args)
+        self.proc = spawn("lab.network_node", args)
         assert self.proc.stdout is not None
         hello = json.loads(self.proc.stdout.readline())
         self.addr: str = hello["addrs"][0]
@@ -81,12 +67,10 @@ class Member:
 
 
 class Attack:
-    """`swarm.bench.unresponsive_peer` in one mode, against `node`."""
+    """`lab.unresponsive_peer` in one mode, against `node`."""
 
     def __init__(self, mode: str, node: str, *extra: str):
-        self.proc = spawn(
-            "swarm.bench.unresponsive_peer", ["--mode", mode, "--bootstrap", node, *extra]
-        )
+        self.proc = spawn("lab.unresponsive_peer", ["--mode", mode, "--bootstrap", node, *extra])
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert line, "the attacking process did not start"

@@ -4,7 +4,7 @@ measured for every size, the table, the JSON and the PNG written, and the goal j
 import json
 from argparse import Namespace
 
-from swarm.bench.decode_scaling import ARMS, goal, run, table
+from lab.decode_scaling import ARMS, goal, run, table
 
 
 def _row(arm, n, ms):

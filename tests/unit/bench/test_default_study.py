@@ -1,12 +1,12 @@
-"""The default study's rule and cost table, with hand-made numbers (swarm.bench.default_study)."""
+"""The default study's rule and cost table, with hand-made numbers (lab.default_study)."""
 
 from __future__ import annotations
 
 import pytest
 
-from swarm.bench.default_study import cost_rows, decide, held_out_losses, judge
-from swarm.bench.experiment import STUDIES, parse_arm
-from swarm.bench.tuning import rates_below
+from lab.default_study import cost_rows, decide, held_out_losses, judge
+from lab.experiment import STUDIES, parse_arm
+from lab.tuning import rates_below
 
 SEEDS = range(6, 12)
 

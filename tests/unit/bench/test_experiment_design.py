@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swarm.bench.experiment import (
+from lab.experiment import (
     ARMS,
     STUDIES,
     Arm,
@@ -18,7 +18,7 @@ from swarm.bench.experiment import (
     paired_ci,
     parse_arm,
 )
-from swarm.bench.tuning import best_lr
+from lab.tuning import best_lr
 from swarm.config import build_config
 from swarm.core.errors import ConfigError
 from swarm.node import trainer_settings

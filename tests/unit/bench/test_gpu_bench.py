@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from swarm.bench import gpu_bench
-from swarm.bench.gpu_report import goals, table
-from swarm.bench.gpu_shapes import SHAPES, card_of, decode_bound, training_bound
+from lab import gpu_bench
+from lab.gpu_report import goals, table
+from lab.gpu_shapes import SHAPES, card_of, decode_bound, training_bound
 
 ROOT = Path(__file__).resolve().parents[3]
 

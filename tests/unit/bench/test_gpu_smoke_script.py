@@ -1,4 +1,4 @@
-"""The GPU smoke test (`scripts/gpu_smoke.py`, `swarm.bench.gpu_smoke`) runs on a GPU only;
+"""The GPU smoke test (`scripts/gpu_smoke.py`, `lab.gpu_smoke`) runs on a GPU only;
 here: the script parses and refuses cleanly, and the same steps run on a CPU."""
 
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from swarm.bench.gpu_smoke import SmokeOptions, run
+from lab.gpu_smoke import SmokeOptions, run
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "scripts" / "gpu_smoke.py"

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from swarm.bench.memory_plan import Outcome, Sizes, at_sizes, plan_of, table, vm_hwm_kb
+from lab.memory_plan import Outcome, Sizes, at_sizes, plan_of, table, vm_hwm_kb
 from swarm.policy.memory import MB
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from swarm.bench.network_node import NetworkNode, NetworkNodeSettings
-from swarm.bench.synthetic import SyntheticRollouts, SyntheticShape, wire_group
+from lab.network_node import NetworkNode, NetworkNodeSettings
+from lab.synthetic import SyntheticRollouts, SyntheticShape, wire_group
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.p2p.transport import MemoryHub, MemoryTransport
 from swarm.tasks import EASY_MIX, SAPO_MIX, Scoring

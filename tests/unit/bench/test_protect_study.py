@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from swarm.bench.experiment import STUDIES, Protocol, RunShape, node_config, parse_arm
-from swarm.bench.protect_study import BASELINE, CANDIDATES, decide, judge
-from swarm.bench.tuning import bracketing_rates, rate_step, unbracketed
+from lab.experiment import STUDIES, Protocol, RunShape, node_config, parse_arm
+from lab.protect_study import BASELINE, CANDIDATES, decide, judge
+from lab.tuning import bracketing_rates, rate_step, unbracketed
 from swarm.config import build_config
 from swarm.policy.skills import GAP_SWARM, SKILL_SWARM, mix_table
 

@@ -1,11 +1,11 @@
-"""The simulation's adversary report (`swarm.bench.sim_conditions.Adversary`), on hand-made
+"""The simulation's adversary report (`lab.sim_conditions.Adversary`), on hand-made
 rounds: what a greedy viewer is compared with when honest nodes come and go."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from swarm.bench.sim_conditions import Adversary
+from lab.sim_conditions import Adversary
 
 
 def node(peer_id: str) -> SimpleNamespace:

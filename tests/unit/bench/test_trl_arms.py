@@ -1,9 +1,9 @@
-"""The TRL comparison's TRL arm (`swarm.bench.trl_arms.trl`): one GRPOTrainer serves every
+"""The TRL comparison's TRL arm (`lab.trl_arms.trl`): one GRPOTrainer serves every
 repeat, as one generator and trainer serve ours, so the warm-up repeat warms TRL as it warms
 ours and a timed round pays for no new trainer or optimizer; each repeat gets its own
 prompts and reward."""
 
-from swarm.bench.trl_arms import Shape, tiny_setup, trl
+from lab.trl_arms import Shape, tiny_setup, trl
 
 
 def test_one_trainer_and_its_optimizer_serve_every_repeat():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
+from lab.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.exchange.answer_times import MIN_PATIENCE_S
 from swarm.exchange.pull import PullSettings

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
+from lab.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.exchange.pull import PullSettings
 from swarm.exchange.pull_lists import MOST_REST, ListBackoff, ListVerdicts, Verdict

@@ -3,7 +3,7 @@ are heard of anew; banned peers are neither asked nor passed on (pure and in mem
 
 from __future__ import annotations
 
-from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
+from lab.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.exchange.peer_backoff import MOST_BACKOFF, PeerBackoff
 from swarm.exchange.peer_view import PeerView

@@ -6,7 +6,7 @@ import random
 import statistics
 from collections import Counter
 
-from swarm.bench.view_capture import CaptureSettings, capture, linked_views
+from lab.view_capture import CaptureSettings, capture, linked_views
 from swarm.exchange.peer_view import LEARN_AGAIN_S, PeerView, merge, oldest
 from swarm.exchange.pull_choice import balanced
 from swarm.p2p.memory_links import LinkedMemoryTransport

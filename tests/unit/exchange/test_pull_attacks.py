@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
+from lab.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
 from swarm.core.errors import FetchTooSlow, RejectedMessage
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.core.reasons import Reason

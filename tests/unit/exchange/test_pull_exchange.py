@@ -6,7 +6,7 @@ import hashlib
 
 import msgspec
 
-from swarm.bench.network_node import (
+from lab.network_node import (
     ExchangeKind,
     NetworkNode,
     NetworkNodeSettings,

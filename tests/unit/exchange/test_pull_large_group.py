@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import tracemalloc
 
-from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
-from swarm.bench.synthetic import SyntheticShape
+from lab.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
+from lab.synthetic import SyntheticShape
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.exchange.pull import PullSettings
 from swarm.p2p.transport import MemoryHub, MemoryTransport

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
-from swarm.bench.network_settings import SYNTHETIC_BASE, SYNTHETIC_MODEL
-from swarm.bench.synthetic import wire_group
+from lab.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings, RoundCost
+from lab.network_settings import SYNTHETIC_BASE, SYNTHETIC_MODEL
+from lab.synthetic import wire_group
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.exchange.pull import PullSettings
 from swarm.exchange.pull_choice import OwnVersion

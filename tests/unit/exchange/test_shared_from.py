@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from swarm.bench.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
+from lab.network_node import ExchangeKind, NetworkNode, NetworkNodeSettings
 from swarm.config import build_config
 from swarm.core.errors import ConfigError
 from swarm.core.identity import create_identity, peer_id_of

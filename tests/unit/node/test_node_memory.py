@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from swarm.bench.footprint import Stages, memory_map, rss_mb
+from lab.footprint import Stages, memory_map, rss_mb
 from swarm.node.heap import release_free_memory
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

@@ -1,5 +1,5 @@
-"""The docs name only what exists: every file path and every `swarm.` module (or a name in
-one) that README.md and docs/*.md mention is there in the code."""
+"""The docs name only what exists: every file path and every `swarm.` or `lab.` module (or a
+name in one) that README.md and the pages under docs/ mention is there in the code."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PATH = re.compile(
-    r"(?<![\w./-])((?:swarm|scripts|tests|node_config|docs|models|constraints)/[\w./-]*\w)"
+    r"(?<![\w./-])((?:swarm|lab|scripts|tests|node_config|docs|models|constraints)/[\w./-]*\w)"
 )
-DOTTED = re.compile(r"(?<![\w./-])(swarm(?:\.\w+)+)")
+DOTTED = re.compile(r"(?<![\w./-])((?:swarm|lab)(?:\.\w+)+)")
 # Names shaped like code that are not: the swarm key file, and libp2p protocol IDs.
 NOT_CODE = {"swarm.key", "swarm/policy/tensor/1", "swarm/policy/weights/1"}
 
 
 def module_file(dotted: str) -> Path | None:
-    """The source of a swarm module or package, if it exists (found without importing)."""
+    """The source of a swarm or lab module or package, if it exists (found without importing)."""
     parts = dotted.split(".")
     base = ROOT.joinpath(*parts)
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
@@ -69,5 +69,5 @@ def test_the_check_sees_a_stale_name(tmp_path):
     assert dotted_exists("swarm.core.errors") and dotted_exists("swarm.core.errors.SwarmError")
     assert not dotted_exists("swarm.node.pulling") and not dotted_exists("swarm.core.errors.Nope")
     doc = tmp_path / "x.md"
-    doc.write_text("see `swarm/node/pulling.py` and swarm.replay\n")
-    assert mentions(doc) == ({"swarm/node/pulling.py"}, {"swarm.replay"})
+    doc.write_text("see `swarm/node/pulling.py`, swarm.replay, `lab/x.py` and lab.x\n")
+    assert mentions(doc) == ({"swarm/node/pulling.py", "lab/x.py"}, {"swarm.replay", "lab.x"})

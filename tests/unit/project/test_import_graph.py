@@ -1,4 +1,5 @@
-"""No import cycles among swarm's modules (every import statement, at any depth, counts)."""
+"""No import cycles among swarm's modules (every import statement, at any depth, counts), and
+none of them imports the lab (`lab/`: experiments and benchmarks, which import `swarm`)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,39 @@ def module_graph() -> dict[str, set[str]]:
         deps |= {d.rsplit(".", k)[0] for d in deps for k in range(1, d.count(".") + 1)}
         graph[name] = {d for d in deps if d in files and d != name and not name.startswith(d + ".")}
     return graph
+
+
+def imported_modules(source: str) -> set[str]:
+    """Every module an import statement in source names (absolute imports, at any depth)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def lab_imports(root: Path) -> list[str]:
+    """'file: module' for each import of the lab by a module under root/swarm."""
+    return sorted(
+        f"{path.relative_to(root)}: {module}"
+        for path in (root / "swarm").rglob("*.py")
+        for module in imported_modules(path.read_text(encoding="utf-8"))
+        if module == "lab" or module.startswith("lab.")
+    )
+
+
+def test_the_product_imports_nothing_from_the_lab():
+    assert (ROOT / "lab" / "__init__.py").is_file()
+    assert lab_imports(ROOT) == []
+
+
+def test_the_lab_check_sees_an_import(tmp_path):
+    (tmp_path / "swarm").mkdir()
+    (tmp_path / "swarm" / "a.py").write_text("def f():\n    from lab.experiment import ARMS\n")
+    (tmp_path / "swarm" / "b.py").write_text("import lab\nimport laboratory\n")
+    assert lab_imports(tmp_path) == ["swarm/a.py: lab.experiment", "swarm/b.py: lab"]
 
 
 def cycle_from(graph: dict[str, set[str]], start: str) -> list[str] | None:
@@ -72,7 +106,6 @@ LAYERS = (
     ("exchange", "sync"),
     ("node",),
     ("ops",),
-    ("bench",),
     ("cli",),
 )
 
@@ -96,7 +129,7 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 def test_packages_import_each_other_in_no_cycle():
     packages = package_graph(module_graph())
-    assert {"core", "node", "exchange", "sync", "bench", "monitor"} <= set(packages)
+    assert {"core", "node", "exchange", "sync", "ops", "monitor"} <= set(packages)
     cycles = [c for c in (cycle_from(packages, name) for name in sorted(packages)) if c]
     assert cycles == []
 

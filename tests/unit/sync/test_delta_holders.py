@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 
-from swarm.bench.delta_sim import DeltaSimSettings, simulate_deltas
+from lab.delta_sim import DeltaSimSettings, simulate_deltas
 from swarm.p2p.transport import BlobServed, MemoryHub, MemoryTransport
 from swarm.sync.holders import (
     MAX_HINTS_BYTES,

@@ -7,7 +7,7 @@ import hashlib
 import msgspec
 import pytest
 
-from swarm.bench.synthetic import SyntheticRollouts, SyntheticShape, wire_group
+from lab.synthetic import SyntheticRollouts, SyntheticShape, wire_group
 from swarm.core.errors import RejectedMessage
 from swarm.core.identity import create_identity, peer_id_of
 from swarm.core.reasons import Reason
