@@ -1,6 +1,6 @@
 """The default study: should a node that joins train on its peers' groups? Its rule, pure.
 
-Pre-registered in docs/SAPO.md ("The default, decided") before any of its verdict units ran.
+Pre-registered in docs/studies/3-default.md before any of its verdict units ran.
 Two candidate defaults, each a 4/4 arm that pulls only from peers of its own model family
 (`sharing.shared_from = "same-family"`):
 

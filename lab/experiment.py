@@ -1,7 +1,7 @@
 """The SAPO experiment's design and statistics: arms, protocols, testbeds, the verdict rule.
 
 Pure data and functions; `scripts/sapo_experiment.py` runs the swarms and writes results,
-docs/SAPO.md explains the choices. An arm `I/J` is a swarm whose every node trains each
+docs/studies/ explains the choices. An arm `I/J` is a swarm whose every node trains each
 round on its I own groups and up to J groups shared by peers. As in the SAPO paper's public
 code, a node configured I/J generates I questions a round: 4/4 generates half of what 8/0
 does, and 4/0 (same generation as 4/4, no sharing) separates "more data" from "peers' data".
@@ -44,7 +44,7 @@ class Testbed(StrEnum):
     SAPO = "sapo"
 
 
-# The sharing channels an arm can add to plain GRPO (docs/SAPO.md), as `[sharing]` settings.
+# The sharing channels an arm can add to plain GRPO (docs/studies/2-channels.md), as `[sharing]` settings.
 # "shuf" is the negative control: shared groups' rewards shuffled within each group. It is no
 # config key but the node's `RoundLoop.shuffle_shared_rewards` (`Arm.shuffles_rewards`).
 CHANNELS: dict[str, dict] = {
@@ -145,7 +145,7 @@ CHANNEL_ARMS = ("4/4", "4/4-joint", "4/4-recv", "4/4-shape", "4/4-parts")
 CHANNELS_ONLY = CHANNEL_ARMS[1:]  # the arms among which the best channel is chosen
 NEGATIVE_CONTROL = "4/4-shuf"  # run at plain 4/4's rate over the verdict seeds
 STUDIES: dict[str, Study] = {
-    # The first verdict (skills testbed): does plain SAPO pay? (docs/SAPO.md)
+    # The first verdict (skills testbed): does plain SAPO pay? (docs/studies/1-sharing.md)
     "sharing": Study(
         "sharing",
         tuple(ARMS),
@@ -166,7 +166,7 @@ STUDIES: dict[str, Study] = {
     ),
     # The third (both testbeds): which default should a joining node have? Two candidates
     # that pull only from their own model family, against the baselines that generate as
-    # much; fresh seeds; the rule is `lab.default_study` (docs/SAPO.md).
+    # much; fresh seeds; the rule is `lab.default_study` (docs/studies/3-default.md).
     "default": Study(
         "default",
         ("8/0", "4/0", "4/4-fam", "4/4-joint+fam"),
@@ -191,7 +191,7 @@ STUDIES: dict[str, Study] = {
         bracket="both",
     ),
 }
-# Pre-registered acceptance of the first two studies (docs/SAPO.md), for a candidate arm
+# Pre-registered acceptance of the first two studies (docs/studies/), for a candidate arm
 # against a baseline; the default study has its own rule (`lab.default_study`).
 MIN_MEAN_RATIO = 1.15
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}

@@ -1,6 +1,6 @@
 """Study 4: sharing that never costs a node its own learning. Its rule, pure.
 
-Pre-registered in docs/SAPO.md ("Study 4") before any of its verdict units ran. Two
+Pre-registered in docs/studies/4-protect.md before any of its verdict units ran. Two
 candidates, each a 4/4 arm that pulls only from its own model family (`shared_from =
 "same-family"`) and normalises own and shared tokens apart (`shared_normalizer = "parts"`),
 so a node's own tokens weigh what they weigh when it trains alone:

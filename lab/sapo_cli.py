@@ -39,7 +39,7 @@ questions a round, as in the paper's code) for `--rounds` rounds under one seed 
 rate. The nodes run in ONE process over the in-memory transport, round-robin (a node sees its
 peers' groups of the same or the previous round); `scripts/sapo_libp2p_check.py` runs one
 arm as separate processes over libp2p for comparison. Arms, protocols, testbeds and the acceptance
-rule live in `lab.experiment`; docs/SAPO.md explains them.
+rule live in `lab.experiment`; docs/studies/ explains them.
 
 Each unit writes results/sapo/<protocol>-<testbed>/units/<arm>_s<seed>_lr<lr>.json when it
 ends, so a stopped run loses at most the unit in progress; finished units are skipped.
@@ -75,7 +75,7 @@ def parse_args(argv=None):
         "--study",
         default="channels",
         choices=list(STUDIES),
-        help="which pre-registered study (docs/SAPO.md): sharing (the first verdict: plain SAPO "
+        help="which pre-registered study (docs/studies/): sharing (the first verdict: plain SAPO "
         "on the skills testbed), channels (sharing channels, gap testbed by default), default "
         "(study 3: the default of a joining node) or protect (study 4: sharing that keeps a "
         "node's own learning; both testbeds, run each with --testbed)",

@@ -4,7 +4,7 @@
 
 Reads <results>/<protocol>-<testbed>/units/*.json; writes report.json and cumulative.png
 beside them. The acceptance rule is `lab.experiment.compare`, pre-registered in
-docs/SAPO.md before the verdict run. The default study (`--study default`) is judged across
+docs/studies/ before the verdict run. The default study (`--study default`) is judged across
 both testbeds by `lab.default_study` (`report_default`): default-decision.json; study 4
 (`--study protect`) by the same rule in `lab.protect_study`: protect-decision.json.
 """

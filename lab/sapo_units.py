@@ -4,7 +4,7 @@ A unit is one arm, seed and learning rate on one testbed (`lab.experiment`): its
 nodes run over the in-memory transport, its per-round log is appended as it goes (a stopped
 unit resumes from its nodes' checkpoints with `--checkpoint-every`), and its JSON records the
 code it ran (`code_commit`) and each node's exchange faults. `lab.sapo_cli` plans
-which units to run; docs/SAPO.md explains the studies.
+which units to run; docs/studies/ explains the studies.
 """
 
 from __future__ import annotations

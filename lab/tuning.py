@@ -4,7 +4,7 @@ that bracket it. Pure functions over tuning units (dicts with arm, lr, cumulativ
 Rates sit on the half-decade ladder 1e-5, 3e-5, 1e-4, 3e-4, ... (`rate_step`). Study 3 stepped
 down once when its grid's smallest rate won (`rates_below`); study 4 steps beyond whichever
 end of the rates run so far wins, until the best has a worse rate run on each side
-(`bracketing_rates`). docs/SAPO.md pre-registers both.
+(`bracketing_rates`). docs/studies/4-protect.md pre-registers both.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What each arm of the default study (docs/SAPO.md, study 3) costs a node on this machine.
+"""What each arm of the default study (docs/studies/3-default.md) costs a node on this machine.
 
 Runs each arm alone, at the rate the verdict ran it, on the tuning seed, on both testbeds:
 completions generated and trained on per node and round, seconds per round of the 8-node

@@ -1,10 +1,13 @@
 """The docs name only what exists: every file path and every `swarm.` or `lab.` module (or a
-name in one) that README.md and the pages under docs/ mention is there in the code."""
+name in one) that README.md and the pages under docs/ mention is there in the code, and every
+link between them reaches its file and heading."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from tests.unit.project.test_preset_sharing import anchors
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -71,3 +74,34 @@ def test_the_check_sees_a_stale_name(tmp_path):
     doc = tmp_path / "x.md"
     doc.write_text("see `swarm/node/pulling.py`, swarm.replay, `lab/x.py` and lab.x\n")
     assert mentions(doc) == ({"swarm/node/pulling.py", "lab/x.py"}, {"swarm.replay", "lab.x"})
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def broken_links(doc: Path) -> list[str]:
+    """Each relative link in doc whose file, or whose Markdown heading (#anchor), is not there."""
+    out = []
+    for link in LINK.findall(doc.read_text(encoding="utf-8")):
+        if re.match(r"^[a-z]+:", link):
+            continue  # https:, mailto:
+        file, _, fragment = link.partition("#")
+        target = (doc.parent / file).resolve() if file else doc
+        if not target.exists():
+            out.append(f"{doc.name}: {link} (no such file)")
+        elif fragment and target.suffix == ".md" and fragment not in anchors(target):
+            out.append(f"{doc.name}: {link} (no such heading)")
+    return out
+
+
+def test_every_link_between_the_docs_resolves():
+    assert [problem for doc in DOCS for problem in broken_links(doc)] == []
+
+
+def test_the_link_check_sees_a_broken_link(tmp_path):
+    (tmp_path / "a.md").write_text("# Title\n\n## A part\n")
+    doc = tmp_path / "b.md"
+    doc.write_text(
+        "[ok](a.md#a-part) [x](a.md#gone) [y](c.md) [z](#title-b) [w](https://x.y)\n# Title b\n"
+    )
+    assert broken_links(doc) == ["b.md: a.md#gone (no such heading)", "b.md: c.md (no such file)"]

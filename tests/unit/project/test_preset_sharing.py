@@ -6,7 +6,7 @@
 where <file> is relative to the repository root and exists, and #<anchor> is the GitHub
 anchor of one of its headings. A preset that follows no measured result does not share; one
 that says why sharing is off (`# sharing off until ...: <file>#<anchor>`) names a place that
-exists too. Where the studies stand: docs/SAPO.md."""
+exists too. Where the studies stand: docs/SAPO.md, each in full under docs/studies/."""
 
 import re
 from pathlib import Path
@@ -57,8 +57,8 @@ def test_anchors_are_githubs():
 
 
 def test_a_missing_file_or_heading_does_not_resolve():
-    assert resolves("docs/SAPO.md#measured-study-3s-verdict") is None
-    assert "no heading" in resolves("docs/SAPO.md#measured-study-9s-verdict")
+    assert resolves("docs/studies/3-default.md#measured-study-3s-verdict") is None
+    assert "no heading" in resolves("docs/studies/3-default.md#measured-study-9s-verdict")
     assert "does not exist" in resolves("docs/NOPE.md")
 
 
@@ -96,7 +96,7 @@ def test_the_check_catches_what_it_should(tmp_path):
     assert "no heading with anchor #nowhere" in problems(preset)[0]
     preset.write_text(
         "[sharing]\nshared_groups = 4  # J\n"
-        "# sharing follows: docs/SAPO.md#measured-study-3s-verdict (what it measured)\n"
+        "# sharing follows: docs/studies/3-default.md#measured-study-3s-verdict (what it measured)\n"
     )
     assert problems(preset) == []
     preset.write_text("[sharing]\nshared_groups = 0  # J\n# sharing follows: docs/SAPO.md\n")
