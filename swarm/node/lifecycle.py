@@ -30,7 +30,7 @@ from swarm.monitor.display import (
 )
 from swarm.monitor.logs import NodeLog
 from swarm.node.assembler import assemble, checkpoint_dir, part_of
-from swarm.node.heap import map_large_blocks, release_free_memory
+from swarm.node.heap import map_large_blocks, mmap_threshold, release_free_memory
 from swarm.node.makers import claim_run_folder, write_node_info
 from swarm.node.monitoring import swarm_sample
 from swarm.node.rounds import evaluate_by_family
@@ -73,8 +73,15 @@ class Node:
         with claim_run_folder(config, reporter, log) as (self.run_lock, self.monitoring):
             self.reporter = self.monitoring.reporter
             self.parts = assemble(config, transport, key_pair, self.monitoring)
+        map_large_blocks(mmap_threshold(self._parameters()))  # lower for a real model
         self._stop = threading.Event()
         self._started = False
+
+    def _parameters(self) -> int:
+        """The policy model's weights (0 for a node without one)."""
+        if self.parts.model is None:
+            return 0
+        return sum(p.numel() for p in self.parts.model.policy.model.parameters())
 
     def __getattr__(self, name: str):
         """A part read as the node's own attribute: `node.transport` is `node.parts.transport`,

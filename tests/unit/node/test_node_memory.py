@@ -86,3 +86,42 @@ def test_stages_report_their_own_peak():
     assert big.peak_mb - small.peak_mb > 40 or not big.peak_is_stage
     assert stages.peak_mb >= big.peak_mb and big.modules > 0
     assert sum(memory_map().values()) > 10
+
+
+# A real model's pass frees many blocks of 64 KB to 1 MB (a layer's activations): 400 MB of
+# 256 KB blocks, freed between small ones that stay, leave the heap holding them unless
+# blocks that small are mapped apart too.
+QUARTER_MB_BLOCKS = textwrap.dedent(
+    """
+    import sys, torch
+    from swarm.node.heap import map_large_blocks, mmap_threshold
+    def rss():
+        line = [l for l in open("/proc/self/status") if l.startswith("VmRSS")][0]
+        return int(line.split()[1]) // 1024
+    assert map_large_blocks(mmap_threshold(int(sys.argv[1])))
+    torch.set_num_threads(1)
+    base = rss()
+    blocks, kept = [], []
+    for _ in range(1600):
+        blocks.append(torch.ones(64 << 10))
+        kept.append(torch.ones(256))  # small blocks between the large ones
+    held = rss()
+    del blocks
+    print(base, held, rss())
+    """
+)
+
+
+@linux
+@pytest.mark.parametrize(("parameters", "returned"), [(134_515_008, True), (500_000, False)])
+def test_a_real_model_maps_smaller_blocks_apart_than_the_tiny_ones(parameters, returned):
+    out = subprocess.run(
+        [sys.executable, "-c", QUARTER_MB_BLOCKS, str(parameters)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    base, held, freed = map(int, out.stdout.split())
+    assert held - base > 300, (base, held, freed)
+    assert (freed - base < 50) == returned, (base, held, freed)
