@@ -152,7 +152,7 @@ def run(args) -> int:
     try:
         import trl  # noqa: F401
     except ImportError:
-        console.print("error: TRL is not installed: pip install -e '.[bench]'")
+        console.print("error: TRL is not installed: pip install -e './lab[trl]'")
         return 2
     if args.repeats < 1:
         console.print("error: --repeats must be at least 1")

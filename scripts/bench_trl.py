@@ -22,7 +22,7 @@ attention, q/k/v biases, untied head; reduced width and depth so it runs on a CP
 model's vocabulary) and a synthetic reward (a hash of the text), 2 x 8; `smollm2` is the
 real SmolLM2-135M-Instruct (`smollm2-135m`) with node_config/smollm2-cpu.toml's prompts
 (worked examples) and round, 8 x 8, 32 new tokens, on the project's own reward. Needs TRL
-(`pip install -e .[bench]`).
+(`pip install -e './lab[trl]'`; `scripts/setup.sh` installs it).
 
     python scripts/bench_trl.py --shape tiny --repeats 5
     python scripts/bench_trl.py --shape qwen2-reduced --repeats 3
