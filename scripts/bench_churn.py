@@ -49,13 +49,23 @@ def commit() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--processes", type=int, default=12)
-    parser.add_argument("--duration", type=float, default=300.0)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--processes", type=int, default=12, help="pull node processes in the swarm"
+    )
+    parser.add_argument(
+        "--duration", type=float, default=300.0, help="seconds each run (churn, none) lasts"
+    )
     parser.add_argument("--every", type=float, default=10.0, help="seconds between leave+join")
     parser.add_argument("--period", type=float, default=5.0, help="a process's round period")
-    parser.add_argument("--nice", type=int, default=5)
-    parser.add_argument("--out", default=str(ROOT / "results" / "churn" / "bench.json"))
+    parser.add_argument(
+        "--nice", type=int, default=5, help="niceness of the node processes (0: as this one)"
+    )
+    parser.add_argument(
+        "--out",
+        default=str(ROOT / "results" / "churn" / "bench.json"),
+        help="the JSON to write",
+    )
     args = parser.parse_args(argv)
     results = {}
     machine = {"commit": commit(), "load_before": os.getloadavg(), "cpus": os.cpu_count()}
