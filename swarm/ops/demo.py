@@ -76,6 +76,15 @@ REAL_DEMO_DEFAULTS = (
     "node.keep_checkpoints=1",
 )
 SECONDS_A_ROUND = {"tiny": 30.0, "real": 240.0}  # per node sharing a core: the default timeout
+STOP_GRACE_S = 60.0  # a stopped node's last round, evaluation and checkpoint: at least this
+
+
+def stop_grace(kind: str, nodes: int) -> float:
+    """How long a node asked to stop (Ctrl-C, the time limit) may take to finish its current
+    round, evaluate and write its checkpoint before it is killed: a round's time for the
+    model's kind with `nodes` processes sharing 2 cores, and at least `STOP_GRACE_S` (a real
+    model's round took 100-160 s with 4 nodes on 2 cores, past the 60 s it was given)."""
+    return max(STOP_GRACE_S, SECONDS_A_ROUND[kind] * max(1.0, nodes / 2))
 
 
 def demo_defaults(model: str) -> tuple[str, ...]:
@@ -294,8 +303,11 @@ def render(demo: list[DemoNode], rounds: int, elapsed: float) -> Table:
     return table
 
 
-def watch(demo: list[DemoNode], rounds: int, timeout: float, console: Console) -> bool:
-    """Refresh the live table until every node exits; stop them all on Ctrl-C or timeout."""
+def watch(
+    demo: list[DemoNode], rounds: int, timeout: float, console: Console, grace: float
+) -> bool:
+    """Refresh the live table until every node exits; stop them all on Ctrl-C or timeout
+    (killing any still running `grace` seconds later)."""
     start = time.monotonic()
     interrupted = False
     with Live(render(demo, rounds, 0), console=console, refresh_per_second=2) as live:
@@ -310,12 +322,12 @@ def watch(demo: list[DemoNode], rounds: int, timeout: float, console: Console) -
                 live.update(render(demo, rounds, time.monotonic() - start))
                 if time.monotonic() - start > timeout:
                     console.print(f"time limit of {timeout:.0f}s reached: stopping every node")
-                    stop_all(demo)
+                    stop_all(demo, grace)
                 time.sleep(1.0)
         except KeyboardInterrupt:
             interrupted = True
             console.print("stopping every node after its current round...")
-            stop_all(demo)
+            stop_all(demo, grace)
         for node in demo:
             node.stats = read_stats(node) or node.stats
         live.update(render(demo, rounds, time.monotonic() - start))
@@ -459,7 +471,7 @@ def run_demo(
     try:
         for node in demo:
             launch(node)
-        completed = watch(demo, rounds, timeout, console)
+        completed = watch(demo, rounds, timeout, console, stop_grace(kind, nodes))
     finally:
         stop_all(demo, grace=30)
     summary = summarize(out, demo, rounds, time.monotonic() - started)
