@@ -176,16 +176,20 @@ class Fetcher:
                 self._limited, request, slots[request.peer], deadline, caps[i]
             )
         # how long each fetch is waited for once it went out, if its peer does not answer
+        timeouts = [r.timeout or self.fetch_timeout_s for r in requests]
         patience = [
-            self.answers.patience(r.peer, r.timeout or self.fetch_timeout_s) if cut else None
-            for r in requests
+            self.answers.patience(r.peer, t) if cut else None
+            for r, t in zip(requests, timeouts, strict=True)
         ]
 
         def give_up(i: int) -> float:
             began, wait = caps[i].began_at, patience[i]
             if began is None or wait is None or caps[i].answered:
                 return float("inf")
-            return began + (wait if batch is None else min(wait, batch))
+            wait = wait if batch is None else min(wait, batch)
+            # no shorter than the fetch's own timeout: it ends by itself then (cut at the
+            # same moment, a loaded machine could see it still running and call it late)
+            return float("inf") if wait >= timeouts[i] else began + wait
 
         while True:
             now = self.monotonic()
