@@ -25,16 +25,13 @@ from pathlib import Path
 CHILD = """
 import json, random, sys, time
 import torch
+from lab.footprint import peak_mb, rss_mb
 from swarm.node.heap import map_large_blocks
 from swarm.policy import prefix
 from swarm.policy.model import load_policy
 from swarm.policy.trainer import GRPOTrainer, OptimizerState, TrainerSettings, TrainSample
 
 args = json.loads(sys.argv[1])
-def status(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key):
-            return int(line.split()[1]) // 1024
 assert map_large_blocks(args["threshold"])
 torch.set_num_threads(1)
 torch.manual_seed(0)
@@ -51,11 +48,11 @@ for _ in range(args["questions"]):
     for _ in range(args["group"]):
         completion = tuple(rng.randrange(1000, vocab) for _ in range(args["completion"]))
         samples.append(TrainSample(prompt, completion, rng.choice([-1.0, 1.0])))
-out = {"loaded_mib": status("VmRSS"), "updates": []}
+out = {"loaded_mib": round(rss_mb()), "updates": []}
 for _ in range(2):
     began = time.perf_counter()
     trainer.update(samples)
-    out["updates"].append({"rss_mib": status("VmRSS"), "peak_mib": status("VmHWM"),
+    out["updates"].append({"rss_mib": round(rss_mb()), "peak_mib": round(peak_mb()),
                            "seconds": round(time.perf_counter() - began, 1)})
 print(json.dumps(out))
 """

@@ -33,9 +33,12 @@ import ctypes
 import ctypes.util
 import functools
 
+from swarm.policy.memory import CHECKPOINTING_PARAMS
+
 MMAP_THRESHOLD = 1 << 20  # bytes: blocks this large are mapped apart and unmapped when freed
 REAL_MODEL_MMAP_THRESHOLD = 64 << 10  # the same for a model of REAL_MODEL_PARAMS or more
-REAL_MODEL_PARAMS = 10_000_000  # any real LM; the built-in tiny ones have < 1 M
+# any real LM (the size from which "auto" checkpoints); the built-in tiny ones have < 1 M
+REAL_MODEL_PARAMS = CHECKPOINTING_PARAMS
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (glibc's malloc.h)
 
 

@@ -31,7 +31,7 @@ from swarm.monitor.display import (
 from swarm.monitor.logs import NodeLog
 from swarm.node.assembler import assemble, checkpoint_dir, part_of
 from swarm.node.heap import map_large_blocks, mmap_threshold, release_free_memory
-from swarm.node.makers import claim_run_folder, write_node_info
+from swarm.node.makers import claim_run_folder, parameter_count, write_node_info
 from swarm.node.monitoring import swarm_sample
 from swarm.node.rounds import evaluate_by_family
 from swarm.node.state import NodeState, OwnGroup
@@ -73,15 +73,10 @@ class Node:
         with claim_run_folder(config, reporter, log) as (self.run_lock, self.monitoring):
             self.reporter = self.monitoring.reporter
             self.parts = assemble(config, transport, key_pair, self.monitoring)
-        map_large_blocks(mmap_threshold(self._parameters()))  # lower for a real model
+        if self.parts.model is not None:  # lower for a real model
+            map_large_blocks(mmap_threshold(parameter_count(self.parts.model.policy)))
         self._stop = threading.Event()
         self._started = False
-
-    def _parameters(self) -> int:
-        """The policy model's weights (0 for a node without one)."""
-        if self.parts.model is None:
-            return 0
-        return sum(p.numel() for p in self.parts.model.policy.model.parameters())
 
     def __getattr__(self, name: str):
         """A part read as the node's own attribute: `node.transport` is `node.parts.transport`,

@@ -79,12 +79,17 @@ SECONDS_A_ROUND = {"tiny": 30.0, "real": 240.0}  # per node sharing a core: the 
 STOP_GRACE_S = 60.0  # a stopped node's last round, evaluation and checkpoint: at least this
 
 
+def round_seconds(kind: str, nodes: int) -> float:
+    """A generous round's time for the model's kind with `nodes` processes on 2 cores."""
+    return SECONDS_A_ROUND[kind] * max(1.0, nodes / 2)
+
+
 def stop_grace(kind: str, nodes: int) -> float:
     """How long a node asked to stop (Ctrl-C, the time limit) may take to finish its current
-    round, evaluate and write its checkpoint before it is killed: a round's time for the
-    model's kind with `nodes` processes sharing 2 cores, and at least `STOP_GRACE_S` (a real
-    model's round took 100-160 s with 4 nodes on 2 cores, past the 60 s it was given)."""
-    return max(STOP_GRACE_S, SECONDS_A_ROUND[kind] * max(1.0, nodes / 2))
+    round, evaluate and write its checkpoint before it is killed: a round's time, and at
+    least `STOP_GRACE_S` (a real model's round took 100-160 s with 4 nodes on 2 cores, past
+    the 60 s it was given)."""
+    return max(STOP_GRACE_S, round_seconds(kind, nodes))
 
 
 def demo_defaults(model: str) -> tuple[str, ...]:
@@ -336,7 +341,7 @@ def watch(
     return not interrupted
 
 
-def stop_all(demo: list[DemoNode], grace: float = 60.0) -> None:
+def stop_all(demo: list[DemoNode], grace: float = STOP_GRACE_S) -> None:
     """SIGINT every running node (clean stop), then SIGKILL whatever is left after `grace` s."""
     for node in demo:
         if node.process and node.process.poll() is None:
@@ -455,7 +460,7 @@ def run_demo(
     first = load_config(demo[0].folder / "config.toml")
     preflight(first)  # a config mistake: one line, not N logs (a GGUF model is converted here)
     kind = "tiny" if is_builtin(first.policy.model) else "real"
-    timeout = timeout or (120 + SECONDS_A_ROUND[kind] * rounds * max(1, nodes / 2))
+    timeout = timeout or (120 + round_seconds(kind, nodes) * rounds)
 
     if first.policy.model == "swarm-tiny":
         from transformers.utils import logging as hf_logging

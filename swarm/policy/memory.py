@@ -23,8 +23,9 @@ compute dtype. With gradient checkpointing a layer keeps only its fp32 input and
 recomputed at a time. Attention keeps no scores (PyTorch's fused attention). Under bf16
 autocast the forward also makes a bf16 copy of every weight, kept for the backward pass
 unless the layers are checkpointed. On a CPU a node unmaps its large blocks when they are
-freed (`swarm.node.heap`), so resident memory follows the live tensors (`CPU_SLACK` 1.0). Assumed, not modelled: a dense gated-MLP decoder (Llama, Qwen2, Mistral,
-SmolLM), no mixture of experts.
+freed (`swarm.node.heap`), so resident memory follows the live tensors (`CPU_SLACK` 1.0).
+Assumed, not modelled: a dense gated-MLP decoder (Llama, Qwen2, Mistral, SmolLM), no
+mixture of experts.
 
 Deliberately not here: where the numbers come from (`swarm.config.memory` reads the config,
 the model's config.json and the machine) and how a plan is printed.

@@ -3,8 +3,9 @@
 A real model's AdamW state is twice its fp32 weights (SmolLM2-135M: 1.03 GB of a node's
 ~3.7 GB). Stored in bf16 the moments take half that, while every step still computes in
 fp32: each parameter's moments are widened, updated, used for the step and rounded back
-(round to nearest), `CHUNK` weights at a time so that the step's temporaries stay small. bf16 keeps 8 bits of mantissa, a relative error of at most 2^-9 per
-rounding; the decay of the second moment (beta2 = 0.99: 1 % a step) stays well above it.
+(round to nearest), `CHUNK` weights at a time so that the step's temporaries stay small.
+bf16 keeps 8 bits of mantissa, a relative error of at most 2^-9 per rounding; the decay of
+the second moment (beta2 = 0.99: 1 % a step) stays well above it.
 `tests/unit/policy/test_optim.py` checks that the weights follow fp32 AdamW's closely.
 
 The update is torch's: AdamW's decoupled weight decay, bias correction, eps added to the
